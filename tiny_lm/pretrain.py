@@ -1,0 +1,154 @@
+"""Supervised training of the reference policy on "a+b=c<eos>" strings.
+
+    python -m tiny_lm.pretrain                                   # the default, deliberately imperfect reference
+    python -m tiny_lm.pretrain --train_size 0 --max_steps 3000   # the whole train split: a near-perfect model
+
+The default recipe's budget is explicit: 400 training problems (a fixed sample of the train split), 1000 steps of
+batch 128, AdamW 3e-3. That gives a reference that has learnt the format (digits then <eos>) and roughly half of
+the held-out sums: the starting point GRPO must improve. The loss covers only the answer and <eos> (the prompt is
+given, not predicted). The test split is never trained on; its greedy accuracy is printed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import HfArgumentParser
+from transformers.utils import logging as hf_logging
+
+from tinygrpo.problems import load_split
+from tinygrpo.rollout import greedy_answers
+
+from .configuration_tiny_lm import TinyLMConfig
+from .modeling_tiny_lm import TinyLMForCausalLM
+from .tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN, build_tokenizer, check_text
+
+
+@dataclass
+class SFTConfig:
+    output_dir: str = field(default="checkpoints/reference", metadata={"help": "Where model + tokenizer are saved."})
+    dataset: str = field(default="addition", metadata={"help": "Problem set name or directory of <split>.jsonl."})
+    train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    eval_split: str = field(default="test", metadata={"help": "Held-out split for greedy accuracy ('' = none)."})
+    train_size: int = field(
+        default=400, metadata={"help": "Train on this many problems (a fixed sample of the split); 0 = all of it."}
+    )
+    max_steps: int = field(default=1000, metadata={"help": "Optimizer steps."})
+    batch_size: int = field(default=128, metadata={"help": "Sequences per step."})
+    learning_rate: float = field(default=3e-3, metadata={"help": "AdamW peak learning rate (cosine decay to 10%)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    n_layer: int = field(default=2, metadata={"help": "Transformer blocks."})
+    n_embd: int = field(default=64, metadata={"help": "Model width."})
+    n_head: int = field(default=4, metadata={"help": "Attention heads."})
+    n_positions: int = field(default=32, metadata={"help": "Context length (prompt + completion)."})
+    chars: str = field(default=DEFAULT_CHARS, metadata={"help": "Tokenizer characters (plus <pad>, <eos>)."})
+    seed: int = field(default=0, metadata={"help": "Seed for the sample of problems, init and batches."})
+    log_every: int = field(default=100, metadata={"help": "Print the loss every N steps (0 = never)."})
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "batch_size", "n_layer", "n_embd", "n_head", "n_positions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.train_size < 0:
+            raise ValueError(f"train_size must be >= 0, got {self.train_size}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+
+
+def encode_examples(tokenizer, prompts: list[str], answers: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded (N, T) ids, attention mask, and labels (-100 except on the answer and <eos>)."""
+    texts = [p + a + EOS_TOKEN for p, a in zip(prompts, answers, strict=True)]
+    enc = tokenizer(texts, padding=True, return_tensors="pt")
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    answer_len = torch.tensor([len(a) + 1 for a in answers])  # +1 for <eos>; one token per character
+    pos_from_end = torch.arange(ids.size(1) - 1, -1, -1)[None]  # (1, T): distance from the last column
+    labels = ids.masked_fill(pos_from_end >= answer_len[:, None], -100)
+    return ids, mask, labels
+
+
+def held_out_accuracy(model, tokenizer, prompts: list[str], answers: list[str], max_new_tokens: int) -> float:
+    """Greedy exact-match accuracy: the completion must be the answer followed by <eos>."""
+    outs = greedy_answers(model, tokenizer, prompts, max_new_tokens)
+    return sum(o == a + EOS_TOKEN for o, a in zip(outs, answers, strict=True)) / max(1, len(answers))
+
+
+def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
+    """Train and save the reference; returns a summary dict (also written as sft_summary.json)."""
+    t0 = time.time()
+    torch.manual_seed(cfg.seed)
+    tokenizer = build_tokenizer(cfg.chars)
+    train = load_split(cfg.dataset, cfg.train_split)
+    if cfg.train_size and cfg.train_size < len(train):
+        train = train.shuffle(seed=cfg.seed).select(range(cfg.train_size))
+    for i, (p, a) in enumerate(zip(train["prompt"], train["answer"], strict=True)):
+        check_text(p + a, tokenizer, where=f"{cfg.dataset}/{cfg.train_split} row {i}")
+    ids, mask, labels = encode_examples(tokenizer, train["prompt"], train["answer"])
+    if ids.size(1) > cfg.n_positions:
+        raise ValueError(f"n_positions={cfg.n_positions} is shorter than the longest example ({ids.size(1)})")
+
+    config = TinyLMConfig(
+        vocab_size=len(tokenizer), n_positions=cfg.n_positions, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
+        n_head=cfg.n_head, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    model = TinyLMForCausalLM(config)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.max_steps) / cfg.max_steps))
+    )
+    gen = torch.Generator().manual_seed(cfg.seed)
+    first_loss = last_loss = float("nan")
+    for step in range(1, cfg.max_steps + 1):
+        idx = torch.randint(0, ids.size(0), (cfg.batch_size,), generator=gen)
+        loss = model(ids[idx], attention_mask=mask[idx], labels=labels[idx], use_cache=False).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        last_loss = loss.item()
+        if step == 1:
+            first_loss = last_loss
+        if verbose and cfg.log_every and step % cfg.log_every == 0:
+            print(f"sft step {step:5d}  loss {last_loss:.4f}", flush=True)
+    train_time = time.time() - t0
+
+    max_new = max(len(a) for a in train["answer"]) + 2
+    summary = {"train_problems": len(train), "steps": cfg.max_steps, "first_loss": first_loss,
+               "final_loss": last_loss, "train_seconds": round(train_time, 2),
+               "parameters": sum(p.numel() for p in model.parameters())}
+    if cfg.eval_split:
+        test = load_split(cfg.dataset, cfg.eval_split)
+        summary["eval_split"] = cfg.eval_split
+        summary["eval_accuracy"] = held_out_accuracy(model, tokenizer, test["prompt"], test["answer"], max_new)
+        summary["eval_problems"] = len(test)
+    out = Path(cfg.output_dir)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "sft_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    if verbose:
+        acc = summary.get("eval_accuracy")
+        acc_s = f", held-out greedy accuracy {acc:.1%} on {summary['eval_problems']} problems" if acc is not None else ""
+        print(f"reference saved to {out}: {summary['parameters']:,} parameters, {len(train)} training problems, "
+              f"{cfg.max_steps} steps in {train_time:.1f}s, loss {first_loss:.3f} -> {last_loss:.3f}{acc_s}")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    hf_logging.disable_progress_bar()
+    try:
+        (cfg,) = HfArgumentParser(SFTConfig).parse_args_into_dataclasses(args=argv)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    train_reference(cfg)
+
+
+if __name__ == "__main__":
+    main()

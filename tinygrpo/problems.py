@@ -1,0 +1,93 @@
+"""The a+b problem sets: a deterministic builder and a `datasets` loader.
+
+Each row: `prompt` ("37+48="), `answer` ("85"), the operands `a`, `b`, and an `id`.
+- `seed_bank`: the seed demo's 36 questions, a, b in 0..5 (id = a * 6 + b, as in the demo). One split, `train`.
+- `addition`: every a + b with a, b < 10**digits (default 2 digits: 10,000 problems). A fixed split: `test` is
+  500 problems drawn with `random.Random(1234)`, held out from SFT and from GRPO alike; `train` is the rest.
+The committed files under `data/` are this builder's output (a test checks that), loadable by path with
+`datasets.load_dataset("json", data_files=...)`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from datasets import Dataset, DatasetDict, load_dataset
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+TEST_SIZE = 500
+SPLIT_SEED = 1234
+MAX_ENUMERATED = 20_000  # above this many pairs, sample instead of enumerating every pair
+
+
+def make_row(a: int, b: int, id_: int) -> dict:
+    return {"prompt": f"{a}+{b}=", "answer": str(a + b), "a": a, "b": b, "id": id_}
+
+
+def build_seed_bank() -> dict[str, list[dict]]:
+    """The 36 questions of the seed demo, in its order (q = a * 6 + b)."""
+    return {"train": [make_row(a, b, a * 6 + b) for a in range(6) for b in range(6)]}
+
+
+def build_addition(digits: int = 2, test_size: int = TEST_SIZE, seed: int = SPLIT_SEED) -> dict[str, list[dict]]:
+    """All pairs a, b < 10**digits (or a fixed random sample of 20,000 when there are more), split train/test."""
+    if digits < 1:
+        raise ValueError(f"digits must be >= 1, got {digits}")
+    n = 10**digits
+    if n * n <= MAX_ENUMERATED:
+        pairs = [(a, b) for a in range(n) for b in range(n)]
+    else:
+        rng = random.Random(seed + digits)
+        pairs = sorted({(rng.randrange(n), rng.randrange(n)) for _ in range(MAX_ENUMERATED)})
+    if not 0 < test_size < len(pairs):
+        raise ValueError(f"test_size must be in 1..{len(pairs) - 1}, got {test_size}")
+    rows = [make_row(a, b, i) for i, (a, b) in enumerate(pairs)]
+    test_ids = set(random.Random(seed).sample(range(len(rows)), test_size))
+    return {
+        "train": [r for r in rows if r["id"] not in test_ids],
+        "test": [r for r in rows if r["id"] in test_ids],
+    }
+
+
+def write_jsonl(rows: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def build_all(out_dir: Path = DATA_DIR) -> list[Path]:
+    """Write the committed problem files: seed_bank/train.jsonl, addition/{train,test}.jsonl."""
+    written = []
+    for name, splits in (("seed_bank", build_seed_bank()), ("addition", build_addition())):
+        for split, rows in splits.items():
+            path = Path(out_dir) / name / f"{split}.jsonl"
+            write_jsonl(rows, path)
+            written.append(path)
+    return written
+
+
+def load_problems(name_or_path: str) -> DatasetDict:
+    """Load a problem set by name (`seed_bank`, `addition`) or by a directory holding `<split>.jsonl` files."""
+    path = Path(name_or_path)
+    if not path.is_dir():
+        path = DATA_DIR / name_or_path
+    if not path.is_dir():
+        raise ValueError(
+            f"dataset {name_or_path!r}: no such directory (known names: seed_bank, addition; or a directory of "
+            f"<split>.jsonl files)"
+        )
+    files = {p.stem: str(p) for p in sorted(path.glob("*.jsonl"))}
+    if not files:
+        raise ValueError(f"dataset {name_or_path!r}: no <split>.jsonl files in {path}")
+    return load_dataset("json", data_files=files)
+
+
+def load_split(name_or_path: str, split: str) -> Dataset:
+    """One split of a problem set, with a clear error when the split does not exist."""
+    ds = load_problems(name_or_path)
+    if split not in ds:
+        raise ValueError(f"dataset {name_or_path!r} has no split {split!r} (it has: {', '.join(ds)})")
+    return ds[split]
