@@ -196,7 +196,9 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
         if attention_mask is not None and not (past_len == 0 and bool(attention_mask.all())):
             attn_mask = build_attention_mask(attention_mask, T, past_len)
         elif past_len > 0:
-            attn_mask = build_attention_mask(torch.ones(B, past_len + T, device=input_ids.device), T, past_len)
+            attn_mask = build_attention_mask(
+                torch.ones(B, past_len + T, device=input_ids.device), T, past_len
+            )
 
         tr = self.transformer
         x = tr.drop(tr.wte(input_ids) + tr.wpe(position_ids))  # (B, T, C)
@@ -211,6 +213,8 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
         if labels is not None:
             # Causal LM convention: labels are the inputs; position t predicts token t + 1. -100 is ignored.
             loss = F.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.size(-1)).float(), labels[:, 1:].reshape(-1), ignore_index=-100
+                logits[:, :-1].reshape(-1, logits.size(-1)).float(),
+                labels[:, 1:].reshape(-1),
+                ignore_index=-100,
             )
         return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache)

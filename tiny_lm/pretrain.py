@@ -32,16 +32,25 @@ from .tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN, build_tokenizer, che
 
 @dataclass
 class SFTConfig:
-    output_dir: str = field(default="checkpoints/reference", metadata={"help": "Where model + tokenizer are saved."})
-    dataset: str = field(default="addition", metadata={"help": "Problem set name or directory of <split>.jsonl."})
+    output_dir: str = field(
+        default="checkpoints/reference", metadata={"help": "Where model + tokenizer are saved."}
+    )
+    dataset: str = field(
+        default="addition", metadata={"help": "Problem set name or directory of <split>.jsonl."}
+    )
     train_split: str = field(default="train", metadata={"help": "Split to train on."})
-    eval_split: str = field(default="test", metadata={"help": "Held-out split for greedy accuracy ('' = none)."})
+    eval_split: str = field(
+        default="test", metadata={"help": "Held-out split for greedy accuracy ('' = none)."}
+    )
     train_size: int = field(
-        default=400, metadata={"help": "Train on this many problems (a fixed sample of the split); 0 = all of it."}
+        default=400,
+        metadata={"help": "Train on this many problems (a fixed sample of the split); 0 = all of it."},
     )
     max_steps: int = field(default=1000, metadata={"help": "Optimizer steps."})
     batch_size: int = field(default=128, metadata={"help": "Sequences per step."})
-    learning_rate: float = field(default=3e-3, metadata={"help": "AdamW peak learning rate (cosine decay to 10%)."})
+    learning_rate: float = field(
+        default=3e-3, metadata={"help": "AdamW peak learning rate (cosine decay to 10%)."}
+    )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     n_layer: int = field(default=2, metadata={"help": "Transformer blocks."})
     n_embd: int = field(default=64, metadata={"help": "Model width."})
@@ -61,7 +70,9 @@ class SFTConfig:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
 
 
-def encode_examples(tokenizer, prompts: list[str], answers: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def encode_examples(
+    tokenizer, prompts: list[str], answers: list[str]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-padded (N, T) ids, attention mask, and labels (-100 except on the answer and <eos>)."""
     texts = [p + a + EOS_TOKEN for p, a in zip(prompts, answers, strict=True)]
     enc = tokenizer(texts, padding=True, return_tensors="pt")
@@ -93,8 +104,13 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         raise ValueError(f"n_positions={cfg.n_positions} is shorter than the longest example ({ids.size(1)})")
 
     config = TinyLMConfig(
-        vocab_size=len(tokenizer), n_positions=cfg.n_positions, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
-        n_head=cfg.n_head, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        n_positions=cfg.n_positions,
+        n_embd=cfg.n_embd,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
     model = TinyLMForCausalLM(config)
     model.train()
@@ -120,13 +136,20 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     train_time = time.time() - t0
 
     max_new = max(len(a) for a in train["answer"]) + 2
-    summary = {"train_problems": len(train), "steps": cfg.max_steps, "first_loss": first_loss,
-               "final_loss": last_loss, "train_seconds": round(train_time, 2),
-               "parameters": sum(p.numel() for p in model.parameters())}
+    summary = {
+        "train_problems": len(train),
+        "steps": cfg.max_steps,
+        "first_loss": first_loss,
+        "final_loss": last_loss,
+        "train_seconds": round(train_time, 2),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
     if cfg.eval_split:
         test = load_split(cfg.dataset, cfg.eval_split)
         summary["eval_split"] = cfg.eval_split
-        summary["eval_accuracy"] = held_out_accuracy(model, tokenizer, test["prompt"], test["answer"], max_new)
+        summary["eval_accuracy"] = held_out_accuracy(
+            model, tokenizer, test["prompt"], test["answer"], max_new
+        )
         summary["eval_problems"] = len(test)
     out = Path(cfg.output_dir)
     model.save_pretrained(out)
@@ -135,9 +158,15 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
     if verbose:
         acc = summary.get("eval_accuracy")
-        acc_s = f", held-out greedy accuracy {acc:.1%} on {summary['eval_problems']} problems" if acc is not None else ""
-        print(f"reference saved to {out}: {summary['parameters']:,} parameters, {len(train)} training problems, "
-              f"{cfg.max_steps} steps in {train_time:.1f}s, loss {first_loss:.3f} -> {last_loss:.3f}{acc_s}")
+        acc_s = (
+            f", held-out greedy accuracy {acc:.1%} on {summary['eval_problems']} problems"
+            if acc is not None
+            else ""
+        )
+        print(
+            f"reference saved to {out}: {summary['parameters']:,} parameters, {len(train)} training problems, "
+            f"{cfg.max_steps} steps in {train_time:.1f}s, loss {first_loss:.3f} -> {last_loss:.3f}{acc_s}"
+        )
     return summary
 
 

@@ -31,7 +31,9 @@ def build_seed_bank() -> dict[str, list[dict]]:
     return {"train": [make_row(a, b, a * 6 + b) for a in range(6) for b in range(6)]}
 
 
-def build_addition(digits: int = 2, test_size: int = TEST_SIZE, seed: int = SPLIT_SEED) -> dict[str, list[dict]]:
+def build_addition(
+    digits: int = 2, test_size: int = TEST_SIZE, seed: int = SPLIT_SEED
+) -> dict[str, list[dict]]:
     """All pairs a, b < 10**digits (or a fixed random sample of 20,000 when there are more), split train/test."""
     if digits < 1:
         raise ValueError(f"digits must be >= 1, got {digits}")

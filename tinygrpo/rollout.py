@@ -44,7 +44,9 @@ def sample_from_logits(
     if top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
-        drop_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) >= top_p  # keep the smallest set reaching top_p
+        drop_sorted = (
+            cum - torch.softmax(sorted_logits, dim=-1)
+        ) >= top_p  # keep the smallest set reaching top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     weights = torch.exp(logits - logits.max(-1, keepdim=True).values)  # (B, V), unnormalised
@@ -74,7 +76,9 @@ def sample_completions(
     """
     G = num_generations
     cache = DynamicCache()
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, cache=cache, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=prompt_ids, attention_mask=prompt_mask, cache=cache, use_cache=True, logits_to_keep=1
+    )
     logits = out.logits[:, -1]  # (P, V)
     if G > 1:
         cache.batch_repeat_interleave(G)
@@ -117,7 +121,9 @@ def completion_logits(
     """
     G = num_generations
     cache = DynamicCache()
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, cache=cache, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=prompt_ids, attention_mask=prompt_mask, cache=cache, use_cache=True, logits_to_keep=1
+    )
     first = out.logits.repeat_interleave(G, dim=0)  # (P*G, 1, V): predicts completion token 0
     Tc = completion_ids.size(1)
     if Tc == 1:
@@ -145,8 +151,14 @@ def greedy_answers(
     for i in range(0, len(prompts), batch_size):
         enc = tokenizer(prompts[i : i + batch_size], padding=True, return_tensors="pt")
         ro = sample_completions(
-            model, enc["input_ids"], enc["attention_mask"], 1, max_new_tokens,
-            tokenizer.eos_token_id, tokenizer.pad_token_id, temperature=0.0,
+            model,
+            enc["input_ids"],
+            enc["attention_mask"],
+            1,
+            max_new_tokens,
+            tokenizer.eos_token_id,
+            tokenizer.pad_token_id,
+            temperature=0.0,
         )
         outs.extend(decode_completions(tokenizer, ro.completion_ids, ro.completion_mask))
     model.train(was_training)
