@@ -1,0 +1,55 @@
+"""Swappable verifiable rewards with TRL's ``GRPOTrainer`` calling convention.
+
+``fn(prompts, completions, completion_ids, **columns) -> list[float | None]``; see
+``rewards/README.md``. Built-ins: ``accuracy``, ``accuracy_lenient``, ``format``,
+``digit_match``, ``length_penalty``. ``python -m rewards list`` shows what is registered.
+"""
+
+from __future__ import annotations
+
+from ._constants import EOS
+from .builtin import (
+    LengthPenalty,
+    accuracy,
+    accuracy_lenient,
+    digit_match,
+    format_reward,
+    length_penalty,
+    make_accuracy,
+    make_length_penalty,
+    soft_overlong_punishment,
+)
+from .registry import (
+    REWARD_REGISTRY,
+    RewardResolutionError,
+    discover_rewards,
+    list_rewards,
+    register_reward,
+    resolve_reward,
+    resolve_rewards,
+)
+from .scoring import RewardError, combine_rewards, compute_rewards, reward_metrics
+
+__all__ = [
+    "EOS",
+    "REWARD_REGISTRY",
+    "LengthPenalty",
+    "RewardError",
+    "RewardResolutionError",
+    "accuracy",
+    "accuracy_lenient",
+    "combine_rewards",
+    "compute_rewards",
+    "digit_match",
+    "discover_rewards",
+    "format_reward",
+    "length_penalty",
+    "list_rewards",
+    "make_accuracy",
+    "make_length_penalty",
+    "register_reward",
+    "resolve_reward",
+    "resolve_rewards",
+    "reward_metrics",
+    "soft_overlong_punishment",
+]

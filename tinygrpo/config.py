@@ -1,0 +1,332 @@
+"""GRPOConfig: every knob of a run, with TRL's names and meanings where TRL has the concept.
+
+Parsed with `HfArgumentParser`; `--config recipe.yaml` supplies defaults that command-line flags override.
+Every field has a help text (`python train_grpo.py --help`) and `__post_init__` rejects bad values with a message
+that names the field and the allowed values.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+from transformers import HfArgumentParser
+
+from .core import ADVANTAGE_MODES, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, SCALE_REWARDS
+
+
+class ConfigError(ValueError):
+    """A problem with the user's input (config, data, checkpoint): reported as one line, exit code 1."""
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+
+
+@dataclass
+class GRPOConfig:
+    # ----- model and data -----
+    model_name_or_path: str = field(
+        default="checkpoints/reference",
+        metadata={
+            "help": "Directory of the initial policy (save_pretrained format). The default experiment trains "
+            "it first (python -m tiny_lm.pretrain) when it is missing."
+        },
+    )
+    ref_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Reference policy for the KL term; default: the same as model_name_or_path."},
+    )
+    dataset: str = field(
+        default="addition",
+        metadata={
+            "help": "Problem set: a name under data/ (addition, seed_bank) or a directory "
+            "of <split>.jsonl files with at least a 'prompt' column."
+        },
+    )
+    train_split: str = field(default="train", metadata={"help": "Split whose prompts GRPO trains on."})
+    eval_split: str | None = field(
+        default="test",
+        metadata={"help": "Held-out split for greedy accuracy (None or '' to skip evaluation)."},
+    )
+    # ----- batch shape (TRL counts completions) -----
+    num_generations: int = field(default=8, metadata={"help": "G: completions sampled per prompt (>= 2)."})
+    per_device_train_batch_size: int = field(
+        default=2048,
+        metadata={
+            "help": "Completions per process per step (as in TRL): a multiple of num_generations, so that "
+            "every process holds whole groups. Prompts per step = this / G * num_processes."
+        },
+    )
+    num_mini_batches: int = field(
+        default=1, metadata={"help": "Optimizer steps per pass over a generated batch (whole groups each)."}
+    )
+    # ----- generation -----
+    max_completion_length: int = field(default=4, metadata={"help": "Most tokens sampled per completion."})
+    temperature: float = field(
+        default=1.0, metadata={"help": "Sampling temperature (> 0); log-probs use it too."}
+    )
+    top_k: int = field(default=0, metadata={"help": "Sample from the k most likely tokens only (0 = all)."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass in (0, 1]."})
+    mask_truncated_completions: bool = field(
+        default=False,
+        metadata={"help": "Leave completions that hit max_completion_length out of the loss (DAPO)."},
+    )
+    # ----- rewards -----
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["accuracy"],
+        metadata={
+            "help": "Reward functions: registered names (python -m rewards list), package.module:function, "
+            "or path/to/file.py:function."
+        },
+    )
+    reward_weights: list[float] | None = field(
+        default=None, metadata={"help": "One weight per reward function (default: all 1.0)."}
+    )
+    # ----- advantages -----
+    advantage_mode: str = field(
+        default="grpo",
+        metadata={
+            "help": f"Baseline: {', '.join(ADVANTAGE_MODES)}. grpo: group mean (and std, see scale_rewards; "
+            "Shao et al. 2024); rloo: leave-one-out mean (Ahmadian et al. 2024); reinforce: raw reward."
+        },
+    )
+    scale_rewards: str = field(
+        default="group",
+        metadata={
+            "help": f"For advantage_mode grpo: {', '.join(SCALE_REWARDS)} (none = Dr. GRPO, Liu et al. 2025)."
+        },
+    )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO (Yu et al. 2025): drop zero-variance groups and refill the batch with fresh prompts, "
+            "at most max_dynamic_sampling_rounds extra rounds per step."
+        },
+    )
+    max_dynamic_sampling_rounds: int = field(
+        default=3, metadata={"help": "Bound on dynamic sampling refills."}
+    )
+    skip_zero_advantage_groups: bool = field(
+        default=True,
+        metadata={
+            "help": "With beta == 0, leave groups whose advantages are all zero out of the forward/backward. "
+            "Exact: their loss terms are zero; the normalisers still count them."
+        },
+    )
+    # ----- loss -----
+    loss_type: str = field(
+        default="dapo", metadata={"help": f"Aggregation: {', '.join(LOSS_TYPES)} (as in TRL)."}
+    )
+    beta: float = field(
+        default=0.0, metadata={"help": "KL coefficient to the reference (0 = no reference built)."}
+    )
+    kl_estimator: str = field(
+        default="k3",
+        metadata={
+            "help": f"Per-token KL: {', '.join(KL_ESTIMATORS)}. k3 is DeepSeekMath's; full is the exact KL "
+            "over the vocabulary at each position."
+        },
+    )
+    epsilon: float = field(default=0.2, metadata={"help": "Lower clip: ratio >= 1 - epsilon."})
+    epsilon_high: float | None = field(
+        default=None,
+        metadata={"help": "Upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher); None = epsilon."},
+    )
+    delta: float | None = field(
+        default=None,
+        metadata={"help": "Two-sided GRPO: clamp the unclipped ratio at delta (> 1 + epsilon_high)."},
+    )
+    importance_sampling_level: str = field(
+        default="token",
+        metadata={"help": "token, or sequence (GSPO, Zheng et al. 2025: length-normalised ratio)."},
+    )
+    num_iterations: int = field(
+        default=1,
+        metadata={
+            "help": "mu: optimisation passes per generated batch. With 1 (and one mini-batch) the ratio is "
+            "exactly 1 and the gradient is the plain policy gradient; the clip never acts."
+        },
+    )
+    # ----- optimisation -----
+    learning_rate: float = field(default=2e-3, metadata={"help": "AdamW learning rate."})
+    lr_scheduler_type: str = field(default="constant", metadata={"help": "constant, linear or cosine."})
+    warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
+    adam_beta2: float = field(default=0.99, metadata={"help": "AdamW beta2."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient-norm clip (0 = off)."})
+    max_steps: int = field(default=150, metadata={"help": "Training steps (one generated batch each)."})
+    # ----- reference sync (TR-DPO style, as in TRL) -----
+    sync_ref_model: bool = field(default=False, metadata={"help": "Move the reference towards the policy."})
+    ref_model_mixup_alpha: float = field(
+        default=0.6, metadata={"help": "ref = alpha * policy + (1 - alpha) * ref at each sync."}
+    )
+    ref_model_sync_steps: int = field(default=512, metadata={"help": "Steps between reference syncs."})
+    # ----- evaluation, logging, checkpoints -----
+    seed: int = field(default=42, metadata={"help": "Seed for data order, sampling and everything else."})
+    output_dir: str = field(
+        default="runs/default", metadata={"help": "Where metrics, checkpoints, plots go."}
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Allow replacing an output_dir that already holds another run."}
+    )
+    resume_from_checkpoint: str | None = field(
+        default=None,
+        metadata={"help": "A checkpoint directory, or 'latest' (the newest complete one in output_dir)."},
+    )
+    logging_steps: int = field(
+        default=10, metadata={"help": "Write metrics.jsonl and sample completions every N."}
+    )
+    eval_steps: int = field(
+        default=25, metadata={"help": "Held-out evaluation every N steps (and at 0 and the end)."}
+    )
+    eval_pass_k: int = field(
+        default=0, metadata={"help": "Also report pass@k with k samples per prompt (0 = off)."}
+    )
+    save_steps: int = field(default=50, metadata={"help": "Checkpoint every N steps (0 = only at the end)."})
+    save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
+    num_completions_to_log: int = field(default=8, metadata={"help": "Completions written per logging step."})
+    report_to: str = field(default="none", metadata={"help": "none or tensorboard (through accelerate)."})
+    on_nonfinite: str = field(
+        default="stop",
+        metadata={"help": "A NaN/inf loss or gradient: stop (keep the last checkpoint) or skip."},
+    )
+    disable_tqdm: bool = field(default=False, metadata={"help": "No progress bar."})
+    make_plots: bool = field(default=True, metadata={"help": "Write plots.png at the end."})
+    torch_num_threads: int = field(
+        default=0, metadata={"help": "torch threads per process (0 = cores / processes)."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.num_generations < 2:
+            raise ConfigError(
+                f"num_generations must be >= 2 (a group needs a baseline), got {self.num_generations}"
+            )
+        if self.per_device_train_batch_size < 1 or self.per_device_train_batch_size % self.num_generations:
+            raise ConfigError(
+                f"per_device_train_batch_size={self.per_device_train_batch_size} is not a positive multiple of "
+                f"num_generations={self.num_generations}: each process must hold whole groups"
+            )
+        groups = self.per_device_train_batch_size // self.num_generations
+        if self.num_mini_batches < 1 or groups % self.num_mini_batches:
+            raise ConfigError(
+                f"num_mini_batches={self.num_mini_batches} must divide the {groups} groups per process"
+            )
+        for name in ("max_completion_length", "max_steps", "num_iterations", "logging_steps", "eval_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in (
+            "save_steps",
+            "warmup_steps",
+            "eval_pass_k",
+            "top_k",
+            "num_completions_to_log",
+            "torch_num_threads",
+            "max_dynamic_sampling_rounds",
+        ):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.save_total_limit < 1:
+            raise ConfigError(f"save_total_limit must be >= 1, got {self.save_total_limit}")
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not self.epsilon > 0:
+            raise ConfigError(f"epsilon must be > 0, got {self.epsilon}")
+        if self.epsilon_high is not None and not self.epsilon_high > 0:
+            raise ConfigError(f"epsilon_high must be > 0, got {self.epsilon_high}")
+        if self.delta is not None and not self.delta > 1 + (self.epsilon_high or self.epsilon):
+            raise ConfigError(f"delta must be > 1 + epsilon_high, got {self.delta}")
+        if self.beta < 0:
+            raise ConfigError(f"beta must be >= 0, got {self.beta}")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.max_grad_norm < 0:
+            raise ConfigError(f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
+        if not 0 <= self.ref_model_mixup_alpha <= 1:
+            raise ConfigError(f"ref_model_mixup_alpha must be in [0, 1], got {self.ref_model_mixup_alpha}")
+        if self.ref_model_sync_steps < 1:
+            raise ConfigError(f"ref_model_sync_steps must be >= 1, got {self.ref_model_sync_steps}")
+        _choice("loss_type", self.loss_type, LOSS_TYPES)
+        _choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        _choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
+        _choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        _choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
+        _choice("lr_scheduler_type", self.lr_scheduler_type, ("constant", "linear", "cosine"))
+        _choice("report_to", self.report_to, ("none", "tensorboard"))
+        _choice("on_nonfinite", self.on_nonfinite, ("stop", "skip"))
+        if not self.reward_funcs:
+            raise ConfigError("reward_funcs is empty: give at least one reward function")
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
+            raise ConfigError(
+                f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} reward_funcs"
+            )
+        if self.eval_split == "":
+            self.eval_split = None
+        if self.sync_ref_model and self.beta == 0:
+            raise ConfigError("sync_ref_model needs beta > 0 (with beta == 0 there is no reference)")
+
+    @property
+    def needs_old_logps(self) -> bool:
+        """Old log-probs differ from the current ones only if the policy moves before the batch is used up."""
+        return self.num_iterations > 1 or self.num_mini_batches > 1
+
+
+class _Parser(HfArgumentParser):
+    def error(self, message: str) -> None:  # argparse prints usage + error; we print one line
+        sys.exit(f"error: {message}")
+
+
+def _yaml_to_argv(path: str) -> list[str]:
+    """A YAML mapping of config fields -> command-line tokens, so argparse checks the types of both alike."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--config {path}: no such file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        line = getattr(getattr(e, "problem_mark", None), "line", None)
+        where = f" (line {line + 1})" if line is not None else ""
+        raise ConfigError(f"--config {path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of field: value, got {type(data).__name__}")
+    known = {f.name for f in fields(GRPOConfig)}
+    argv: list[str] = []
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(f"--config {path}: unknown config key {key!r}")
+        if value is None:
+            continue
+        if isinstance(value, list):
+            argv += [f"--{key}", *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            raise ConfigError(f"--config {path}: {key} must be a scalar or a list, got a mapping")
+        else:
+            argv += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
+    return argv
+
+
+def parse_config(argv: list[str] | None = None) -> GRPOConfig:
+    """`--config file.yaml` (optional, anywhere in argv) then flags; later values win."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    file_argv: list[str] = []
+    if "--config" in argv:
+        i = argv.index("--config")
+        if i + 1 >= len(argv):
+            raise ConfigError("--config needs a path to a YAML file")
+        file_argv = _yaml_to_argv(argv[i + 1])
+        argv = argv[:i] + argv[i + 2 :]
+    parser = _Parser(GRPOConfig, description="Token-level GRPO on a tiny transformer.")
+    parser.add_argument("--config", help="YAML recipe whose keys are the fields below (flags override it).")
+    cfg, *rest = parser.parse_args_into_dataclasses(args=file_argv + argv, return_remaining_strings=True)
+    remaining = rest[-1]
+    if remaining:
+        raise ConfigError(f"unknown argument(s): {' '.join(remaining)} (see --help)")
+    return cfg

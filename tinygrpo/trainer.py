@@ -1,0 +1,689 @@
+"""GRPOTrainer: rollout -> score -> advantages -> mu update passes -> log / eval / checkpoint.
+
+The trainer only orchestrates. The math of every arrow is a pure function: sampling and completion logits in
+`rollout.py`, advantages / log-probs / clipped surrogate / KL / aggregation in `core.py`, rewards in `rewards/`.
+Runs on one process or many (`accelerate launch --num_processes N`): each process holds whole groups, rewards are
+gathered so advantages are computed on the global batch, and gradients are averaged by DDP.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+from transformers import get_scheduler
+
+from rewards import EOS, compute_rewards, resolve_rewards, reward_metrics
+from rewards.scoring import combine_rewards
+
+from . import checkpoint as ckpt
+from .config import ConfigError, GRPOConfig
+from .core import (
+    aggregate_loss,
+    clipped_surrogate,
+    entropy_from_logits,
+    full_kl,
+    group_advantages,
+    kl_estimate,
+    selective_log_softmax,
+)
+from .metrics_io import JsonlWriter, plot_metrics, truncate_after_step
+from .rollout import completion_logits, decode_completions, sample_completions
+
+
+class NonFiniteError(RuntimeError):
+    """A NaN or infinite loss or gradient (on_nonfinite='stop')."""
+
+
+class GroupScorer(nn.Module):
+    """The policy's training forward as ONE module call, so that DDP sees one forward per backward.
+
+    (P, Tp) prompts + (P*G, Tc) completions -> (P*G, Tc, V) logits, each prompt run once for its group.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, prompt_ids, prompt_mask, completion_ids, num_generations: int) -> torch.Tensor:
+        return completion_logits(self.model, prompt_ids, prompt_mask, completion_ids, num_generations)
+
+
+@dataclass
+class Batch:
+    """One process's share of a generated batch; rows are grouped by prompt (G consecutive rows)."""
+
+    prompt_ids: torch.Tensor  # (P, Tp) left-padded
+    prompt_mask: torch.Tensor  # (P, Tp)
+    completion_ids: torch.Tensor  # (P*G, Tc)
+    completion_mask: torch.Tensor  # (P*G, Tc) float; 0 after EOS (and for truncated rows if masked)
+    advantages: torch.Tensor  # (P*G,)
+    rewards: torch.Tensor  # (P*G,) combined (NaN = no applicable reward)
+    ref_logps: torch.Tensor | None = None  # (P*G, Tc)
+    ref_logits: torch.Tensor | None = None  # (P*G, Tc, V), only for kl_estimator="full"
+    old_logps: torch.Tensor | None = None  # (P*G, Tc), only when the policy moves within a batch
+
+    def groups(self, idx: torch.Tensor, G: int) -> Batch:
+        """The sub-batch of the given group indices."""
+        rows = (idx[:, None] * G + torch.arange(G)).reshape(-1)
+
+        def pick(t, by):
+            return None if t is None else t[by]
+
+        return Batch(
+            self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[rows], self.completion_mask[rows],
+            self.advantages[rows], self.rewards[rows], pick(self.ref_logps, rows), pick(self.ref_logits, rows),
+            pick(self.old_logps, rows),
+        )  # fmt: skip
+
+
+class GRPOTrainer:
+    def __init__(
+        self,
+        config: GRPOConfig,
+        model: nn.Module,
+        tokenizer,
+        train_dataset,
+        eval_dataset=None,
+        ref_model: nn.Module | None = None,
+        reward_funcs: list | None = None,
+        accelerator: Accelerator | None = None,
+    ) -> None:
+        self.cfg = cfg = config
+        self.acc = accelerator or Accelerator(log_with="tensorboard" if cfg.report_to == "tensorboard" else None,
+                                              project_dir=cfg.output_dir)  # fmt: skip
+        self.G = cfg.num_generations
+        self.tokenizer = tokenizer
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.out = Path(cfg.output_dir)
+        self.is_main = self.acc.is_main_process
+        n_proc = self.acc.num_processes
+        if cfg.torch_num_threads or n_proc > 1:
+            torch.set_num_threads(cfg.torch_num_threads or max(1, (os.cpu_count() or 1) // n_proc))
+
+        # Rewards: resolved and probed once on real rows before anything expensive happens.
+        specs = reward_funcs if reward_funcs is not None else cfg.reward_funcs
+        self.reward_funcs, self.reward_names, self.reward_weights = resolve_rewards(specs, cfg.reward_weights)
+        self.columns = [c for c in train_dataset.column_names if c != "prompt"]
+        self._check_inputs(model)
+
+        # Prompts are tokenized once; a batch only pads.
+        self.train_prompt_ids = [tokenizer(p)["input_ids"] for p in train_dataset["prompt"]]
+        self.train_columns = {c: train_dataset[c] for c in self.columns}
+
+        set_seed(cfg.seed)
+        self.model = model
+        self.scorer = GroupScorer(model)
+        self.ref_model = ref_model if cfg.beta > 0 else None  # beta == 0: no reference is built or kept
+        if self.ref_model is not None:
+            self.ref_model.eval().requires_grad_(False)
+        decay, no_decay = [], []
+        for n, p in model.named_parameters():
+            (no_decay if p.ndim < 2 or "ln" in n else decay).append(p)
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
+        )  # fmt: skip
+        sched_name = cfg.lr_scheduler_type
+        if sched_name == "constant" and cfg.warmup_steps:
+            sched_name = "constant_with_warmup"  # transformers' "constant" ignores warm-up
+        self.scheduler = get_scheduler(
+            sched_name, self.optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.max_steps
+        )
+        self.scorer, self.optimizer, self.scheduler = self.acc.prepare(self.scorer, self.optimizer, self.scheduler)
+        # Sampling randomness: one generator per process, saved in checkpoints (exact resume).
+        self.sample_gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.acc.process_index)
+
+        self.step = 0
+        self.prompt_cursor = 0  # global prompts consumed so far (the data order is a function of seed + cursor)
+        self.total_completions = 0
+        self.nonfinite_skipped = 0
+        self._perms: dict[int, torch.Tensor] = {}
+        self.metrics_log = JsonlWriter(self.out / "metrics.jsonl", enabled=self.is_main)
+        self.completions_log = JsonlWriter(self.out / "completions.jsonl", enabled=self.is_main)
+
+    # ------------------------------------------------------------------ setup checks
+    def _check_inputs(self, model: nn.Module) -> None:
+        """Bad input -> ConfigError naming the problem, before any training."""
+        cfg, tok = self.cfg, self.tokenizer
+        if len(self.train_dataset) == 0:
+            raise ConfigError(f"dataset {cfg.dataset!r} split {cfg.train_split!r} is empty")
+        if "prompt" not in self.train_dataset.column_names:
+            raise ConfigError(
+                f"dataset {cfg.dataset!r} split {cfg.train_split!r} has no 'prompt' column "
+                f"(columns: {', '.join(self.train_dataset.column_names)})"
+            )
+        vocab_size = model.get_input_embeddings().weight.shape[0]
+        if len(tok) != vocab_size:
+            raise ConfigError(f"tokenizer has {len(tok)} tokens but the model's vocabulary has {vocab_size}")
+        known = {t for t in tok.get_vocab() if t not in tok.all_special_tokens}
+        n_pos = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 0)
+        for split, ds in (("train", self.train_dataset), ("eval", self.eval_dataset)):
+            if ds is None:
+                continue
+            if "prompt" not in ds.column_names:
+                raise ConfigError(f"{split} dataset has no 'prompt' column")
+            for i, p in enumerate(ds["prompt"]):
+                bad = set(p) - known
+                if bad:
+                    ch = sorted(bad)[0]
+                    raise ConfigError(
+                        f"{split} dataset row {i}: prompt {p!r} has character {ch!r} outside the tokenizer's "
+                        f"vocabulary {''.join(sorted(known))!r}"
+                    )
+            longest = max(len(p) for p in ds["prompt"])  # one token per character
+            if n_pos and longest + cfg.max_completion_length > n_pos:
+                raise ConfigError(
+                    f"{split} prompts of {longest} tokens + max_completion_length={cfg.max_completion_length} "
+                    f"exceed the model's context of {n_pos} positions"
+                )
+        # Probe every reward function on two real rows: a missing column or a bad signature fails here, not
+        # after the first rollout.
+        rows = self.train_dataset.select(range(min(2, len(self.train_dataset))))
+        columns = {c: rows[c] for c in self.columns}
+        probe = [str(a) + EOS for a in columns.get("answer", ["0"] * len(rows))]
+        try:
+            compute_rewards(
+                self.reward_funcs, self.reward_names, rows["prompt"], probe, [[0] * len(s) for s in probe],
+                columns, self._reward_kwargs(),
+            )  # fmt: skip
+        except ValueError as e:
+            raise ConfigError(f"{e} (while probing the reward functions on dataset {cfg.dataset!r})") from None
+
+    def _reward_kwargs(self) -> dict:
+        return {"max_completion_length": self.cfg.max_completion_length, "eos": EOS}
+
+    # ------------------------------------------------------------------ data
+    def _global_indices(self, count: int) -> list[int]:
+        """The next `count` prompts of the global order: a fresh permutation (seed + epoch) per pass."""
+        n = len(self.train_prompt_ids)
+        out = []
+        for k in range(self.prompt_cursor, self.prompt_cursor + count):
+            epoch = k // n
+            if epoch not in self._perms:
+                self._perms = {epoch: torch.randperm(n, generator=torch.Generator().manual_seed(self.cfg.seed + epoch))}
+            out.append(int(self._perms[epoch][k % n]))
+        self.prompt_cursor += count
+        return out
+
+    def _local_prompts(self) -> list[int]:
+        """This process's share (whole groups) of the next global batch of prompts."""
+        per_proc = self.cfg.per_device_train_batch_size // self.G
+        idx = self._global_indices(per_proc * self.acc.num_processes)
+        r = self.acc.process_index
+        return idx[r * per_proc : (r + 1) * per_proc]
+
+    def _pad_prompts(self, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        T = max(len(x) for x in ids)
+        pad = self.tokenizer.pad_token_id
+        prompt_ids = torch.tensor([[pad] * (T - len(x)) + x for x in ids])
+        prompt_mask = torch.tensor([[0] * (T - len(x)) + [1] * len(x) for x in ids])
+        return prompt_ids, prompt_mask  # (P, T) each, left-padded
+
+    # ------------------------------------------------------------------ one step
+    def _generate_and_score(self, idx: list[int]) -> tuple[Batch, dict]:
+        """Rollout G completions for each prompt, score them, and compute advantages over the global batch."""
+        cfg, G = self.cfg, self.G
+        t0 = time.perf_counter()
+        prompt_ids, prompt_mask = self._pad_prompts([self.train_prompt_ids[i] for i in idx])
+        model = self.acc.unwrap_model(self.scorer).model
+        was_training = model.training
+        model.eval()
+        ro = sample_completions(
+            model, prompt_ids, prompt_mask, G, cfg.max_completion_length, self.tokenizer.eos_token_id,
+            self.tokenizer.pad_token_id, cfg.temperature, cfg.top_k, cfg.top_p, self.sample_gen,
+        )  # fmt: skip
+        model.train(was_training)
+        completion_ids = ro.completion_ids.clone()  # out of inference mode: autograd may save it
+        completion_mask = ro.completion_mask.float()
+        is_eos = ro.is_eos.clone()
+        t1 = time.perf_counter()
+
+        completions = decode_completions(self.tokenizer, completion_ids, completion_mask)
+        prompts = [self.train_dataset_prompt(i) for i in idx for _ in range(G)]
+        columns = {c: [self.train_columns[c][i] for i in idx for _ in range(G)] for c in self.columns}
+        per_func = compute_rewards(
+            self.reward_funcs, self.reward_names, prompts, completions,
+            [row[: int(m.sum())] for row, m in zip(completion_ids.tolist(), completion_mask, strict=True)],
+            columns, self._reward_kwargs(),
+        )  # fmt: skip
+        per_func = torch.as_tensor(per_func, dtype=torch.float32)  # (N, F), NaN = None
+        rewards = torch.as_tensor(combine_rewards(per_func, self.reward_weights), dtype=torch.float32)  # (N,)
+        t2 = time.perf_counter()
+
+        # Advantages on the GLOBAL batch (exact for scale_rewards="batch"); each process keeps its own rows.
+        all_rewards = self.acc.gather(rewards)
+        adv, zero_std = group_advantages(all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards)
+        n = rewards.numel()
+        r = self.acc.process_index
+        advantages = adv[r * n : (r + 1) * n].contiguous()
+        if cfg.mask_truncated_completions:
+            completion_mask = completion_mask * is_eos[:, None]
+        batch = Batch(prompt_ids, prompt_mask, completion_ids, completion_mask, advantages, rewards)
+        info = {
+            "per_func": per_func, "completions": completions, "prompts": prompts, "is_eos": is_eos,
+            "zero_std_global": zero_std, "all_rewards": all_rewards, "idx": idx,
+            "time_generate": t1 - t0, "time_reward": t2 - t1,
+        }  # fmt: skip
+        return batch, info
+
+    def train_dataset_prompt(self, i: int) -> str:
+        return self.train_columns["__prompt__"][i] if "__prompt__" in self.train_columns else self._prompts[i]
+
+    @property
+    def _prompts(self) -> list[str]:
+        if not hasattr(self, "_prompt_list"):
+            self._prompt_list = self.train_dataset["prompt"]
+        return self._prompt_list
+
+    def _collect_batch(self) -> tuple[Batch, dict]:
+        """One generated batch; with dynamic sampling, zero-variance groups are dropped and refilled (bounded)."""
+        cfg, G = self.cfg, self.G
+        batch, info = self._generate_and_score(self._local_prompts())
+        if not cfg.dynamic_sampling:
+            return batch, info
+        target = batch.prompt_ids.size(0)
+        parts, infos = [], [info]
+        keep = lambda b: (b.rewards.view(-1, G).nan_to_num(-1e9).std(1) > 0)  # noqa: E731  groups with signal
+        kept = batch.groups(torch.nonzero(keep(batch)).flatten(), G)
+        parts.append(kept)
+        have = kept.prompt_ids.size(0)
+        for _ in range(cfg.max_dynamic_sampling_rounds):
+            need = torch.tensor(float(have < target))
+            if self.acc.reduce(need, "max").item() == 0:  # every process is full
+                break
+            b, inf = self._generate_and_score(self._local_prompts())
+            infos.append(inf)
+            sel = torch.nonzero(keep(b)).flatten()[: max(0, target - have)]
+            parts.append(b.groups(sel, G))
+            have += sel.numel()
+        info["dynamic_sampling_rounds"] = len(infos) - 1
+        info["time_generate"] = sum(i["time_generate"] for i in infos)
+        info["time_reward"] = sum(i["time_reward"] for i in infos)
+        return _concat(parts), info
+
+    @torch.inference_mode()
+    def _add_ref_and_old_logps(self, batch: Batch, groups: torch.Tensor) -> None:
+        """Reference log-probs (beta > 0) and old log-probs (if the policy moves within the batch), in place."""
+        cfg, G = self.cfg, self.G
+        if not groups.numel():
+            return
+        sub = batch.groups(groups, G)
+        rows = (groups[:, None] * G + torch.arange(G)).reshape(-1)
+        if self.ref_model is not None:
+            logits = completion_logits(self.ref_model, sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G)
+            ref_logps = torch.zeros(batch.completion_ids.shape)
+            ref_logps[rows] = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)
+            batch.ref_logps = ref_logps
+            if cfg.kl_estimator == "full":
+                ref_logits = torch.zeros(*batch.completion_ids.shape, logits.size(-1))
+                ref_logits[rows] = logits.float()
+                batch.ref_logits = ref_logits
+        if cfg.needs_old_logps:
+            model = self.acc.unwrap_model(self.scorer).model
+            logits = completion_logits(model, sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G)
+            old = torch.zeros(batch.completion_ids.shape)
+            old[rows] = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)
+            batch.old_logps = old
+
+    def _active_groups(self, batch: Batch) -> torch.Tensor:
+        """Groups that enter the forward/backward. With beta == 0 a group whose advantages are all zero adds
+        exactly zero to the loss and gradient, so it is left out (the normalisers still count it)."""
+        n_groups = batch.prompt_ids.size(0)
+        if not (self.cfg.skip_zero_advantage_groups and self.cfg.beta == 0):
+            return torch.arange(n_groups)
+        return torch.nonzero(batch.advantages.view(n_groups, self.G).ne(0).any(1)).flatten()
+
+    def compute_loss(self, mb: Batch, active: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Loss of one mini-batch `mb`, computed on its `active` groups, normalised as if on all of `mb`.
+
+        Returns the scalar loss and metric sums/counts (local; reduced across processes by the caller).
+        """
+        cfg, G = self.cfg, self.G
+        n_proc = self.acc.num_processes
+        total_rows = mb.completion_ids.size(0)
+        total_tokens = mb.completion_mask.sum()
+        dummy = active.numel() == 0  # DDP needs a forward/backward on every process: use a zero-weighted group
+        sub = mb.groups(active if not dummy else torch.zeros(1, dtype=torch.long), G)
+        logits = self.scorer(sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G)  # (n, Tc, V)
+        logp = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)  # (n, Tc)
+        old = sub.old_logps if sub.old_logps is not None else logp.detach()
+        mask = sub.completion_mask
+        per_token, st = clipped_surrogate(
+            logp, old, sub.advantages, mask, epsilon_low=cfg.epsilon, epsilon_high=cfg.epsilon_high,
+            delta=cfg.delta, importance_sampling_level=cfg.importance_sampling_level,
+        )  # fmt: skip
+        kl = None
+        if cfg.beta > 0:
+            if cfg.kl_estimator == "full":
+                kl = full_kl(logits, sub.ref_logits, cfg.temperature)
+            else:
+                kl = kl_estimate(logp, sub.ref_logps, cfg.kl_estimator)
+            per_token = per_token + cfg.beta * kl
+        if cfg.loss_type == "dapo":
+            # DDP averages gradients over processes, so each divides by (global tokens / processes).
+            global_tokens = self.acc.reduce(total_tokens.detach().clone(), "sum") if n_proc > 1 else total_tokens
+            loss = aggregate_loss(per_token, mask, "dapo", num_items_in_batch=(global_tokens / n_proc).clamp(min=1))
+        else:
+            loss = aggregate_loss(per_token, mask, cfg.loss_type, max_completion_length=cfg.max_completion_length)
+            # Rescale from the active subset to the whole mini-batch (skipped groups contribute exact zeros).
+            if cfg.loss_type == "bnpo":
+                loss = loss * mask.sum() / total_tokens.clamp(min=1)
+            else:
+                loss = loss * sub.completion_ids.size(0) / total_rows
+        if dummy:
+            loss = loss * 0.0
+        tokens = mask.sum() * (0.0 if dummy else 1.0)
+        with torch.no_grad():
+            sums = {
+                "tokens": tokens,
+                "entropy": (entropy_from_logits(logits.detach(), cfg.temperature) * mask).sum(),
+                "ratio": (st["ratio"].detach().expand_as(mask) * mask).sum(),
+                "clip_ratio/low": (st["low_clipped"].float() * mask).sum(),
+                "clip_ratio/high": (st["high_clipped"].float() * mask).sum(),
+                "clip_ratio/region": (st["clipped"].float() * mask).sum(),
+            }
+            if kl is not None:
+                sums["kl"] = (kl.detach() * mask).sum()
+            if dummy:
+                sums = {k: v * 0.0 for k, v in sums.items()}
+        return loss, sums
+
+    def _optimize(self, batch: Batch) -> dict[str, float]:
+        """num_iterations passes x num_mini_batches optimizer steps over the generated batch."""
+        cfg, G = self.cfg, self.G
+        n_groups = batch.prompt_ids.size(0)
+        sums: dict[str, torch.Tensor] = {}
+        grad_norms, losses = [], []
+        self.scorer.train()
+        for _ in range(cfg.num_iterations):
+            for chunk in torch.arange(n_groups).tensor_split(cfg.num_mini_batches):
+                mb = batch.groups(chunk, G)
+                loss, s = self.compute_loss(mb, self._active_groups(mb))
+                bad = torch.tensor(float(not torch.isfinite(loss)))
+                if self.acc.reduce(bad, "max").item() > 0:
+                    self._nonfinite("loss")
+                    continue
+                self.optimizer.zero_grad(set_to_none=True)
+                self.acc.backward(loss)
+                gn = self.acc.clip_grad_norm_(self.scorer.parameters(), cfg.max_grad_norm or float("inf"))
+                if not torch.isfinite(gn):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self._nonfinite("gradient norm")
+                    continue
+                self.optimizer.step()
+                grad_norms.append(float(gn))
+                losses.append(loss.detach())
+                for k, v in s.items():
+                    sums[k] = sums.get(k, 0.0) + v
+        self.scheduler.step()
+        keys = sorted(sums)
+        total = self.acc.reduce(torch.stack([sums[k] for k in keys]), "sum") if keys else torch.zeros(0)
+        tok = max(float(total[keys.index("tokens")]), 1.0) if keys else 1.0
+        out = {k: float(v) / tok for k, v in zip(keys, total, strict=True) if k != "tokens"}
+        if losses:
+            out["loss"] = float(self.acc.reduce(torch.stack(losses).mean(), "mean"))
+            out["grad_norm"] = sum(grad_norms) / len(grad_norms)
+        return out
+
+    def _nonfinite(self, what: str) -> None:
+        if self.cfg.on_nonfinite == "stop":
+            raise NonFiniteError(
+                f"step {self.step + 1}: the {what} is NaN or infinite; stopped (the last checkpoint in "
+                f"{self.out} is intact; on_nonfinite=skip skips such steps instead)"
+            )
+        self.nonfinite_skipped += 1
+
+    def _sync_ref(self) -> None:
+        """TR-DPO-style reference update: ref <- alpha * policy + (1 - alpha) * ref."""
+        a = self.cfg.ref_model_mixup_alpha
+        policy = self.acc.unwrap_model(self.scorer).model
+        with torch.no_grad():
+            for pr, pp in zip(self.ref_model.parameters(), policy.parameters(), strict=True):
+                pr.mul_(1 - a).add_(pp.detach(), alpha=a)
+
+    def training_step(self) -> dict[str, float]:
+        """Generate, score, compute advantages, optimize; returns this step's metrics (global)."""
+        cfg, G = self.cfg, self.G
+        t0 = time.perf_counter()
+        batch, info = self._collect_batch()
+        t1 = time.perf_counter()
+        needs_aux = self.ref_model is not None or cfg.needs_old_logps
+        if needs_aux:
+            self._add_ref_and_old_logps(batch, self._active_groups(batch))
+        t2 = time.perf_counter()
+        m = self._optimize(batch)
+        t3 = time.perf_counter()
+        if cfg.sync_ref_model and (self.step + 1) % cfg.ref_model_sync_steps == 0:
+            self._sync_ref()
+
+        # Metrics of the generated batch, over all processes.
+        all_rewards = info["all_rewards"]
+        n_local = batch.completion_ids.size(0)
+        completions_global = int(self.acc.reduce(torch.tensor(float(n_local)), "sum"))
+        self.total_completions += len(all_rewards)  # everything sampled, dropped groups included
+        lengths = self.acc.gather(torch.tensor(_lengths(info)))
+        truncated = self.acc.gather((~info["is_eos"]).float())
+        per_func = self.acc.gather(info["per_func"])
+        valid = all_rewards[~all_rewards.isnan()]
+        m.update(reward_metrics(per_func.numpy(), self.reward_names))
+        m.update({
+            "reward": float(valid.mean()) if valid.numel() else 0.0,
+            "reward_std": float(all_rewards.view(-1, G).nan_to_num(0).std(1).mean()),
+            "frac_reward_zero_std": float(info["zero_std_global"].float().mean()),
+            "completions/mean_length": float(lengths.float().mean()),
+            "completions/min_length": float(lengths.min()),
+            "completions/max_length": float(lengths.max()),
+            "completions/clipped_ratio": float(truncated.mean()),
+            "learning_rate": self.scheduler.get_last_lr()[0],
+            "num_completions": self.total_completions,
+            "trained_completions": completions_global,
+        })  # fmt: skip
+        if "accuracy" in self.reward_names:
+            m["accuracy"] = m["rewards/accuracy/mean"]
+        if "dynamic_sampling_rounds" in info:
+            m["dynamic_sampling_rounds"] = info["dynamic_sampling_rounds"]
+        if cfg.on_nonfinite == "skip":
+            m["nonfinite_skipped"] = self.nonfinite_skipped
+        if not cfg.needs_old_logps:
+            m["ratio_is_exactly_one"] = 1  # mu = 1: the gradient is the plain policy gradient (see README)
+        dt = t3 - t0
+        m.update({
+            "time/step": dt, "time/generate": info["time_generate"], "time/reward": info["time_reward"],
+            "time/ref_old_logps": t2 - t1, "time/optimize": t3 - t2,
+            "throughput/completions_per_s": len(all_rewards) / dt,
+            "throughput/tokens_per_s": float(lengths.sum()) / dt,
+        })  # fmt: skip
+        self._last_info = info
+        return m
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.inference_mode()
+    def evaluate(self) -> dict[str, float]:
+        """Greedy accuracy (and pass@k) on the held-out split; every process gets the same numbers."""
+        if self.eval_dataset is None or "answer" not in self.eval_dataset.column_names:
+            return {}
+        from rewards import accuracy
+
+        cfg = self.cfg
+        model = self.acc.unwrap_model(self.scorer).model
+        was_training = model.training
+        model.eval()
+        prompts, answers = self.eval_dataset["prompt"], self.eval_dataset["answer"]
+        ids, mask = self._pad_prompts([self.tokenizer(p)["input_ids"] for p in prompts])
+        ro = sample_completions(model, ids, mask, 1, cfg.max_completion_length, self.tokenizer.eos_token_id,
+                                self.tokenizer.pad_token_id, temperature=0.0)  # fmt: skip
+        outs = decode_completions(self.tokenizer, ro.completion_ids, ro.completion_mask)
+        res = {"eval/accuracy": sum(accuracy(completions=outs, answer=answers)) / len(answers)}
+        k = cfg.eval_pass_k
+        if k:
+            gen = torch.Generator().manual_seed(cfg.seed + 7919 * (self.step + 1))  # never touches training RNG
+            ro = sample_completions(model, ids, mask, k, cfg.max_completion_length, self.tokenizer.eos_token_id,
+                                    self.tokenizer.pad_token_id, cfg.temperature, cfg.top_k, cfg.top_p, gen)  # fmt: skip
+            outs = decode_completions(self.tokenizer, ro.completion_ids, ro.completion_mask)
+            hits = torch.tensor(accuracy(completions=outs, answer=[a for a in answers for _ in range(k)]))
+            res[f"eval/pass@{k}"] = float(hits.view(-1, k).amax(1).mean())
+        model.train(was_training)
+        return res
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> Path:
+        final = self.out / f"checkpoint-{self.step}"
+        tmp = self.out / f".tmp-checkpoint-{self.step}"
+        if self.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.acc.wait_for_everyone()
+        self.acc.save_state(str(tmp), safe_serialization=True)
+        r = self.acc.process_index
+        ckpt.write_json_atomic(tmp / f"sampler_{r}.json", {"state": ckpt.generator_state_to_list(self.sample_gen)})
+        self.acc.wait_for_everyone()
+        if self.is_main:
+            if self.ref_model is not None and self.cfg.sync_ref_model:
+                save_file({k: v.contiguous() for k, v in self.ref_model.state_dict().items()},
+                          str(tmp / "ref_model.safetensors"))  # fmt: skip
+            ckpt.write_json_atomic(tmp / ckpt.STATE_FILE, {
+                "step": self.step, "prompt_cursor": self.prompt_cursor, "total_completions": self.total_completions,
+                "nonfinite_skipped": self.nonfinite_skipped, "num_processes": self.acc.num_processes,
+            })  # fmt: skip
+            ckpt.publish(tmp, final)
+            ckpt.prune(self.out, self.cfg.save_total_limit)
+        self.acc.wait_for_everyone()
+        return final
+
+    def load_checkpoint(self, path: Path) -> None:
+        import json
+
+        state = json.loads((path / ckpt.STATE_FILE).read_text())
+        if state["num_processes"] != self.acc.num_processes:
+            raise ConfigError(
+                f"checkpoint {path} was written by {state['num_processes']} processes; resume with the same number "
+                f"(this launch has {self.acc.num_processes})"
+            )
+        self.acc.load_state(str(path))
+        sampler = json.loads((path / f"sampler_{self.acc.process_index}.json").read_text())
+        ckpt.generator_state_from_list(self.sample_gen, sampler["state"])
+        if self.ref_model is not None and (path / "ref_model.safetensors").is_file():
+            self.ref_model.load_state_dict(load_file(str(path / "ref_model.safetensors")))
+        self.step = state["step"]
+        self.prompt_cursor = state["prompt_cursor"]
+        self.total_completions = state["total_completions"]
+        self.nonfinite_skipped = state["nonfinite_skipped"]
+
+    # ------------------------------------------------------------------ the loop
+    def log(self, metrics: dict) -> None:
+        row = {"step": self.step, **metrics}
+        self.metrics_log.write(row)
+        if self.cfg.report_to != "none":
+            self.acc.log(metrics, step=self.step)
+
+    def _log_completions(self) -> None:
+        info, k = self._last_info, self.cfg.num_completions_to_log
+        per_func = info["per_func"]
+        for i in range(min(k, len(info["completions"]))):
+            self.completions_log.write({
+                "step": self.step, "prompt": info["prompts"][i], "completion": info["completions"][i],
+                "rewards": {n: (None if math.isnan(v) else v) for n, v in zip(self.reward_names, per_func[i].tolist(),
+                                                                              strict=True)},
+            })  # fmt: skip
+
+    def train(self) -> dict:
+        """Run to max_steps; returns a summary (held-out accuracy before/after, wall time)."""
+        cfg = self.cfg
+        t_start = time.perf_counter()
+        if cfg.resume_from_checkpoint:
+            path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, self.out)
+            self.load_checkpoint(path)
+            for name in ("metrics.jsonl", "completions.jsonl"):
+                if self.is_main:
+                    truncate_after_step(self.out / name, self.step)
+            self.acc.print(f"resumed from {path} at step {self.step}")
+        if cfg.report_to != "none":
+            self.acc.init_trackers("tinygrpo")
+        if not cfg.needs_old_logps:
+            self.acc.print("num_iterations=1, one mini-batch: the ratio is exactly 1, so the clip never acts and the "
+                           "gradient is the policy gradient; the loss value itself hovers near 0 (see README).")
+        first_eval = {}
+        if self.step == 0:
+            first_eval = self.evaluate()
+            if first_eval:
+                self.log(first_eval)
+        summary = {"eval_before": first_eval}
+        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=cfg.disable_tqdm or not self.is_main,
+                   desc="grpo", dynamic_ncols=True)  # fmt: skip
+        interrupted = False
+        previous = signal.getsignal(signal.SIGINT)
+        try:
+            while self.step < cfg.max_steps:
+                m = self.training_step()
+                self.step += 1
+                if self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps:
+                    m.update(self.evaluate())
+                if self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps or "eval/accuracy" in m:
+                    self.log(m)
+                    if self.step % cfg.logging_steps == 0:
+                        self._log_completions()
+                post = {"reward": f"{m['reward']:.3f}"}
+                if "eval/accuracy" in m:
+                    self._last_eval = m["eval/accuracy"]
+                if getattr(self, "_last_eval", None) is not None:
+                    post["held_out"] = f"{self._last_eval:.3f}"
+                bar.set_postfix(post, refresh=False)
+                bar.update(1)
+                if cfg.save_steps and self.step % cfg.save_steps == 0 and self.step < cfg.max_steps:
+                    self.save_checkpoint()
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            bar.close()
+            signal.signal(signal.SIGINT, previous)
+        wall = time.perf_counter() - t_start
+        self.save_checkpoint()
+        if interrupted:
+            raise KeyboardInterrupt(
+                f"interrupted at step {self.step}; checkpoint saved in {self.out}. Resume with the same command "
+                f"plus --resume_from_checkpoint latest"
+            )
+        summary.update({"eval_after": {k: v for k, v in m.items() if k.startswith("eval/")}, "steps": self.step,
+                        "wall_seconds": wall, "num_completions": self.total_completions})  # fmt: skip
+        if self.is_main:
+            final = self.acc.unwrap_model(self.scorer).model
+            final.save_pretrained(self.out / "final")
+            self.tokenizer.save_pretrained(self.out / "final")
+            if cfg.make_plots:
+                plot_metrics(self.out / "metrics.jsonl", self.out / "plots.png")
+        if cfg.report_to != "none":
+            self.acc.end_training()
+        self.acc.wait_for_everyone()
+        return summary
+
+
+def _lengths(info: dict) -> list[int]:
+    """Completion lengths in tokens (EOS included) of one generated batch."""
+    return [len(c.replace(EOS, "x")) for c in info["completions"]]
+
+
+def _concat(parts: list[Batch]) -> Batch:
+    """Concatenate sub-batches (their prompts are re-padded to a common width)."""
+    T = max(p.prompt_ids.size(1) for p in parts)
+
+    def lpad(t: torch.Tensor, value: int) -> torch.Tensor:
+        return torch.nn.functional.pad(t, (T - t.size(1), 0), value=value)
+
+    pad = 0
+    return Batch(
+        torch.cat([lpad(p.prompt_ids, pad) for p in parts]), torch.cat([lpad(p.prompt_mask, 0) for p in parts]),
+        torch.cat([p.completion_ids for p in parts]), torch.cat([p.completion_mask for p in parts]),
+        torch.cat([p.advantages for p in parts]), torch.cat([p.rewards for p in parts]),
+    )  # fmt: skip

@@ -1,0 +1,126 @@
+"""Token-level GRPO on the tiny char GPT:  accelerate launch train_grpo.py [--config configs/x.yaml] [--flag value]
+
+With no arguments it runs the default experiment: 2-digit addition from the imperfect SFT reference (trained
+first, with a line saying so, if checkpoints/reference is missing), then prints held-out accuracy before and after.
+`python train_grpo.py --help` lists every option.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from tinygrpo.config import ConfigError, GRPOConfig, parse_config
+
+DEFAULT_REFERENCE = GRPOConfig.__dataclass_fields__["model_name_or_path"].default
+RUN_FILES = ("metrics.jsonl", "completions.jsonl", "plots.png", "summary.json", "config.json")
+
+
+def prepare_output_dir(cfg: GRPOConfig) -> None:
+    """Refuse to overwrite another run's output unless asked (or resuming)."""
+    out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output_dir {out} exists and is not a directory")
+    previous = out.is_dir() and any((out / f).exists() for f in RUN_FILES + ("final",))
+    previous = previous or (out.is_dir() and any(out.glob("checkpoint-*")))
+    if cfg.resume_from_checkpoint or not previous:
+        return
+    if not cfg.overwrite_output_dir:
+        raise ConfigError(
+            f"output_dir {out} already holds a run; pass --overwrite_output_dir to replace it, "
+            f"--resume_from_checkpoint latest to continue it, or choose another --output_dir"
+        )
+    for f in RUN_FILES:
+        (out / f).unlink(missing_ok=True)
+    for d in [out / "final", *out.glob("checkpoint-*"), *out.glob(".tmp-checkpoint-*"), out / "runs"]:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def load_model_and_tokenizer(path: str, what: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import tiny_lm  # noqa: F401  (registers the model type with the Auto classes)
+
+    p = Path(path)
+    if not (p / "config.json").is_file():
+        raise ConfigError(f"{what}={path}: no model there (missing config.json)")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(p, use_safetensors=True)
+        tokenizer = AutoTokenizer.from_pretrained(p)
+    except Exception as e:  # noqa: BLE001  (any load failure is the user's checkpoint; say which and why)
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{what}={path}: cannot load the model: {msg}") from None
+    if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
+        raise ConfigError(f"{what}={path}: the tokenizer needs a pad and an eos token")
+    return model, tokenizer
+
+
+def main(argv: list[str] | None = None) -> int:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        cfg = parse_config(argv)
+        from accelerate import Accelerator
+
+        from tinygrpo.problems import load_split
+        from tinygrpo.trainer import GRPOTrainer
+
+        acc = Accelerator(log_with="tensorboard" if cfg.report_to == "tensorboard" else None,
+                          project_dir=cfg.output_dir)  # fmt: skip
+        if acc.is_main_process:
+            prepare_output_dir(cfg)
+        acc.wait_for_everyone()
+        if cfg.model_name_or_path == DEFAULT_REFERENCE and not Path(DEFAULT_REFERENCE, "config.json").is_file():
+            if acc.is_main_process:
+                print(f"no reference at {DEFAULT_REFERENCE}: training it first (python -m tiny_lm.pretrain)")
+                from tiny_lm.pretrain import SFTConfig, train_reference
+
+                train_reference(SFTConfig(output_dir=DEFAULT_REFERENCE))
+            acc.wait_for_everyone()
+        model, tokenizer = load_model_and_tokenizer(cfg.model_name_or_path, "model_name_or_path")
+        ref_model = None
+        if cfg.beta > 0:
+            ref_path = cfg.ref_model_name_or_path or cfg.model_name_or_path
+            ref_model, _ = load_model_and_tokenizer(ref_path, "ref_model_name_or_path")
+        try:
+            train = load_split(cfg.dataset, cfg.train_split)
+            evald = load_split(cfg.dataset, cfg.eval_split) if cfg.eval_split else None
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        trainer = GRPOTrainer(cfg, model, tokenizer, train, evald, ref_model=ref_model, accelerator=acc)
+        if acc.is_main_process:
+            Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+            (Path(cfg.output_dir) / "config.json").write_text(json.dumps(cfg.__dict__, indent=2))
+        summary = trainer.train()
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as e:
+        print(f"\n{e}" if str(e) else "\ninterrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        from rewards import RewardError
+        from tinygrpo.trainer import NonFiniteError
+
+        if isinstance(e, NonFiniteError | RewardError):
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        raise
+    if acc.is_main_process:
+        (Path(cfg.output_dir) / "summary.json").write_text(json.dumps(summary, indent=2))
+        before = summary["eval_before"].get("eval/accuracy")
+        after = summary["eval_after"].get("eval/accuracy")
+        if after is not None:
+            b = f"{before:.1%}" if before is not None else "n/a (resumed)"
+            print(f"held-out greedy accuracy: {b} -> {after:.1%}  ({summary['steps']} steps, "
+                  f"{summary['wall_seconds']:.0f}s, {summary['num_completions']:,} completions sampled)")  # fmt: skip
+        print(f"outputs in {cfg.output_dir}: metrics.jsonl, completions.jsonl, plots.png, final/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
