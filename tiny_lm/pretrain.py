@@ -4,8 +4,8 @@
     python -m tiny_lm.pretrain --train_size 0 --max_steps 3000   # the whole train split: a near-perfect model
 
 The default recipe's budget is explicit: 400 training problems (a fixed sample of the train split), 1000 steps of
-batch 128, AdamW 3e-3. That gives a reference that has learnt the format (digits then <eos>) and roughly half of
-the held-out sums: the starting point GRPO must improve. The loss covers only the answer and <eos> (the prompt is
+batch 128, AdamW 3e-3. That gives a reference that has learnt the format (digits then <eos>) and about two thirds
+of the held-out sums: the starting point GRPO must improve. The loss covers only the answer and <eos> (the prompt is
 given, not predicted). The test split is never trained on; its greedy accuracy is printed at the end.
 """
 
@@ -49,9 +49,14 @@ class SFTConfig:
     max_steps: int = field(default=1000, metadata={"help": "Optimizer steps."})
     batch_size: int = field(default=128, metadata={"help": "Sequences per step."})
     learning_rate: float = field(
-        default=3e-3, metadata={"help": "AdamW peak learning rate (cosine decay to 10%)."}
+        default=3e-3, metadata={"help": "AdamW learning rate."}
     )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    cosine_decay: bool = field(
+        default=False,
+        metadata={"help": "Cosine-decay the learning rate to 10% (default: constant). A decayed run memorises its "
+                  "400 problems (loss ~0.002) into a sharper reference that GRPO improves more slowly."},
+    )
     n_layer: int = field(default=2, metadata={"help": "Transformer blocks."})
     n_embd: int = field(default=64, metadata={"help": "Model width."})
     n_head: int = field(default=4, metadata={"help": "Attention heads."})
@@ -116,7 +121,10 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.max_steps) / cfg.max_steps))
+        opt,
+        lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.max_steps) / cfg.max_steps))
+        if cfg.cosine_decay
+        else 1.0,
     )
     gen = torch.Generator().manual_seed(cfg.seed)
     first_loss = last_loss = float("nan")

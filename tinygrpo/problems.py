@@ -32,9 +32,12 @@ def build_seed_bank() -> dict[str, list[dict]]:
 
 
 def build_addition(
-    digits: int = 2, test_size: int = TEST_SIZE, seed: int = SPLIT_SEED
+    digits: int = 2, test_size: int | None = None, seed: int = SPLIT_SEED
 ) -> dict[str, list[dict]]:
-    """All pairs a, b < 10**digits (or a fixed random sample of 20,000 when there are more), split train/test."""
+    """All pairs a, b < 10**digits (or a fixed random sample of 20,000 when there are more), split train/test.
+
+    test_size defaults to 500, or a fifth of the problems when there are fewer than 2,500 (1 digit: 20 of 100).
+    """
     if digits < 1:
         raise ValueError(f"digits must be >= 1, got {digits}")
     n = 10**digits
@@ -43,6 +46,8 @@ def build_addition(
     else:
         rng = random.Random(seed + digits)
         pairs = sorted({(rng.randrange(n), rng.randrange(n)) for _ in range(MAX_ENUMERATED)})
+    if test_size is None:
+        test_size = min(TEST_SIZE, len(pairs) // 5)
     if not 0 < test_size < len(pairs):
         raise ValueError(f"test_size must be in 1..{len(pairs) - 1}, got {test_size}")
     rows = [make_row(a, b, i) for i, (a, b) in enumerate(pairs)]

@@ -12,6 +12,7 @@ import math
 import os
 import shutil
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,9 +120,12 @@ class GRPOTrainer:
         self.columns = [c for c in train_dataset.column_names if c != "prompt"]
         self._check_inputs(model)
 
-        # Prompts are tokenized once; a batch only pads.
-        self.train_prompt_ids = [tokenizer(p)["input_ids"] for p in train_dataset["prompt"]]
-        self.train_columns = {c: train_dataset[c] for c in self.columns}
+        # Columns as plain lists (a `datasets` column indexed row by row is slow), prompts tokenized once.
+        table = train_dataset.to_dict()
+        self.train_prompts: list[str] = table["prompt"]
+        self.train_columns = {c: table[c] for c in self.columns}
+        self.train_prompt_ids = tokenizer(self.train_prompts)["input_ids"]
+        self.eval_rows = eval_dataset.to_dict() if eval_dataset is not None else None
 
         set_seed(cfg.seed)
         self.model = model
@@ -134,8 +138,8 @@ class GRPOTrainer:
             (no_decay if p.ndim < 2 or "ln" in n else decay).append(p)
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
-        )  # fmt: skip
+            lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), foreach=True,
+        )  # fmt: skip  (foreach: one kernel per op for all tensors, not a Python loop over 28 small ones)
         sched_name = cfg.lr_scheduler_type
         if sched_name == "constant" and cfg.warmup_steps:
             sched_name = "constant_with_warmup"  # transformers' "constant" ignores warm-up
@@ -252,7 +256,7 @@ class GRPOTrainer:
         t1 = time.perf_counter()
 
         completions = decode_completions(self.tokenizer, completion_ids, completion_mask)
-        prompts = [self.train_dataset_prompt(i) for i in idx for _ in range(G)]
+        prompts = [self.train_prompts[i] for i in idx for _ in range(G)]
         columns = {c: [self.train_columns[c][i] for i in idx for _ in range(G)] for c in self.columns}
         per_func = compute_rewards(
             self.reward_funcs, self.reward_names, prompts, completions,
@@ -278,15 +282,6 @@ class GRPOTrainer:
             "time_generate": t1 - t0, "time_reward": t2 - t1,
         }  # fmt: skip
         return batch, info
-
-    def train_dataset_prompt(self, i: int) -> str:
-        return self.train_columns["__prompt__"][i] if "__prompt__" in self.train_columns else self._prompts[i]
-
-    @property
-    def _prompts(self) -> list[str]:
-        if not hasattr(self, "_prompt_list"):
-            self._prompt_list = self.train_dataset["prompt"]
-        return self._prompt_list
 
     def _collect_batch(self) -> tuple[Batch, dict]:
         """One generated batch; with dynamic sampling, zero-variance groups are dropped and refilled (bounded)."""
@@ -513,7 +508,7 @@ class GRPOTrainer:
     @torch.inference_mode()
     def evaluate(self) -> dict[str, float]:
         """Greedy accuracy (and pass@k) on the held-out split; every process gets the same numbers."""
-        if self.eval_dataset is None or "answer" not in self.eval_dataset.column_names:
+        if self.eval_rows is None or "answer" not in self.eval_rows:
             return {}
         from rewards import accuracy
 
@@ -521,8 +516,10 @@ class GRPOTrainer:
         model = self.acc.unwrap_model(self.scorer).model
         was_training = model.training
         model.eval()
-        prompts, answers = self.eval_dataset["prompt"], self.eval_dataset["answer"]
-        ids, mask = self._pad_prompts([self.tokenizer(p)["input_ids"] for p in prompts])
+        answers = self.eval_rows["answer"]
+        if not hasattr(self, "_eval_ids"):
+            self._eval_ids = self._pad_prompts(self.tokenizer(self.eval_rows["prompt"])["input_ids"])
+        ids, mask = self._eval_ids
         ro = sample_completions(model, ids, mask, 1, cfg.max_completion_length, self.tokenizer.eos_token_id,
                                 self.tokenizer.pad_token_id, temperature=0.0)  # fmt: skip
         outs = decode_completions(self.tokenizer, ro.completion_ids, ro.completion_mask)
@@ -582,6 +579,13 @@ class GRPOTrainer:
         self.nonfinite_skipped = state["nonfinite_skipped"]
 
     # ------------------------------------------------------------------ the loop
+    def _on_sigint(self, signum, frame) -> None:
+        if self._stop_requested:
+            raise KeyboardInterrupt  # second Ctrl-C: stop now, without a checkpoint
+        self._stop_requested = True
+        if self.is_main:
+            tqdm.write("Ctrl-C: stopping after this step and saving a checkpoint (press again to abort)")
+
     def log(self, metrics: dict) -> None:
         row = {"step": self.step, **metrics}
         self.metrics_log.write(row)
@@ -622,8 +626,12 @@ class GRPOTrainer:
         summary = {"eval_before": first_eval}
         bar = tqdm(total=cfg.max_steps, initial=self.step, disable=cfg.disable_tqdm or not self.is_main,
                    desc="grpo", dynamic_ncols=True)  # fmt: skip
-        interrupted = False
+        # Ctrl-C asks for a stop at the next step boundary (a checkpoint there is exact); a second one is hard.
+        self._stop_requested = False
         previous = signal.getsignal(signal.SIGINT)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._on_sigint)
+        m: dict = {}
         try:
             while self.step < cfg.max_steps:
                 m = self.training_step()
@@ -641,18 +649,22 @@ class GRPOTrainer:
                     post["held_out"] = f"{self._last_eval:.3f}"
                 bar.set_postfix(post, refresh=False)
                 bar.update(1)
+                stop = torch.tensor(float(self._stop_requested))
+                if self.acc.num_processes > 1:
+                    stop = self.acc.reduce(stop, "max")  # every process stops at the same step
+                if stop.item() > 0:
+                    break
                 if cfg.save_steps and self.step % cfg.save_steps == 0 and self.step < cfg.max_steps:
                     self.save_checkpoint()
-        except KeyboardInterrupt:
-            interrupted = True
         finally:
             bar.close()
-            signal.signal(signal.SIGINT, previous)
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, previous)
         wall = time.perf_counter() - t_start
         self.save_checkpoint()
-        if interrupted:
+        if self._stop_requested or self.step < cfg.max_steps:
             raise KeyboardInterrupt(
-                f"interrupted at step {self.step}; checkpoint saved in {self.out}. Resume with the same command "
+                f"interrupted after step {self.step}; checkpoint saved in {self.out}. Resume with the same command "
                 f"plus --resume_from_checkpoint latest"
             )
         summary.update({"eval_after": {k: v for k, v in m.items() if k.startswith("eval/")}, "steps": self.step,

@@ -1,0 +1,150 @@
+"""tiny_lm.pretrain: the SFT recipe for the reference policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import tiny_lm  # noqa: F401 - registers the model with the Auto classes
+from tiny_lm import build_tokenizer
+from tiny_lm.pretrain import SFTConfig, encode_examples, train_reference
+from tinygrpo.problems import build_seed_bank
+
+CHANCE = 1 / 13  # the seed bank's answers are one of the 11 sums 0..10; ~1/13 allows for format errors
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Tiny ops: with 2 intra-op threads on a loaded 2-core box, OpenMP oversubscription made the SFT run
+    # ~60x slower (1 s -> 60-100 s). One thread is as fast when idle and immune to it; restored afterwards.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft")
+    cfg = SFTConfig(
+        output_dir=str(out),
+        dataset="seed_bank",
+        eval_split="train",
+        max_steps=150,
+        batch_size=32,
+        log_every=0,
+        seed=0,
+    )
+    return out, train_reference(cfg, verbose=False)
+
+
+def test_sft_learns(sft_run):
+    _, summary = sft_run
+    assert summary["train_problems"] == 36 and summary["steps"] == 150
+    # Initial loss is ~ln(14) = 2.64 for a near-uniform model; 150 steps on 36 problems should go far below it.
+    assert summary["first_loss"] > 2.0
+    assert summary["final_loss"] < 0.5 * summary["first_loss"]
+    # 5 seeds reached >= 92% at 120 steps when this test was written; 0.5 leaves a wide margin and is far above chance.
+    assert summary["eval_accuracy"] > max(0.5, 5 * CHANCE)
+    assert 0.1e6 <= summary["parameters"] <= 1e6
+
+
+def test_sft_saves_loadable_model(sft_run):
+    out, summary = sft_run
+    assert (out / "model.safetensors").is_file()
+    assert json.loads((out / "sft_summary.json").read_text()) == summary
+    assert json.loads((out / "sft_config.json").read_text())["max_steps"] == 150
+    model = AutoModelForCausalLM.from_pretrained(out).eval()
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.padding_side == "left"
+    # Independent accuracy with generate() (not the code's greedy_answers): must equal the summary's.
+    rows = build_seed_bank()["train"]
+    enc = tok([r["prompt"] for r in rows], padding=True, return_tensors="pt")
+    gen = model.generate(**enc, max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
+    outs = tok.batch_decode(gen[:, enc["input_ids"].size(1) :], skip_special_tokens=False)
+    correct = sum(
+        o.replace("<pad>", "").startswith(r["answer"] + "<eos>") for o, r in zip(outs, rows, strict=True)
+    )
+    assert correct / len(rows) == pytest.approx(summary["eval_accuracy"])
+
+
+def test_encode_examples_labels_only_answer_and_eos():
+    tok = build_tokenizer()
+    prompts = ["3+4=", "37+48=", "99+99=", "0+0="]
+    answers = ["7", "85", "198", "0"]
+    ids, mask, labels = encode_examples(tok, prompts, answers)
+    T = max(len(p) + len(a) + 1 for p, a in zip(prompts, answers, strict=True))
+    assert ids.shape == mask.shape == labels.shape == (4, T)
+    for i, (p, a) in enumerate(zip(prompts, answers, strict=True)):
+        n = len(p) + len(a) + 1
+        assert mask[i].tolist() == [0] * (T - n) + [1] * n  # left padded
+        assert tok.decode(ids[i, T - n :]) == p + a + "<eos>"
+        want = [-100] * (T - len(a) - 1) + [tok.convert_tokens_to_ids(c) for c in a] + [tok.eos_token_id]
+        assert labels[i].tolist() == want
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("max_steps", 0),  # no training at all
+        ("train_size", -1),  # negative sample size
+        ("batch_size", 0),  # empty batches
+        ("n_positions", 0),  # no context
+        ("learning_rate", 0.0),  # a learning rate of zero never moves
+        ("learning_rate", -1e-3),  # negative: gradient ascent
+    ],
+)
+def test_sft_config_rejects_bad_values(field, value):
+    with pytest.raises(ValueError, match=field):
+        SFTConfig(**{field: value})
+
+
+def test_sft_config_accepts_train_size_zero():
+    assert SFTConfig(train_size=0).train_size == 0  # 0 means "all of the split"
+
+
+def test_sft_rejects_too_short_context(tmp_path):
+    # "99+99=198<eos>" is 10 tokens; a context of 8 cannot hold it, and the run must say so before training.
+    cfg = SFTConfig(output_dir=str(tmp_path), n_positions=8, max_steps=1, log_every=0, train_size=50)
+    with pytest.raises(ValueError, match="n_positions"):
+        train_reference(cfg, verbose=False)
+    assert not (tmp_path / "model.safetensors").exists()
+
+
+def test_cli_rejects_bad_value():
+    r = subprocess.run(
+        [sys.executable, "-m", "tiny_lm.pretrain", "--max_steps", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "max_steps" in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_encode_examples_match_model_loss():
+    # The SFT loss on encoded examples equals cross entropy on the answer+<eos> tokens only, computed by hand.
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    model = tiny_lm.TinyLMForCausalLM(tiny_lm.TinyLMConfig(initializer_range=0.3)).eval()
+    prompts, answers = ["3+4=", "37+48="], ["7", "85"]
+    ids, mask, labels = encode_examples(tok, prompts, answers)
+    with torch.no_grad():
+        loss = model(ids, attention_mask=mask, labels=labels).loss.item()
+        nll = []
+        for p, a in zip(prompts, answers, strict=True):
+            x = tok(p + a + "<eos>", return_tensors="pt")["input_ids"]
+            logp = torch.log_softmax(model(x).logits[0].double(), -1)
+            for t in range(len(p), x.size(1)):  # positions of the answer characters and <eos>
+                nll.append(-float(logp[t - 1, x[0, t]]))
+    assert loss == pytest.approx(sum(nll) / len(nll), abs=1e-5)

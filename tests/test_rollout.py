@@ -1,0 +1,257 @@
+"""tinygrpo.rollout: batched sampling with a shared prompt cache, completion logits, and the sampler itself.
+
+Models are random with a fixed seed and a large init range, so greedy paths differ between prompts.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer
+from tinygrpo.rollout import (
+    completion_logits,
+    decode_completions,
+    sample_completions,
+    sample_from_logits,
+)
+
+PROMPTS = ["1+2=", "37+48=", "5+55=", "9+0="]  # different lengths, so the batch is left-padded
+EOS, PAD = 1, 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Tiny ops: with 2 intra-op threads on a loaded 2-core box, OpenMP oversubscription made the SFT run
+    # ~60x slower (1 s -> 60-100 s). One thread is as fast when idle and immune to it; restored afterwards.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return TinyLMForCausalLM(TinyLMConfig(initializer_range=0.3)).eval()
+
+
+def encode(tok, prompts):
+    enc = tok(prompts, padding=True, return_tensors="pt")
+    return enc["input_ids"], enc["attention_mask"]
+
+
+# ---------------------------------------------------------------- sample_completions
+
+
+@pytest.mark.parametrize("G", [1, 3])  # G = 1 skips the cache repeat; G = 3 exercises it
+def test_greedy_rows_equal_generate(model, tok, G):
+    ids, mask = encode(tok, PROMPTS)
+    ro = sample_completions(model, ids, mask, G, 8, EOS, PAD, temperature=0.0)
+    P = len(PROMPTS)
+    assert ro.completion_ids.shape[0] == P * G and ro.completion_ids.shape[1] <= 8
+    ref = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=8,
+        do_sample=False,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )[:, ids.size(1) :]
+    for p in range(P):
+        for g in range(G):
+            # rows grouped by prompt: prompt p owns rows p*G .. p*G+G-1
+            row = ro.completion_ids[p * G + g].tolist()
+            assert row == ref[p, : len(row)].tolist()
+            # any tokens generate() produced beyond our length are padding (we stopped because all rows ended)
+            assert all(t == PAD for t in ref[p, len(row) :].tolist())
+    # The prompts' greedy completions differ, so grouping order really was checked.
+    assert len({tuple(r) for r in ref.tolist()}) > 1
+
+
+def test_sampled_mask_and_padding(model, tok):
+    ids, mask = encode(tok, PROMPTS)
+    gen = torch.Generator().manual_seed(0)
+    ro = sample_completions(model, ids, mask, 16, 10, EOS, PAD, temperature=3.0, generator=gen)
+    c, m = ro.completion_ids, ro.completion_mask
+    assert c.shape == m.shape and c.size(0) == len(PROMPTS) * 16
+    n_eos = 0
+    for row, mrow, is_eos in zip(c.tolist(), m.tolist(), ro.is_eos.tolist(), strict=True):
+        if EOS in row:
+            k = row.index(EOS)
+            n_eos += 1
+            assert mrow == [1] * (k + 1) + [0] * (len(row) - k - 1)  # up to and including the first EOS
+            assert all(t == PAD for t in row[k + 1 :])  # padding after EOS
+            assert is_eos
+        else:
+            assert mrow == [1] * len(row) and not is_eos
+            assert len(row) == 10  # a truncated row used the whole budget
+    # at temperature 3 with 64 rows of 10 tokens, some rows end and some are truncated: both branches checked
+    assert 0 < n_eos < c.size(0)
+
+
+def test_stops_when_all_rows_finished(model, tok):
+    # Declare as "EOS" the token every prompt emits first: every row finishes at step 1.
+    ids, mask = encode(tok, PROMPTS)
+    first = model(ids, attention_mask=mask).logits[:, -1].argmax(-1)
+    fake_eos = int(first[0])
+    prompts = [p for p, f in zip(PROMPTS, first.tolist(), strict=True) if f == fake_eos]
+    ids, mask = encode(tok, prompts)
+    ro = sample_completions(model, ids, mask, 2, 10, fake_eos, PAD, temperature=0.0)
+    assert ro.completion_ids.shape == (2 * len(prompts), 1)
+    assert ro.is_eos.all() and ro.completion_mask.eq(1).all()
+
+
+def test_seeded_sampling_is_reproducible(model, tok):
+    ids, mask = encode(tok, PROMPTS)
+
+    def run(seed):
+        g = torch.Generator().manual_seed(seed)
+        return sample_completions(
+            model, ids, mask, 4, 8, EOS, PAD, temperature=1.5, generator=g
+        ).completion_ids
+
+    a, b, c = run(7), run(7), run(8)
+    assert torch.equal(a, b)
+    assert a.shape != c.shape or not torch.equal(a, c)
+
+
+# ---------------------------------------------------------------- completion_logits
+
+
+def full_forward_logits(model, tok, prompts, completion_ids, G):
+    """Oracle: each row alone, unpadded prompt + completion in one plain forward (no cache, no mask)."""
+    rows = []
+    Tc = completion_ids.size(1)
+    for r in range(completion_ids.size(0)):
+        p = tok(prompts[r // G], return_tensors="pt")["input_ids"]
+        x = torch.cat([p, completion_ids[r : r + 1, : Tc - 1]], 1) if Tc > 1 else p
+        rows.append(model(x, use_cache=False).logits[:, p.size(1) - 1 :])
+    return torch.cat(rows, 0)
+
+
+@pytest.mark.parametrize(
+    "P, G, Tc",
+    [
+        (4, 3, 6),  # the general case: padded prompts, shared cache repeated G times
+        (4, 1, 5),  # G = 1: no repeat
+        (2, 2, 1),  # a one-token completion: only the prompt forward is used
+    ],
+)
+def test_completion_logits_match_full_forward(model, tok, P, G, Tc):
+    prompts = PROMPTS[:P]
+    ids, mask = encode(tok, prompts)
+    g = torch.Generator().manual_seed(P * 100 + G * 10 + Tc)
+    comp = torch.randint(0, 14, (P * G, Tc), generator=g)  # any tokens, EOS and pad included
+    model.train()  # gradients as in training; dropout is 0
+    try:
+        got = completion_logits(model, ids, mask, comp, G)
+        want = full_forward_logits(model, tok, prompts, comp, G)
+        assert got.shape == want.shape == (P * G, Tc, 14)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+        w = torch.randn(got.shape, generator=g)
+        params = [p for p in model.parameters() if p.requires_grad]
+        grads_got = torch.autograd.grad((got * w).sum(), params)
+        grads_want = torch.autograd.grad((want * w).sum(), params)
+        for a, b in zip(grads_got, grads_want, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    finally:
+        model.eval()
+
+
+# ---------------------------------------------------------------- sample_from_logits
+
+LOGITS = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5, -3.0])
+N_DRAWS = 50_000
+CHI2_CRIT = 25.0  # chi-square, 5 degrees of freedom: P(X > 20.5) = 0.001; 25 leaves extra room
+
+
+def draw(temperature=1.0, top_k=0, top_p=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = sample_from_logits(LOGITS.expand(N_DRAWS, -1), temperature, top_k, top_p, generator=g)
+    return torch.bincount(out, minlength=LOGITS.numel()).double()
+
+
+def chi2(counts, probs):
+    keep = probs > 0
+    assert counts[~keep].sum() == 0  # never draw a token of probability 0
+    exp = probs[keep] * counts.sum()
+    return float(((counts[keep] - exp) ** 2 / exp).sum())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])  # plain softmax, sharpened, flattened
+def test_sampler_matches_softmax(temperature):
+    probs = torch.softmax(LOGITS.double() / temperature, -1)
+    counts = draw(temperature)
+    assert chi2(counts, probs) < CHI2_CRIT
+
+
+@pytest.mark.parametrize(
+    "top_k, top_p, kept",
+    [
+        (2, 1.0, [0, 1]),  # the two largest logits
+        (3, 1.0, [0, 1, 4]),  # logit order is 2, 1, 0.5, ...
+        (0, 0.6, [0, 1]),  # p(0) ~ 0.50 < 0.6, p(0)+p(1) ~ 0.69 >= 0.6: smallest set reaching top_p
+        (0, 0.3, [0]),  # p(0) alone reaches 0.3
+    ],
+)
+def test_sampler_truncation(top_k, top_p, kept):
+    base = torch.softmax(LOGITS.double(), -1)
+    probs = torch.zeros_like(base)
+    probs[kept] = base[kept] / base[kept].sum()
+    counts = draw(top_k=top_k, top_p=top_p)
+    assert chi2(counts, probs) < CHI2_CRIT
+
+
+@pytest.mark.parametrize(
+    "top_p, n_kept",
+    [
+        (0.5, 2),  # four tokens of exactly 0.25: two reach 0.5 exactly, so the third must be dropped
+        (0.51, 3),  # just above the boundary a third token is needed
+        (1.0, 4),  # no truncation
+    ],
+)
+def test_top_p_boundary(top_p, n_kept):
+    # One row at a time: which of the tied tokens are kept may differ between rows of a batch, not their number.
+    g = torch.Generator().manual_seed(0)
+    seen = {int(sample_from_logits(torch.zeros(1, 4), 1.0, top_p=top_p, generator=g)) for _ in range(300)}
+    assert len(seen) == n_kept
+
+
+def test_top_k_1_and_tiny_top_p_are_argmax():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(500, 14, generator=g) * 3
+    argmax = logits.argmax(-1)
+    assert torch.equal(sample_from_logits(logits, 1.0, top_k=1, generator=g), argmax)
+    assert torch.equal(sample_from_logits(logits, 1.0, top_p=1e-6, generator=g), argmax)
+    assert torch.equal(sample_from_logits(logits, 0.0), argmax)  # temperature 0 is greedy
+
+
+def test_sampler_generator_reproducible():
+    logits = torch.zeros(1000, 14)
+    a = sample_from_logits(logits, generator=torch.Generator().manual_seed(3))
+    b = sample_from_logits(logits, generator=torch.Generator().manual_seed(3))
+    c = sample_from_logits(logits, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+# ---------------------------------------------------------------- decode_completions
+
+
+def test_decode_completions(tok):
+    c = torch.tensor(
+        [
+            [10, 7, 1, 0, 0],  # "85<eos>" then padding
+            [3, 4, 5, 6, 7],  # truncated: no <eos>
+            [2, 1, 9, 9, 9],  # junk after EOS is masked out, even when it is not the pad id
+            [1, 0, 0, 0, 0],  # empty answer
+        ]
+    )
+    m = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]])
+    assert decode_completions(tok, c, m) == ["85<eos>", "12345", "0<eos>", "<eos>"]
