@@ -64,13 +64,23 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()
     try:
         cfg = parse_config(argv)
+        import os
+
+        import torch
         from accelerate import Accelerator
 
         from tinygrpo.problems import load_split
         from tinygrpo.trainer import GRPOTrainer
 
-        acc = Accelerator(log_with="tensorboard" if cfg.report_to == "tensorboard" else None,
+        acc = Accelerator(cpu=not torch.cuda.is_available(),
+                          log_with="tensorboard" if cfg.report_to == "tensorboard" else None,
                           project_dir=cfg.output_dir)  # fmt: skip
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world != acc.num_processes:
+            raise ConfigError(
+                f"launched as {world} processes but accelerate set up {acc.num_processes}; on CPU launch with "
+                f"`accelerate launch --config_file configs/accelerate/cpu_2proc.yaml train_grpo.py`"
+            )
         if acc.is_main_process:
             prepare_output_dir(cfg)
         acc.wait_for_everyone()

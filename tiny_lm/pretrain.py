@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from transformers import HfArgumentParser
 from transformers.utils import logging as hf_logging
 
@@ -60,9 +61,13 @@ class SFTConfig:
     n_layer: int = field(default=2, metadata={"help": "Transformer blocks."})
     n_embd: int = field(default=64, metadata={"help": "Model width."})
     n_head: int = field(default=4, metadata={"help": "Attention heads."})
+    threads: int = field(default=0, metadata={"help": "torch threads (0 = torch's default)."})
     n_positions: int = field(default=32, metadata={"help": "Context length (prompt + completion)."})
     chars: str = field(default=DEFAULT_CHARS, metadata={"help": "Tokenizer characters (plus <pad>, <eos>)."})
     seed: int = field(default=0, metadata={"help": "Seed for the sample of problems, init and batches."})
+    label_smoothing: float = field(
+        default=0.0, metadata={"help": "Cross-entropy label smoothing (keeps the reference's sampling diverse)."}
+    )
     log_every: int = field(default=100, metadata={"help": "Print the loss every N steps (0 = never)."})
 
     def __post_init__(self) -> None:
@@ -97,6 +102,8 @@ def held_out_accuracy(model, tokenizer, prompts: list[str], answers: list[str], 
 def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     """Train and save the reference; returns a summary dict (also written as sft_summary.json)."""
     t0 = time.time()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     tokenizer = build_tokenizer(cfg.chars)
     train = load_split(cfg.dataset, cfg.train_split)
@@ -130,7 +137,14 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     first_loss = last_loss = float("nan")
     for step in range(1, cfg.max_steps + 1):
         idx = torch.randint(0, ids.size(0), (cfg.batch_size,), generator=gen)
-        loss = model(ids[idx], attention_mask=mask[idx], labels=labels[idx], use_cache=False).loss
+        logits = model(ids[idx], attention_mask=mask[idx], use_cache=False).logits  # (B, T, V)
+        # Position t predicts token t + 1; only the answer and <eos> carry labels (-100 elsewhere).
+        loss = F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.size(-1)),
+            labels[idx][:, 1:].reshape(-1),
+            ignore_index=-100,
+            label_smoothing=cfg.label_smoothing,
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -8,6 +8,7 @@ that names the field and the allowed values.
 from __future__ import annotations
 
 import sys
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -266,7 +267,7 @@ class GRPOConfig:
             raise ConfigError(
                 f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} reward_funcs"
             )
-        if self.eval_split == "":
+        if self.eval_split in ("", "None", "none", "null"):
             self.eval_split = None
         if self.sync_ref_model and self.beta == 0:
             raise ConfigError("sync_ref_model needs beta > 0 (with beta == 0 there is no reference)")
@@ -288,7 +289,11 @@ def _yaml_to_argv(path: str) -> list[str]:
     if not p.is_file():
         raise ConfigError(f"--config {path}: no such file")
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--config {path}: cannot read it: {e}") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         line = getattr(getattr(e, "problem_mark", None), "line", None)
         where = f" (line {line + 1})" if line is not None else ""
@@ -297,13 +302,19 @@ def _yaml_to_argv(path: str) -> list[str]:
         return []
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of field: value, got {type(data).__name__}")
-    known = {f.name for f in fields(GRPOConfig)}
+    known = {f.name: f for f in fields(GRPOConfig)}
     argv: list[str] = []
     for key, value in data.items():
         if key not in known:
             raise ConfigError(f"--config {path}: unknown config key {key!r}")
-        if value is None:
-            continue
+        if value is None:  # null: "nothing" for an optional field
+            if known[key].default is None:
+                continue  # already None by default
+            hint = typing.get_type_hints(GRPOConfig)[key]  # (HfArgumentParser rewrites field.type in place)
+            if hint == str | None:
+                argv += [f"--{key}", ""]
+                continue
+            raise ConfigError(f"--config {path}: {key} cannot be null")
         if isinstance(value, list):
             argv += [f"--{key}", *(str(v) for v in value)]
         elif isinstance(value, dict):
@@ -323,7 +334,8 @@ def parse_config(argv: list[str] | None = None) -> GRPOConfig:
             raise ConfigError("--config needs a path to a YAML file")
         file_argv = _yaml_to_argv(argv[i + 1])
         argv = argv[:i] + argv[i + 2 :]
-    parser = _Parser(GRPOConfig, description="Token-level GRPO on a tiny transformer.")
+    # allow_abbrev=False: a misspelt flag (--learning 0.1) is an error, not a silent prefix match.
+    parser = _Parser(GRPOConfig, description="Token-level GRPO on a tiny transformer.", allow_abbrev=False)
     parser.add_argument("--config", help="YAML recipe whose keys are the fields below (flags override it).")
     cfg, *rest = parser.parse_args_into_dataclasses(args=file_argv + argv, return_remaining_strings=True)
     remaining = rest[-1]

@@ -1,0 +1,461 @@
+"""GRPOTrainer end to end (train_grpo.main on the seed bank), and against an exact tabular oracle.
+
+Runs are tiny on purpose (the 36 seed-bank prompts, a 26 k-parameter reference, completions of <= 3 tokens), so the
+whole file takes well under a minute and a half on 2 cores; the 2-process launch is the slowest test (~20 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from _trainer_table import ANSWERS, N_ANS, N_B, N_Q, build_table_policy, build_table_tokenizer
+from safetensors.torch import load_file
+from torch.distributions import Categorical
+
+import train_grpo
+from tinygrpo.config import GRPOConfig
+from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
+from tinygrpo.problems import load_split
+from tinygrpo.rollout import sample_completions
+from tinygrpo.trainer import Batch, GRPOTrainer
+
+REPO = Path(train_grpo.__file__).resolve().parent
+
+
+def run_main(seed_reference: str, out: Path, *extra: str) -> int:
+    """train_grpo.main on the seed bank with small defaults; `extra` flags override them (later flags win)."""
+    argv = [
+        "--model_name_or_path", seed_reference, "--dataset", "seed_bank", "--eval_split", "",
+        "--num_generations", "4", "--per_device_train_batch_size", "32", "--max_completion_length", "3",
+        "--max_steps", "2", "--logging_steps", "1", "--save_steps", "0", "--learning_rate", "1e-3",
+        "--disable_tqdm", "true", "--make_plots", "false", "--output_dir", str(out), *extra,
+    ]  # fmt: skip
+    return train_grpo.main(argv)
+
+
+def metric_rows(out: Path) -> list[dict]:
+    """metrics.jsonl rows of training steps (the step-0 evaluation row left out)."""
+    return [r for r in read_jsonl(out / "metrics.jsonl") if r["step"] > 0]
+
+
+# ================================================================================================ end to end
+
+
+def test_two_step_run_changes_every_parameter_and_writes_all_outputs(seed_reference, tmp_path):
+    out = tmp_path / "run"
+    assert run_main(seed_reference, out, "--eval_split", "train", "--make_plots", "true") == 0
+
+    for name in ("metrics.jsonl", "completions.jsonl", "plots.png", "summary.json", "config.json"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]  # the step-0 evaluation, then one row per step
+    assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[-1]
+    assert all(r["num_completions"] == 32 * r["step"] for r in rows[1:])
+    completions = read_jsonl(out / "completions.jsonl")
+    assert len(completions) == 2 * 8 and {c["step"] for c in completions} == {1, 2}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["num_completions"] == 64
+    assert summary["eval_before"]["eval/accuracy"] == rows[0]["eval/accuracy"]
+    assert summary["eval_after"]["eval/accuracy"] == rows[-1]["eval/accuracy"]
+    assert json.loads((out / "config.json").read_text())["max_steps"] == 2
+    assert (out / "plots.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # Every trainable tensor moved (AdamW moves any tensor with a non-zero gradient anywhere).
+    before = load_file(str(Path(seed_reference) / "model.safetensors"))
+    after = load_file(str(out / "final" / "model.safetensors"))
+    assert before.keys() == after.keys() and len(before) > 10
+    unchanged = [k for k in before if torch.equal(before[k], after[k])]
+    assert unchanged == []
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import tiny_lm  # noqa: F401  (registers the model type)
+
+    model = AutoModelForCausalLM.from_pretrained(out / "final")
+    tok = AutoTokenizer.from_pretrained(out / "final")
+    for k, v in model.state_dict().items():
+        if k in after:
+            torch.testing.assert_close(v, after[k], rtol=0, atol=0)
+    ids = tok(["3+4="], return_tensors="pt")["input_ids"]
+    assert model(input_ids=ids).logits.shape == (1, 4, len(tok))
+
+
+@torch.no_grad()
+def exact_expected_accuracy(path: str) -> float:
+    """E[strict accuracy reward] of the policy at `path` on the seed bank, exactly: the mean over prompts of
+    pi(answer digits + <eos> | prompt), by teacher forcing one plain forward (independent of the rollout code)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import tiny_lm  # noqa: F401
+
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    ds = load_split("seed_bank", "train")
+    total = 0.0
+    for prompt, answer in zip(ds["prompt"], ds["answer"], strict=True):
+        p = tok(prompt)["input_ids"]
+        c = tok(answer)["input_ids"] + [tok.eos_token_id]
+        logp = model(input_ids=torch.tensor([p + c])).logits[0].log_softmax(-1)  # (T, V)
+        total += float(sum(logp[len(p) - 1 + t, c[t]] for t in range(len(c))).exp())
+    return total / len(ds)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_short_run_raises_the_reward(seed_reference, tmp_path, seed):
+    # 60 steps x 16 prompts x G=8 (~3 s). Measured over seeds 0-3: the exact expected reward goes 0.150 -> 0.26-0.27
+    # and the logged sampled reward from ~0.13 (first 10 steps) to ~0.25 (last 10).
+    out = tmp_path / "run"
+    rc = run_main(seed_reference, out, "--num_generations", "8", "--per_device_train_batch_size", "128",
+                  "--max_steps", "60", "--seed", str(seed))  # fmt: skip
+    assert rc == 0
+    before, after = exact_expected_accuracy(seed_reference), exact_expected_accuracy(str(out / "final"))
+    assert after > before + 0.06, (before, after)
+    rewards = [r["reward"] for r in metric_rows(out)]
+    assert len(rewards) == 60
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert last > first + 0.05, (first, last)
+
+
+def test_num_iterations_2_moves_the_ratio_and_num_iterations_1_keeps_it_exactly_one(seed_reference, tmp_path):
+    out1, out2 = tmp_path / "mu1", tmp_path / "mu2"
+    assert run_main(seed_reference, out1, "--max_steps", "3", "--epsilon", "0.01") == 0
+    assert run_main(seed_reference, out2, "--max_steps", "3", "--epsilon", "0.01", "--num_iterations", "2",
+                    "--learning_rate", "3e-3") == 0  # fmt: skip
+    mu1, mu2 = metric_rows(out1), metric_rows(out2)
+    assert len(mu1) == len(mu2) == 3
+    for r in mu1:  # mu = 1: old log-probs ARE the current ones
+        assert r["ratio_is_exactly_one"] == 1
+        assert r["ratio"] == 1.0  # exactly
+        assert r["clip_ratio/region"] == 0.0
+    for r in mu2:  # the second pass sees a policy moved by the first one
+        assert "ratio_is_exactly_one" not in r
+        assert r["ratio"] != 1.0
+    assert max(r["clip_ratio/region"] for r in mu2) > 0  # with epsilon 0.01 the clip acts
+    assert max(r["clip_ratio/high"] + r["clip_ratio/low"] for r in mu2) > 0
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.05])
+def test_reference_is_built_only_when_beta_is_positive(seed_reference, tmp_path, monkeypatch, beta):
+    loads, trainers = [], []
+    real_load, real_train = train_grpo.load_model_and_tokenizer, GRPOTrainer.train
+
+    def counting_load(path, what):
+        loads.append(what)
+        return real_load(path, what)
+
+    def recording_train(self):
+        trainers.append(self)
+        return real_train(self)
+
+    monkeypatch.setattr(train_grpo, "load_model_and_tokenizer", counting_load)
+    monkeypatch.setattr(GRPOTrainer, "train", recording_train)
+    out = tmp_path / "run"
+    assert run_main(seed_reference, out, "--beta", str(beta), "--kl_estimator", "k3") == 0
+    (trainer,) = trainers
+    rows = metric_rows(out)
+    if beta == 0:
+        assert loads == ["model_name_or_path"]
+        assert trainer.ref_model is None
+        assert all("kl" not in r for r in rows)
+    else:
+        assert loads == ["model_name_or_path", "ref_model_name_or_path"]
+        assert trainer.ref_model is not None
+        assert not any(p.requires_grad for p in trainer.ref_model.parameters())
+        ref_weights = load_file(str(Path(seed_reference) / "model.safetensors"))
+        for k, v in trainer.ref_model.state_dict().items():  # frozen: still the reference after training
+            if k in ref_weights:
+                assert torch.equal(v, ref_weights[k]), k
+        assert all("kl" in r for r in rows)
+        assert abs(rows[0]["kl"]) < 1e-6  # step 1: the policy IS the reference
+        assert rows[-1]["kl"] > 0  # step 2: it moved
+
+
+# ================================================================================================ the EOS mask
+
+
+def _reference_trainer(seed_reference, tmp_path, **overrides) -> GRPOTrainer:
+    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    kw = dict(output_dir=str(tmp_path / "t"), dataset="seed_bank", eval_split=None, num_generations=4,
+              per_device_train_batch_size=64, max_completion_length=3, disable_tqdm=True, make_plots=False, seed=3)  # fmt: skip
+    kw.update(overrides)
+    return GRPOTrainer(GRPOConfig(**kw), model, tok, load_split("seed_bank", "train"))
+
+
+def _first_eos(ids: torch.Tensor, eos: int) -> torch.Tensor:
+    """(B, T) -> (B,) index of the first EOS, T if none."""
+    T = ids.size(1)
+    pos = torch.arange(T).expand_as(ids)
+    return torch.where(ids == eos, pos, torch.full_like(pos, T)).amin(1)
+
+
+def test_loss_ignores_tokens_after_eos(seed_reference, tmp_path):
+    trainer = _reference_trainer(seed_reference, tmp_path)
+    eos, V = trainer.tokenizer.eos_token_id, len(trainer.tokenizer)
+    batch, _ = trainer._collect_batch()
+    first = _first_eos(batch.completion_ids, eos)
+    T = batch.completion_ids.size(1)
+    pos = torch.arange(T).expand_as(batch.completion_ids)
+    after = pos > first[:, None]
+    # The trainer's mask: 1 up to and including the first EOS, 0 after it.
+    torch.testing.assert_close(batch.completion_mask, (~after).float())
+    early = (first < T - 1) & (batch.advantages != 0)  # rows with masked tokens AND a say in the loss
+    assert early.sum() >= 2
+
+    # With num_iterations = 1 the loss VALUE is -mean(A) whatever the tokens (the ratio is exp(logp - logp.detach())),
+    # so the property is checked on the gradient, where the log-probs of the kept tokens enter.
+    model = trainer.acc.unwrap_model(trainer.scorer).model
+    all_groups = torch.arange(batch.prompt_ids.size(0))
+
+    def loss_and_grad(b: Batch):
+        model.zero_grad(set_to_none=True)
+        loss, sums = trainer.compute_loss(b, all_groups)
+        loss.backward()
+        grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        return loss.detach(), grad, sums
+
+    loss, grad, sums = loss_and_grad(batch)
+    garbage = torch.randint(2, V, batch.completion_ids.shape, generator=torch.Generator().manual_seed(0))
+    dirty = Batch(**{**batch.__dict__, "completion_ids": torch.where(after, garbage, batch.completion_ids)})
+    assert not torch.equal(dirty.completion_ids, batch.completion_ids)
+    loss_dirty, grad_dirty, sums_dirty = loss_and_grad(dirty)
+    torch.testing.assert_close(loss_dirty, loss, rtol=0, atol=1e-7)
+    torch.testing.assert_close(grad_dirty, grad, rtol=1e-5, atol=1e-7)
+    for k in sums:
+        torch.testing.assert_close(sums_dirty[k], sums[k], rtol=1e-6, atol=1e-6)
+    # control: changing a token the mask keeps (the EOS of a row with a non-zero advantage) changes the gradient
+    row = int(torch.nonzero(early)[0])
+    kept = batch.completion_ids.clone()
+    kept[row, first[row]] = 2  # a digit instead of <eos>
+    _, grad_kept, _ = loss_and_grad(Batch(**{**batch.__dict__, "completion_ids": kept}))
+    assert (grad_kept - grad).abs().max() > 1e-4
+
+
+def test_sample_completions_mask_ends_at_first_eos(seed_reference):
+    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    ds = load_split("seed_bank", "train")
+    enc = tok(list(ds["prompt"]), padding=True, return_tensors="pt")
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    ro = sample_completions(model.eval(), enc["input_ids"], enc["attention_mask"], 4, 6, eos, pad,
+                            temperature=1.5, generator=torch.Generator().manual_seed(0))  # fmt: skip
+    ids, mask = ro.completion_ids, ro.completion_mask
+    T = ids.size(1)
+    first = _first_eos(ids, eos)
+    pos = torch.arange(T).expand_as(ids)
+    assert ((first > 0) & (first < T - 1)).any()  # some rows stop early ...
+    torch.testing.assert_close(mask.bool(), pos <= first[:, None])  # ... and the mask ends at the first EOS
+    assert (ids[pos > first[:, None]] == pad).all()  # everything after it is padding
+    assert torch.equal(ro.is_eos, first < T)
+
+
+# ================================================================================================ processes, resume
+
+
+@pytest.mark.slow
+def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_path):
+    # `accelerate launch --cpu --num_processes 2` starts ONE process (its simple launcher ignores num_processes
+    # without mpirun); two CPU ranks need the torchrun launcher (--multi_gpu) plus ACCELERATE_USE_CPU, which makes
+    # accelerate pick the gloo backend (DistributedType.MULTI_CPU).
+    out = tmp_path / "ddp"
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
+        "train_grpo.py", "--model_name_or_path", seed_reference, "--dataset", "seed_bank", "--eval_split", "train",
+        "--num_generations", "4", "--per_device_train_batch_size", "32", "--max_completion_length", "3",
+        "--max_steps", "2", "--logging_steps", "1", "--disable_tqdm", "true", "--make_plots", "false",
+        "--output_dir", str(out),
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "ACCELERATE_USE_CPU": "true",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["num_processes"] == 2
+    assert (out / "checkpoint-2" / "sampler_1.json").is_file()  # rank 1 took part
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]  # one file, each step once (rank 1 writes nothing)
+    for r in rows[1:]:
+        assert r["num_completions"] == 2 * 32 * r["step"]  # both processes' completions
+        assert r["trained_completions"] == 2 * 32
+        assert r["reward"] * 64 == pytest.approx(round(r["reward"] * 64))
+    assert len(read_jsonl(out / "completions.jsonl")) == 2 * 8
+    assert proc.stdout.count("held-out greedy accuracy") == 1
+
+
+def test_resume_continues_exactly(seed_reference, tmp_path, capsys):
+    out, straight = tmp_path / "resumed", tmp_path / "straight"
+    common = ("--save_steps", "2", "--num_completions_to_log", "2")
+    assert run_main(seed_reference, out, *common, "--max_steps", "4") == 0
+    assert (out / "checkpoint-4").is_dir() and (out / "checkpoint-2").is_dir()
+    capsys.readouterr()
+    assert (
+        run_main(seed_reference, out, *common, "--max_steps", "6", "--resume_from_checkpoint", "latest") == 0
+    )
+    printed = capsys.readouterr().out
+    assert f"resumed from {out / 'checkpoint-4'} at step 4" in printed
+    rows = metric_rows(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert rows[-1]["num_completions"] == 6 * 32
+    assert [c["step"] for c in read_jsonl(out / "completions.jsonl")] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6]
+
+    # Exact resume: the same numbers as an uninterrupted 6-step run (timings aside), and the same weights.
+    assert run_main(seed_reference, straight, *common, "--max_steps", "6") == 0
+
+    def strip(r):
+        return {k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES)}
+
+    assert [strip(r) for r in rows] == [strip(r) for r in metric_rows(straight)]
+    a = load_file(str(out / "final" / "model.safetensors"))
+    b = load_file(str(straight / "final" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ================================================================================================ tabular oracle
+# The seed demo's GRPO step (000: demo.py, see tests/test_bandit.py), transcribed with its own building blocks
+# (Categorical.log_prob, torch.clamp / torch.min, kl_divergence) and nothing from tinygrpo.
+
+CLIP_EPS = 0.2
+KL_BETA = 0.02
+
+
+def _seed_grpo_loss(table, q, answers, adv, ref_table, old_table=None):
+    dist = Categorical(logits=table[q])
+    new_lp = dist.log_prob(answers)
+    old_lp = (
+        Categorical(logits=old_table[q]).log_prob(answers) if old_table is not None else new_lp
+    ).detach()
+    ratio = torch.exp(new_lp - old_lp)
+    surr1 = ratio * adv
+    surr2 = torch.clamp(ratio, 1.0 - CLIP_EPS, 1.0 + CLIP_EPS) * adv
+    clip_loss = -torch.min(surr1, surr2).mean()
+    ref = Categorical(logits=ref_table[q])
+    kl = torch.distributions.kl.kl_divergence(dist, ref)
+    return clip_loss + KL_BETA * kl, ratio.detach()
+
+
+def _tables():
+    g = torch.Generator().manual_seed(1234)
+    table = torch.randn(N_Q, N_ANS, generator=g)
+    gold = torch.tensor([q // N_B + q % N_B for q in range(N_Q)])
+    table[torch.arange(N_Q), gold] += 1.0  # the right answer is likely but not certain: groups with signal
+    ref_table = table + 0.5 * torch.randn(N_Q, N_ANS, generator=g)  # != policy, so the KL has a gradient
+    return table, ref_table
+
+
+def _table_trainer(tmp_path, loss_type, num_iterations=1):
+    tok = build_table_tokenizer()
+    table, ref_table = _tables()
+    cfg = GRPOConfig(
+        output_dir=str(tmp_path / "table"), dataset="seed_bank", eval_split=None, num_generations=8,
+        per_device_train_batch_size=8, max_completion_length=1, reward_funcs=["accuracy_lenient"], beta=KL_BETA,
+        kl_estimator="full", loss_type=loss_type, epsilon=CLIP_EPS, num_iterations=num_iterations, max_steps=1,
+        disable_tqdm=True, make_plots=False, seed=5,
+    )  # fmt: skip
+    trainer = GRPOTrainer(cfg, build_table_policy(tok, table), tok, load_split("seed_bank", "train"),
+                          ref_model=build_table_policy(tok, ref_table))  # fmt: skip
+    return trainer, table, ref_table
+
+
+def _batch_with_signal(trainer):
+    """A generated batch (one prompt, G = 8 one-token answers) whose rewards are not all equal, with the reference
+    (and old) log-probs filled in as training_step does; plus the question, the answers and the advantages
+    recomputed independently."""
+    for _ in range(20):
+        batch, info = trainer._collect_batch()
+        if batch.rewards.std() > 0:
+            break
+    else:
+        pytest.fail("no group with reward variance in 20 batches")
+    trainer._add_ref_and_old_logps(batch, trainer._active_groups(batch))
+    row = trainer.train_dataset[info["idx"][0]]
+    q, gold = row["a"] * N_B + row["b"], row["a"] + row["b"]
+    assert trainer.tokenizer.decode(batch.prompt_ids[0]) == row["prompt"] == f"{row['a']}+{row['b']}="
+    answer_of = {trainer.tokenizer.convert_tokens_to_ids(a): int(a) for a in ANSWERS}
+    assert batch.completion_ids.shape == (8, 1)
+    answers = torch.tensor([answer_of[int(t)] for t in batch.completion_ids[:, 0]])
+    r = (answers == gold).float()
+    adv = (r - r.mean()) / (r.std() + 1e-4)  # TRL's z-score: unbiased std + 1e-4
+    torch.testing.assert_close(batch.rewards, r)
+    torch.testing.assert_close(batch.advantages, adv)
+    return batch, q, answers, adv
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])  # all equal on 1-token completions
+def test_table_policy_step_matches_seed_demo(tmp_path, loss_type):
+    trainer, table, ref_table = _table_trainer(tmp_path, loss_type)
+    batch, q, answers, adv = _batch_with_signal(trainer)
+    model = trainer.acc.unwrap_model(trainer.scorer).model
+    model.zero_grad(set_to_none=True)
+    loss, sums = trainer.compute_loss(batch, torch.arange(1))
+    loss.backward()
+
+    oracle_table = table.clone().requires_grad_(True)
+    oracle_loss, ratio = _seed_grpo_loss(oracle_table, q, answers, adv, ref_table)
+    oracle_loss.backward()
+    torch.testing.assert_close(loss, oracle_loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model.table.grad, oracle_table.grad, rtol=1e-5, atol=1e-6)
+    assert (
+        model.table.grad[q].abs().sum() > 0
+        and model.table.grad.abs().sum() == model.table.grad[q].abs().sum()
+    )
+    # the logged KL is the exact one
+    kl = torch.distributions.kl.kl_divergence(Categorical(logits=table[q]), Categorical(logits=ref_table[q]))
+    torch.testing.assert_close(sums["kl"] / sums["tokens"], kl, rtol=1e-5, atol=1e-6)
+    assert float(sums["ratio"]) == 8.0 and float(sums["clip_ratio/region"]) == 0.0
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
+def test_table_policy_clipped_second_pass_matches_seed_demo(tmp_path, loss_type):
+    # num_iterations = 2: the old log-probs are taken before the policy moves; the table is then moved by hand so
+    # that ratios land on both sides of [0.8, 1.2] with advantages of both signs, some clipped and some not.
+    trainer, table, ref_table = _table_trainer(tmp_path, loss_type, num_iterations=2)
+    batch, q, answers, adv = _batch_with_signal(trainer)
+    assert batch.old_logps is not None
+    torch.testing.assert_close(batch.old_logps[:, 0], Categorical(logits=table[q]).log_prob(answers))
+
+    # Move row q to chosen ratios pi_new / pi_old: the right answer 1.3 (A > 0: clipped), one wrong answer 0.5
+    # (A < 0: clipped), another wrong one 1.4 (A < 0: NOT clipped, the min keeps r * A); the answers nobody sampled
+    # absorb the rest of the probability mass.
+    p_old = table[q].softmax(-1)
+    gold = int(answers[adv > 0][0])
+    wrong = [int(a) for a in answers.unique() if int(a) != gold]
+    assert len(wrong) >= 2
+    rho = torch.ones(N_ANS)
+    rho[gold], rho[wrong[0]], rho[wrong[1]] = 1.3, 0.5, 1.4
+    unsampled = torch.ones(N_ANS, dtype=torch.bool)
+    unsampled[answers] = False
+    rest = 1 - (p_old * rho)[~unsampled].sum()
+    assert rest > 0
+    rho[unsampled] = rest / p_old[unsampled].sum()
+    moved = table.clone()
+    moved[q] = p_old.log() + rho.log()
+    model = trainer.acc.unwrap_model(trainer.scorer).model
+    with torch.no_grad():
+        model.table.copy_(moved)
+    model.zero_grad(set_to_none=True)
+    loss, sums = trainer.compute_loss(batch, torch.arange(1))
+    loss.backward()
+
+    oracle_table = moved.clone().requires_grad_(True)
+    oracle_loss, ratio = _seed_grpo_loss(oracle_table, q, answers, adv, ref_table, old_table=table)
+    oracle_loss.backward()
+    outside = (ratio < 1 - CLIP_EPS) | (ratio > 1 + CLIP_EPS)
+    assert (outside & (adv > 0)).any() and (outside & (adv < 0)).any()
+    clipped = ((ratio > 1 + CLIP_EPS) & (adv > 0)) | ((ratio < 1 - CLIP_EPS) & (adv < 0))
+    assert clipped.any()
+    assert float(sums["clip_ratio/region"]) == float(clipped.sum())
+    torch.testing.assert_close(loss, oracle_loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model.table.grad, oracle_table.grad, rtol=1e-5, atol=1e-6)
+    # and the clip matters: the unclipped surrogate is a different loss
+    dist = Categorical(logits=moved[q])
+    kl = torch.distributions.kl.kl_divergence(dist, Categorical(logits=ref_table[q]))
+    assert abs(float(-(ratio * adv).mean() + KL_BETA * kl - loss.detach())) > 1e-3
