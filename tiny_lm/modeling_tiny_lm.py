@@ -44,7 +44,7 @@ class CausalSelfAttention(nn.Module):
             k,
             v,
             attn_mask=attn_mask,
-            is_causal=attn_mask is None and T > 1,
+            is_causal=attn_mask is None and T > 1,  # (no mask and T == 1: decoding, every key is visible)
             dropout_p=self.dropout if self.training else 0.0,
         )
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
@@ -191,14 +191,17 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
                 f"(n_positions={self.config.n_positions})"
             )
 
-        # No padding and no past: use SDPA's causal fast path; otherwise an explicit boolean mask.
+        # Without padding, SDPA needs no mask at all when there is no past (its fused causal path) or when a single
+        # new token attends to everything before it (decoding); otherwise an explicit boolean mask.
+        padded = attention_mask is not None and not bool(attention_mask.all())
         attn_mask = None
-        if attention_mask is not None and not (past_len == 0 and bool(attention_mask.all())):
-            attn_mask = build_attention_mask(attention_mask, T, past_len)
-        elif past_len > 0:
-            attn_mask = build_attention_mask(
-                torch.ones(B, past_len + T, device=input_ids.device), T, past_len
+        if padded or (past_len > 0 and T > 1):
+            mask2d = (
+                attention_mask
+                if attention_mask is not None
+                else torch.ones(B, past_len + T, device=input_ids.device)
             )
+            attn_mask = build_attention_mask(mask2d, T, past_len)
 
         tr = self.transformer
         x = tr.drop(tr.wte(input_ids) + tr.wpe(position_ids))  # (B, T, C)

@@ -20,8 +20,8 @@ with `tiny_lm.pretrain.train_reference`:
                 then <eos>" and a near-uniform belief over 0..12, the transformer's analogue of the zero table.
   imperfect     the real answers of 12 of the 36 questions (a random subset per seed), for a short budget: it
                 knows those 12 and a few more by generalisation, a fraction of the 36.
-Token-level steps sample 4 prompts x 8 completions = 32 completions; the table samples 8 per step; every run gets
-the same budget of sampled completions (4,800 by default: 600 table steps, 150 token-level steps).
+Token-level steps sample 8 prompts x 8 completions = 64 completions; the table samples 8 per step; every run gets
+the same budget of sampled completions (19,200 by default: 2,400 table steps, 300 token-level steps; --quick: 640).
 
 Outputs (in --output-dir): comparison.md, results.json, accuracy_vs_completions.png, skipped_fraction.png,
 beliefs.png, plus the SFT references and the addition run's files. A second table checks 2-digit addition: held-out
@@ -67,8 +67,8 @@ THRESHOLDS = (0.9, 1.0)
 @dataclass
 class Settings:
     seeds: int = 5
-    budget: int = 4800  # sampled completions per run, every method
-    prompts_per_step: int = 4  # token-level: 4 prompts x G = 32 completions per step
+    budget: int = 19200  # sampled completions per run, every method
+    prompts_per_step: int = 8  # token-level: 8 prompts x G = 64 completions per step
     token_lr: float = 3e-3
     token_beta: float = 0.02  # GRPO only; REINFORCE runs use 0 (the demo's REINFORCE has no KL)
     max_completion_length: int = 3  # "12<eos>"
@@ -403,8 +403,9 @@ def plot_curves(results: dict, key: str, ylabel: str, path: Path, title: str) ->
     for ax, (family, ref, panel_title) in zip(axes, PANELS, strict=True):
         for method in _panel_methods(family, ref):
             runs = results["methods"][method]["runs"]
-            x = np.asarray(runs[0]["x"])
-            ys = np.asarray([r[key] for r in runs])  # (seeds, points)
+            first = 0 if key == "acc" else 1  # no zero-variance fraction before the first group
+            x = np.asarray(runs[0]["x"][first:])
+            ys = np.asarray([r[key][first:] for r in runs])  # (seeds, points)
             color, name = STYLE[METHODS[method][1]]
             ax.plot(x, ys.mean(0), color=color, lw=2, label=f"{name} (mean of {len(runs)} seeds)")
             ax.fill_between(x, ys.min(0), ys.max(0), color=color, alpha=0.2, lw=0, label=f"{name} min-max")
@@ -423,25 +424,27 @@ def plot_curves(results: dict, key: str, ylabel: str, path: Path, title: str) ->
 def plot_beliefs(table_b: dict, gpt_b: dict, path: Path, table_seed: int, gpt_seed: int) -> None:
     plt = _plt()
     _, gold = bandit.build_seed_bank()
-    fig, axes = plt.subplots(2, 3, figsize=(12, 11), sharex=True, sharey=True)
-    rows = ((table_b, f"table GRPO (seed {table_seed})"), (gpt_b, f"char GPT GRPO, format-only start (seed {gpt_seed})"))
+    fig, axes = plt.subplots(2, 3, figsize=(12, 13), sharex=True, sharey=True)
+    rows = ((table_b, f"table GRPO, zero init (seed {table_seed})"),
+            (gpt_b, f"char GPT GRPO, format-only start (seed {gpt_seed})"))  # fmt: skip
+    qlabels = [f"{a}+{b}" for a in range(bandit.N_A) for b in range(bandit.N_B)]
     im = None
     for r, (b, name) in enumerate(rows):
-        for c, stage in enumerate(("start", "mid", "end")):
+        for c, stage in enumerate(("start", "midway", "end")):
             ax = axes[r, c]
-            p = np.asarray(b[stage], dtype=np.float64)
+            p = np.asarray(b[("start", "mid", "end")[c]], dtype=np.float64)
             im = ax.imshow(p, cmap="viridis", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
             ax.scatter(gold, range(N_QUESTIONS), marker="o", s=14, facecolors="none", edgecolors="red", lw=0.8)
-            ax.set_title(f"{name}\n{stage}: {b['x'][c]} completions, mass on 0..12 = {p.sum(1).mean():.2f}",
+            ax.set_title(f"{stage}: {b['x'][c]:,} completions\nmass on answers 0..12: {p.sum(1).mean():.2f}",
                          fontsize=9)  # fmt: skip
-            ax.set_xticks(range(N_ANSWERS))
-            ax.set_yticks(range(0, N_QUESTIONS, 6), [f"{a}+0" for a in range(6)])
+            ax.set_xticks(range(N_ANSWERS), [str(k) for k in range(N_ANSWERS)], fontsize=7)
+            ax.set_yticks(range(N_QUESTIONS), qlabels, fontsize=6)
             if c == 0:
-                ax.set_ylabel("question a+b (rows: b = 0..5 within each a)")
+                ax.set_ylabel(f"{name}\n\nquestion", fontsize=10)
             if r == 1:
                 ax.set_xlabel("answer k (red circle: correct a+b)")
-    fig.colorbar(im, ax=axes, shrink=0.6, label='P(answer k)  (transformer: P("k<eos>") = product of token probs)')
-    fig.suptitle("Beliefs over the 13 answers for the 36 questions")
+    fig.colorbar(im, ax=axes, shrink=0.5, label='P(answer k)   (char GPT: P("k<eos>") = product of its token probs)')
+    fig.suptitle("Beliefs over the 13 answers for the 36 questions (top: table; bottom: char GPT)")
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
@@ -498,15 +501,23 @@ def findings(results: dict) -> str:
             verdict = f"GRPO ends higher ({ag:.3f} vs {ar:.3f})"
         else:
             verdict = f"GRPO does NOT beat REINFORCE: it ends lower ({ag:.3f} vs {ar:.3f})"
+        sg, sr = S[g]["final_acc"]["std"], S[r]["final_acc"]["std"]
+        if abs(ag - ar) >= 0.02 and abs(ag - ar) < max(sg, sr):
+            verdict += f", a gap smaller than the seed-to-seed std ({sg:.3f}, {sr:.3f})"
         parts = []
         for t in (90, 100):
             rg, rr = reach(g, t), reach(r, t)
             if rg is not None and rr is not None:
                 faster = "GRPO" if rg < rr else "REINFORCE" if rr < rg else "neither"
-                parts.append(f"{t} % is reached after {rg:.0f} vs {rr:.0f} completions (faster: {faster})")
+                spread = max(S[g][f"reach_{t}"]["std"], S[r][f"reach_{t}"]["std"])
+                note = f"faster: {faster}" + (f", by less than the seed std {spread:.0f}" if abs(rg - rr) < spread else "")
+                parts.append(f"{t} % is reached after {rg:.0f} vs {rr:.0f} completions ({note})")
             else:
                 ng, nr = S[g][f"reach_{t}"]["n"], S[r][f"reach_{t}"]["n"]
-                parts.append(f"{t} % is reached by {ng} vs {nr} of {S[g][f'reach_{t}']['seeds']} seeds")
+                if ng == nr == 0:
+                    parts.append(f"neither reaches {t} % on any seed")
+                else:
+                    parts.append(f"{t} % is reached on {ng} (GRPO) vs {nr} (REINFORCE) of {S[g][f'reach_{t}']['seeds']} seeds")
         return f"{what}: {verdict}; " + "; ".join(parts) + "."
 
     out = [
@@ -590,10 +601,10 @@ def write_report(results: dict, out: Path) -> str:
         "",
         "![zero-variance groups](skipped_fraction.png)",
         "",
-        f"`beliefs.png`: P(answer k) for each of the 36 questions at the start, midway and end, for table GRPO and "
-        f"for the char GPT's GRPO from the format-only start (first seed of each). For the GPT, P(\"k<eos>\") is the "
-        f"exact product of its token probabilities (all 13 candidates scored with `completion_logits`); the rest of "
-        f"each row's mass is on malformed strings.",
+        "`beliefs.png`: P(answer k) for each of the 36 questions at the start, midway and end, for table GRPO and "
+        "for the char GPT's GRPO from the format-only start (first seed of each). For the GPT, P(\"k<eos>\") is the "
+        "exact product of its token probabilities (all 13 candidates scored with `completion_logits`); the rest of "
+        "each row's mass is on malformed strings.",
         "",
         "![beliefs](beliefs.png)",
         "",

@@ -110,6 +110,8 @@ class GRPOTrainer:
         self.eval_dataset = eval_dataset
         self.out = Path(cfg.output_dir)
         self.is_main = self.acc.is_main_process
+        if self.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
         n_proc = self.acc.num_processes
         if cfg.torch_num_threads or n_proc > 1:
             torch.set_num_threads(cfg.torch_num_threads or max(1, (os.cpu_count() or 1) // n_proc))
@@ -138,8 +140,8 @@ class GRPOTrainer:
             (no_decay if p.ndim < 2 or "ln" in n else decay).append(p)
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), foreach=True,
-        )  # fmt: skip  (foreach: one kernel per op for all tensors, not a Python loop over 28 small ones)
+            lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), fused=True,
+        )  # fmt: skip  (fused: one kernel for all 28 small tensors, not a Python loop over them)
         sched_name = cfg.lr_scheduler_type
         if sched_name == "constant" and cfg.warmup_steps:
             sched_name = "constant_with_warmup"  # transformers' "constant" ignores warm-up
@@ -260,7 +262,7 @@ class GRPOTrainer:
         columns = {c: [self.train_columns[c][i] for i in idx for _ in range(G)] for c in self.columns}
         per_func = compute_rewards(
             self.reward_funcs, self.reward_names, prompts, completions,
-            [row[: int(m.sum())] for row, m in zip(completion_ids.tolist(), completion_mask, strict=True)],
+            [row[:n] for row, n in zip(completion_ids.tolist(), completion_mask.sum(1).long().tolist(), strict=True)],
             columns, self._reward_kwargs(),
         )  # fmt: skip
         per_func = torch.as_tensor(per_func, dtype=torch.float32)  # (N, F), NaN = None
@@ -305,6 +307,7 @@ class GRPOTrainer:
             parts.append(b.groups(sel, G))
             have += sel.numel()
         info["dynamic_sampling_rounds"] = len(infos) - 1
+        info["num_sampled"] = sum(len(i["all_rewards"]) for i in infos)
         info["time_generate"] = sum(i["time_generate"] for i in infos)
         info["time_reward"] = sum(i["time_reward"] for i in infos)
         return _concat(parts), info
@@ -468,7 +471,8 @@ class GRPOTrainer:
         all_rewards = info["all_rewards"]
         n_local = batch.completion_ids.size(0)
         completions_global = int(self.acc.reduce(torch.tensor(float(n_local)), "sum"))
-        self.total_completions += len(all_rewards)  # everything sampled, dropped groups included
+        sampled = info.get("num_sampled", len(all_rewards))  # every sampled completion, refills included
+        self.total_completions += sampled
         lengths = self.acc.gather(torch.tensor(_lengths(info)))
         truncated = self.acc.gather((~info["is_eos"]).float())
         per_func = self.acc.gather(info["per_func"])
@@ -498,7 +502,7 @@ class GRPOTrainer:
         m.update({
             "time/step": dt, "time/generate": info["time_generate"], "time/reward": info["time_reward"],
             "time/ref_old_logps": t2 - t1, "time/optimize": t3 - t2,
-            "throughput/completions_per_s": len(all_rewards) / dt,
+            "throughput/completions_per_s": sampled / dt,
             "throughput/tokens_per_s": float(lengths.sum()) / dt,
         })  # fmt: skip
         self._last_info = info

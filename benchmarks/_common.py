@@ -1,0 +1,171 @@
+"""Helpers shared by the benchmark scripts: thread control, the benchmark's reference model, statistics, tables.
+
+Every script takes `--threads` (default 1) and calls `torch.set_num_threads` before any work. On a 2-core machine
+shared with other processes, torch with 2 intra-op threads on these tiny tensors can be 10-100x slower than with
+one (OpenMP oversubscription); on a quiet machine 2 threads were ~1.5x faster. Compare A and B at the same setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # `python benchmarks/x.py` from anywhere: the repo's modules import
+    sys.path.insert(0, str(REPO_ROOT))
+
+DEFAULT_BENCH_DIR = REPO_ROOT / "runs" / "bench"  # runs/ is git-ignored
+SHAPES = ((36, 8), (4, 8))  # (prompts, completions per prompt) per step
+
+
+def add_threads_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="torch intra-op threads (torch.set_num_threads). Default 1: on a shared 2-core machine 2 threads on "
+        "these tiny tensors can be 10-100x slower; on a quiet machine try 2. Use the same value for A/B.",
+    )  # fmt: skip
+
+
+def set_threads(n: int) -> None:
+    import torch
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if n < 1:
+        raise SystemExit(f"--threads must be >= 1, got {n}")
+    torch.set_num_threads(n)
+
+
+def quiet() -> None:
+    """No progress bars, no library chatter (warnings stay for real problems)."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+        datasets.logging.set_verbosity_error()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """'36x8,4x8' -> [(36, 8), (4, 8)]."""
+    out = []
+    for part in text.split(","):
+        p, _, g = part.strip().lower().partition("x")
+        if not p or not g:
+            raise argparse.ArgumentTypeError(f"shape {part!r}: expected PROMPTSxG, e.g. 36x8")
+        out.append((int(p), int(g)))
+    return out
+
+
+def ensure_seed_reference(path: str | None, workdir: Path = DEFAULT_BENCH_DIR, sft_steps: int = 300) -> str:
+    """A model directory both trainers can load by path.
+
+    `path` given: used as is. Otherwise a 2-layer, 64-wide char GPT (the default architecture, 32 positions, the
+    14-token vocabulary) is SFT'd on the 36 seed-bank questions into `workdir/seed_reference` once and reused.
+    """
+    if path:
+        if not (Path(path) / "config.json").is_file():
+            raise SystemExit(f"--model_name_or_path {path}: no model there (missing config.json)")
+        return str(path)
+    out = Path(workdir) / "seed_reference"
+    if (out / "config.json").is_file():
+        return str(out)
+    from tiny_lm.pretrain import SFTConfig, train_reference
+
+    t = time.perf_counter()
+    cfg = SFTConfig(output_dir=str(out), dataset="seed_bank", eval_split="", train_size=0, max_steps=sft_steps,
+                    batch_size=64, log_every=0, seed=0)  # fmt: skip
+    train_reference(cfg, verbose=False)
+    print(f"(trained the benchmark reference on the seed bank into {out} in {time.perf_counter() - t:.1f}s)",
+          file=sys.stderr)  # fmt: skip
+    return str(out)
+
+
+def median_min_max(xs: Sequence[float]) -> tuple[float, float, float]:
+    return statistics.median(xs), min(xs), max(xs)
+
+
+def fmt_mmm(xs: Sequence[float], digits: int = 0, scale: float = 1.0) -> str:
+    """'median (min-max)'."""
+    med, lo, hi = median_min_max([x * scale for x in xs])
+    return f"{med:,.{digits}f} ({lo:,.{digits}f}-{hi:,.{digits}f})"
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def machine_line(threads: int) -> str:
+    """One line describing the conditions of a measurement (load matters a lot on a shared machine)."""
+    import torch
+
+    try:
+        load = ", load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    except OSError:
+        load = ""
+    return (f"torch {torch.__version__}, {torch.get_num_threads()} thread(s) (--threads {threads}), "
+            f"{os.cpu_count()} CPUs{load}")  # fmt: skip
+
+
+class Timer:
+    """Accumulates seconds per named phase; `wrap` returns a timing wrapper around a callable."""
+
+    def __init__(self) -> None:
+        self.acc: dict[str, float] = {}
+
+    def reset(self) -> None:
+        self.acc = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        self.acc[name] = self.acc.get(name, 0.0) + seconds
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.add(name, time.perf_counter() - t)
+
+        timed.__wrapped__ = fn
+        return timed
+
+
+def build_our_trainer(model_path: str, prompts: int, G: int, threads: int, *, dataset: str = "seed_bank",
+                      beta: float = 0.02, loss_type: str = "dapo", learning_rate: float = 2e-3,
+                      max_completion_length: int = 4, seed: int = 0, output_dir: str | None = None, **overrides):
+    """tinygrpo's GRPOTrainer at the benchmark shape (no eval split, no checkpoints, no plots)."""
+    import tempfile
+
+    from tinygrpo.config import GRPOConfig
+    from tinygrpo.problems import load_split
+    from tinygrpo.trainer import GRPOTrainer
+    from train_grpo import load_model_and_tokenizer
+
+    out = output_dir or tempfile.mkdtemp(prefix="tinygrpo-bench-")
+    cfg = GRPOConfig(
+        model_name_or_path=model_path, dataset=dataset, train_split="train", eval_split=None,
+        num_generations=G, per_device_train_batch_size=prompts * G, max_completion_length=max_completion_length,
+        temperature=1.0, beta=beta, loss_type=loss_type, learning_rate=learning_rate, adam_beta2=0.999,
+        max_grad_norm=1.0, num_iterations=1, max_steps=1_000_000, output_dir=out, save_steps=0, make_plots=False,
+        disable_tqdm=True, torch_num_threads=threads, seed=seed, **overrides,
+    )  # fmt: skip
+    model, tok = load_model_and_tokenizer(model_path, "model_name_or_path")
+    ref = load_model_and_tokenizer(model_path, "ref_model_name_or_path")[0] if beta > 0 else None
+    return GRPOTrainer(cfg, model, tok, load_split(dataset, "train"), None, ref_model=ref)

@@ -1,0 +1,240 @@
+"""The compute bound on GRPO steps for the tiny model, and how close tinygrpo gets to it.
+
+    python benchmarks/limit.py                      # 36x8 and 4x8 on the seed bank, beta 0.02, 1 thread
+    python benchmarks/limit.py --threads 2 --shapes 256x8 --dataset addition --beta 0
+
+1. FLOPs per completion of a whole step, analytically from the model config (matmul FLOPs 2*m*n*k; attention
+   QK^T and AV as executed: every query against every key of its row, 4*Tq*Tk*d per layer; the LM head only where
+   logits are computed; LayerNorm, GELU, softmax and the optimizer are not counted):
+     rollout     the P prompts once (prefill, logits at the last position), their keys/values shared by the G
+                 samples; then Tc-1 decode steps of P*G single tokens against Tp+j keys
+     reference   (beta > 0) the same prompt-once forward + the P*G completions (Tc-1 tokens, logits at each)
+     policy      that forward + its backward (2x the forward's matmuls): 3x
+   and, for comparison, without the prompt sharing (each of the P*G rows runs its prompt). Cross-checked against
+   `torch.utils.flop_counter.FlopCounterMode` on one real `training_step()`, with the analytic count evaluated
+   at the completion width that step executed (Tc = its longest completion). FlopCounterMode has no formula for
+   the CPU scaled_dot_product_attention kernels, so it is compared with the analytic count without attention.
+2. fp32 matmul throughput at the same thread count: torch.mm at 256^3, and the four Linear layers of one block
+   (c_attn, attn c_proj, mlp c_fc, mlp c_proj) on (P*G*(Tc-1), width) activations; median of repeats.
+3. The bound: completions/s <= throughput / FLOPs per completion; against what tinygrpo reaches (median
+   completions/s over --steps whole steps), as a % of the bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    add_threads_arg,
+    build_our_trainer,
+    ensure_seed_reference,
+    machine_line,
+    md_table,
+    parse_shapes,
+    quiet,
+    set_threads,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
+    add_threads_arg(p)
+    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("36x8,4x8"),
+                   help="Comma-separated PROMPTSxG per step (default 36x8,4x8).")  # fmt: skip
+    p.add_argument("--steps", type=int, default=20, help="Timed steps per shape for the achieved rate (default 20).")
+    p.add_argument("--warmup", type=int, default=3, help="Untimed warm-up steps (default 3).")
+    p.add_argument("--repeats", type=int, default=15, help="Repeats of each matmul timing (default 15).")
+    p.add_argument("--model_name_or_path", default=None,
+                   help="Model directory (default: the seed-bank reference in runs/bench).")  # fmt: skip
+    p.add_argument("--dataset", default="seed_bank", help="Problem set (default seed_bank).")
+    p.add_argument("--beta", type=float, default=0.02)
+    p.add_argument("--max_completion_length", type=int, default=4)
+    p.add_argument("--json", default=None, help="Also write the numbers here.")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------------- FLOPs
+@dataclass
+class Arch:
+    n_layer: int
+    n_embd: int
+    n_inner: int
+    vocab_size: int
+    attention: bool = True  # False: leave out QK^T and AV (FlopCounterMode has no formula for CPU SDPA kernels)
+
+    @classmethod
+    def from_config(cls, c) -> Arch:
+        return cls(c.n_layer, c.n_embd, c.n_inner, c.vocab_size)
+
+    def forward(self, rows: int, q: int, k: int, logits: int) -> float:
+        """Matmul FLOPs of one forward of `rows` sequences, `q` new tokens each against `k` keys (past + new),
+        with the LM head on `logits` positions in all."""
+        d, L = self.n_embd, self.n_layer
+        per_token = 2 * d * 3 * d + 2 * d * d + 2 * 2 * d * self.n_inner  # c_attn, attn c_proj, mlp c_fc + c_proj
+        attention = 2 * 2 * q * k * d if self.attention else 0  # QK^T and AV over all heads
+        return L * rows * (q * per_token + attention) + 2 * d * self.vocab_size * logits
+
+
+def step_flops(a: Arch, P: int, G: int, Tp: int, Tc: int, beta: float, shared: bool = True) -> dict[str, float]:
+    """FLOPs of one step, by part: Tp prompt tokens (padded width), Tc completion positions."""
+    N = P * G
+    pre_rows = P if shared else N
+    rollout = a.forward(pre_rows, Tp, Tp, pre_rows) + sum(a.forward(N, 1, Tp + j, N) for j in range(1, Tc))
+    train_fwd = a.forward(pre_rows, Tp, Tp, pre_rows)
+    if Tc > 1:
+        train_fwd += a.forward(N, Tc - 1, Tp + Tc - 1, N * (Tc - 1))
+    out = {"rollout": rollout, "reference": train_fwd if beta > 0 else 0.0, "policy fwd+bwd": 3 * train_fwd}
+    out["total"] = sum(out.values())
+    return out
+
+
+def counted_flops(trainer) -> tuple[float, dict]:
+    """FLOPs FlopCounterMode sees in one real training step, and that step's metrics."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as fc:
+        m = trainer.training_step()
+    trainer.step += 1
+    return float(fc.get_total_flops()), m
+
+
+# ---------------------------------------------------------------------------------------------------- throughput
+def _time(fn, repeats: int, min_s: float = 0.02) -> float:
+    """Median seconds per call of fn over `repeats` timed batches (each long enough to time reliably)."""
+    fn()
+    k, t = 1, 0.0
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()
+        t = time.perf_counter() - t0
+        if t >= min_s or k >= 1 << 16:
+            break
+        k *= 2
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()
+        times.append((time.perf_counter() - t0) / k)
+    return statistics.median(times)
+
+
+def matmul_gflops(width: int, inner: int, rows: int, repeats: int) -> dict[str, float]:
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
+    out = {"mm 256^3": 2 * 256**3 / _time(lambda: torch.mm(a, b), repeats) / 1e9}
+    x = torch.randn(rows, width, generator=g)
+    h = torch.randn(rows, inner, generator=g)
+    ws = [(torch.randn(3 * width, width, generator=g), torch.zeros(3 * width)),
+          (torch.randn(width, width, generator=g), torch.zeros(width)),
+          (torch.randn(inner, width, generator=g), torch.zeros(inner)),
+          (torch.randn(width, inner, generator=g), torch.zeros(width))]  # fmt: skip
+
+    def block_linears():
+        F.linear(x, *ws[0])
+        F.linear(x, *ws[1])
+        F.linear(x, *ws[2])
+        F.linear(h, *ws[3])
+
+    flops = 2 * rows * (3 * width * width + width * width + 2 * width * inner)
+    out[f"block Linears on ({rows}, {width})"] = flops / _time(block_linears, repeats) / 1e9
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def run_shape(path: str, P: int, G: int, args) -> dict:
+    trainer = build_our_trainer(path, P, G, args.threads, dataset=args.dataset, beta=args.beta,
+                                max_completion_length=args.max_completion_length)  # fmt: skip
+    model = trainer.acc.unwrap_model(trainer.scorer).model
+    arch = Arch.from_config(model.config)
+    Tp = max(len(x) for x in trainer.train_prompt_ids)  # padded width (every batch of the seed bank; ~all of addition)
+    Tc_max = args.max_completion_length
+    for _ in range(args.warmup):
+        trainer.training_step()
+        trainer.step += 1
+    counted, m = counted_flops(trainer)
+    Tc_exec = int(m["completions/max_length"])
+    times = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        trainer.training_step()
+        times.append(time.perf_counter() - t)
+        trainer.step += 1
+    N = P * G
+    tput = matmul_gflops(arch.n_embd, arch.n_inner, N * max(1, Tc_max - 1), args.repeats)
+    return {
+        "shape": f"{P}x{G}", "P": P, "G": G, "Tp": Tp, "Tc_max": Tc_max, "Tc_counted_step": Tc_exec,
+        "analytic_shared": step_flops(arch, P, G, Tp, Tc_max, args.beta),
+        "analytic_unshared": step_flops(arch, P, G, Tp, Tc_max, args.beta, shared=False),
+        "analytic_at_counted_width": step_flops(arch, P, G, Tp, Tc_exec, args.beta)["total"],
+        "analytic_at_counted_width_no_attention": step_flops(replace(arch, attention=False), P, G, Tp, Tc_exec,
+                                                             args.beta)["total"],
+        "counted": counted, "gflops": tput, "step_s": times, "achieved_cps": N / statistics.median(times),
+    }  # fmt: skip
+
+
+def report(results: list[dict], args) -> str:
+    out = [f"### Compute bound\n\n{machine_line(args.threads)}; dataset {args.dataset}, beta {args.beta}, "
+           f"max_completion_length {args.max_completion_length}; achieved = median of {args.steps} whole steps.\n"]  # fmt: skip
+    rows = []
+    for r in results:
+        N = r["P"] * r["G"]
+        a, u = r["analytic_shared"], r["analytic_unshared"]
+        rows.append([r["shape"], f"{r['Tp']} / {r['Tc_max']}", f"{a['rollout'] / N / 1e6:.3f}",
+                     f"{a['reference'] / N / 1e6:.3f}", f"{a['policy fwd+bwd'] / N / 1e6:.3f}",
+                     f"**{a['total'] / N / 1e6:.3f}**", f"{u['total'] / N / 1e6:.3f}",
+                     f"{r['analytic_at_counted_width'] / N / 1e6:.3f} / "
+                     f"{r['analytic_at_counted_width_no_attention'] / N / 1e6:.3f} (Tc={r['Tc_counted_step']})",
+                     f"{r['counted'] / N / 1e6:.3f}"])  # fmt: skip
+    out.append("FLOPs per completion (MFLOP), whole step:\n")
+    out.append(md_table(["shape", "Tp / Tc", "rollout", "reference", "policy fwd+bwd", "total (KV shared)",
+                         "total (no sharing)", "analytic at the counted step's Tc: all / without attention",
+                         "FlopCounterMode, that step"], rows))  # fmt: skip
+    out.append("\n(FlopCounterMode counts no FLOPs for the CPU scaled_dot_product_attention kernels, so it should "
+               "match the analytic count without attention.)")
+    rows = []
+    for r in results:
+        N = r["P"] * r["G"]
+        per = r["analytic_shared"]["total"] / N
+        for name, gf in r["gflops"].items():
+            bound = gf * 1e9 / per
+            rows.append([r["shape"], name, f"{gf:.1f}", f"{bound:,.0f}", f"{r['achieved_cps']:,.0f}",
+                         f"{100 * r['achieved_cps'] / bound:.1f} %"])  # fmt: skip
+    out.append("\nBound = fp32 matmul throughput / FLOPs per completion (KV shared, Tc = max_completion_length):\n")
+    out.append(md_table(["shape", "matmul", "GFLOP/s", "bound completions/s", "tinygrpo completions/s",
+                         "% of bound"], rows))  # fmt: skip
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or args.repeats < 1:
+        raise SystemExit("--steps and --repeats must be >= 1, --warmup >= 0")
+    set_threads(args.threads)
+    quiet()
+    path = ensure_seed_reference(args.model_name_or_path)
+    results = []
+    for P, G in args.shapes:
+        print(f"shape {P}x{G} ...", file=sys.stderr, flush=True)
+        results.append(run_shape(path, P, G, args))
+    print(report(results, args))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

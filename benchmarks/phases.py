@@ -1,0 +1,208 @@
+"""Where the time of one tinygrpo training step goes, phase by phase, at two shapes.
+
+    python benchmarks/phases.py                      # 36x8 and 4x8, median over 20 steps after 3 warm-up, 1 thread
+    python benchmarks/phases.py --threads 2 --steps 50 --shapes 36x8
+
+Same setting as vs_trl.py (seed-bank reference, beta 0.02 so the reference forward runs, max_completion_length 4,
+dapo, lr 2e-3). The trainer's own metrics give time/generate, time/reward, time/ref_old_logps, time/optimize and
+time/step; finer phases come from timing wrappers this script installs around the trainer's methods and
+objects (nothing in the trainer is changed):
+  generation: model forwards   the policy model's forward calls made inside `sample_completions`
+  generation: sampling, rest   time/generate minus those (token sampling, masks, cache repeat, prompt padding)
+  rewards: decode              decode_completions (token ids -> text, <eos> kept)
+  rewards: reward functions    compute_rewards (the registered reward functions, with their checks)
+  rewards: rest                time/reward minus those two (prompt/column lists, per-row id lists, tensors)
+  advantages, batch            time/step - generate - reward - ref - optimize (group advantages, gathers, Batch)
+  reference forward            time/ref_old_logps (reference forward + selective log-softmax)
+  policy forward               the GroupScorer forward inside compute_loss (prompt once + completions)
+  loss math                    compute_loss minus the policy forward (log-softmax, surrogate, KL, aggregation, sums)
+  backward                     accelerator.backward
+  grad clip                    accelerator.clip_grad_norm_
+  optimizer                    optimizer.step + zero_grad
+  rest of optimize             time/optimize minus the four above (scheduler, finiteness checks, reductions)
+  metrics after the step       training_step() wall time minus time/step (the metrics dict, gathers)
+Each row: the median over steps in ms and the phase's share of the summed step time (shares add up to 100 %; the
+medians need not add up to the median step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    Timer,
+    add_threads_arg,
+    build_our_trainer,
+    ensure_seed_reference,
+    machine_line,
+    md_table,
+    parse_shapes,
+    quiet,
+    set_threads,
+)
+
+PHASES = (
+    "generation: model forwards", "generation: sampling, rest", "rewards: decode", "rewards: reward functions",
+    "rewards: rest", "advantages, batch",
+    "reference forward", "policy forward", "loss math", "backward", "grad clip", "optimizer", "rest of optimize",
+    "metrics after the step",
+)  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
+    add_threads_arg(p)
+    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("36x8,4x8"),
+                   help="Comma-separated PROMPTSxG per step (default 36x8,4x8).")  # fmt: skip
+    p.add_argument("--steps", type=int, default=20, help="Timed steps per shape (default 20).")
+    p.add_argument("--warmup", type=int, default=3, help="Untimed warm-up steps (default 3).")
+    p.add_argument("--model_name_or_path", default=None,
+                   help="Model directory (default: the seed-bank reference in runs/bench).")  # fmt: skip
+    p.add_argument("--dataset", default="seed_bank", help="Problem set (default seed_bank).")
+    p.add_argument("--beta", type=float, default=0.02)
+    p.add_argument("--loss_type", default="dapo")
+    p.add_argument("--max_completion_length", type=int, default=4)
+    p.add_argument("--json", default=None, help="Also write the per-step phase times here.")
+    return p
+
+
+def instrument(trainer, timer: Timer):
+    """Timing wrappers on the trainer's instance (and the trainer module's sample_completions, restored by the
+    returned undo function); nothing else is touched."""
+    import tinygrpo.trainer as tmod
+
+    state = {"in_generation": False}
+    orig_sample = tmod.sample_completions
+
+    def sample(*a, **k):
+        state["in_generation"] = True
+        try:
+            return orig_sample(*a, **k)
+        finally:
+            state["in_generation"] = False
+
+    tmod.sample_completions = sample
+    orig_decode, orig_rewards = tmod.decode_completions, tmod.compute_rewards
+    tmod.decode_completions = timer.wrap("decode", orig_decode)
+    tmod.compute_rewards = timer.wrap("reward_funcs", orig_rewards)
+    policy = trainer.acc.unwrap_model(trainer.scorer).model
+    fwd = policy.forward
+
+    def policy_forward(*a, **k):
+        if not state["in_generation"]:
+            return fwd(*a, **k)
+        t = time.perf_counter()
+        try:
+            return fwd(*a, **k)
+        finally:
+            timer.add("gen_forward", time.perf_counter() - t)
+
+    policy.forward = policy_forward
+    trainer.scorer.forward = timer.wrap("policy_forward", trainer.scorer.forward)
+    trainer.compute_loss = timer.wrap("compute_loss", trainer.compute_loss)
+    trainer.acc.backward = timer.wrap("backward", trainer.acc.backward)
+    trainer.acc.clip_grad_norm_ = timer.wrap("clip", trainer.acc.clip_grad_norm_)
+    trainer.optimizer.step = timer.wrap("optimizer", trainer.optimizer.step)
+    trainer.optimizer.zero_grad = timer.wrap("optimizer", trainer.optimizer.zero_grad)
+
+    def undo() -> None:
+        tmod.sample_completions = orig_sample
+        tmod.decode_completions, tmod.compute_rewards = orig_decode, orig_rewards
+
+    return undo
+
+
+def phase_row(m: dict, t: dict, wall: float) -> dict[str, float]:
+    g = lambda k: t.get(k, 0.0)  # noqa: E731
+    inner_opt = g("compute_loss") + g("backward") + g("clip") + g("optimizer")
+    return {
+        "generation: model forwards": g("gen_forward"),
+        "generation: sampling, rest": m["time/generate"] - g("gen_forward"),
+        "rewards: decode": g("decode"),
+        "rewards: reward functions": g("reward_funcs"),
+        "rewards: rest": m["time/reward"] - g("decode") - g("reward_funcs"),
+        "advantages, batch": m["time/step"] - m["time/generate"] - m["time/reward"] - m["time/ref_old_logps"]
+        - m["time/optimize"],
+        "reference forward": m["time/ref_old_logps"],
+        "policy forward": g("policy_forward"),
+        "loss math": g("compute_loss") - g("policy_forward"),
+        "backward": g("backward"),
+        "grad clip": g("clip"),
+        "optimizer": g("optimizer"),
+        "rest of optimize": m["time/optimize"] - inner_opt,
+        "metrics after the step": wall - m["time/step"],
+        "whole step": wall,
+    }
+
+
+def run_shape(path: str, prompts: int, G: int, args) -> dict:
+    trainer = build_our_trainer(path, prompts, G, args.threads, dataset=args.dataset, beta=args.beta,
+                                loss_type=args.loss_type, max_completion_length=args.max_completion_length)  # fmt: skip
+    timer = Timer()
+    undo = instrument(trainer, timer)
+    rows = []
+    try:
+        for i in range(args.warmup + args.steps):
+            timer.reset()
+            t = time.perf_counter()
+            m = trainer.training_step()
+            wall = time.perf_counter() - t
+            trainer.step += 1
+            if i >= args.warmup:
+                rows.append(phase_row(m, dict(timer.acc), wall))
+    finally:
+        undo()
+    return {"shape": f"{prompts}x{G}", "completions_per_step": prompts * G, "steps": rows}
+
+
+def report(results: list[dict], args) -> str:
+    parts = [f"### tinygrpo: phases of one training step\n\n{machine_line(args.threads)}; median over {args.steps} "
+             f"steps after {args.warmup} warm-up; dataset {args.dataset}, beta {args.beta}, loss_type "
+             f"{args.loss_type}, max_completion_length {args.max_completion_length}.\n"]  # fmt: skip
+    head = ["phase"]
+    for r in results:
+        head += [f"{r['shape']} ms (median)", f"{r['shape']} % of step"]
+    table = []
+    for name in (*PHASES, "whole step"):
+        row = [name if name != "whole step" else "**whole step**"]
+        for r in results:
+            vals = [s[name] for s in r["steps"]]
+            total = sum(s["whole step"] for s in r["steps"])
+            row += [f"{1000 * statistics.median(vals):.2f}", f"{100 * sum(vals) / total:.1f}"]
+        table.append(row)
+    extra = []
+    for r in results:
+        med = statistics.median(s["whole step"] for s in r["steps"])
+        extra.append(f"{r['shape']}: {r['completions_per_step'] / med:,.0f} completions/s at the median step")
+    parts.append(md_table(head, table))
+    parts.append("\n" + "; ".join(extra) + ".")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        raise SystemExit("--steps must be >= 1, --warmup >= 0")
+    set_threads(args.threads)
+    quiet()
+    path = ensure_seed_reference(args.model_name_or_path)
+    results = []
+    for prompts, G in args.shapes:
+        print(f"shape {prompts}x{G} ...", file=sys.stderr, flush=True)
+        results.append(run_shape(path, prompts, G, args))
+    print(report(results, args))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""Whole-step throughput of tinygrpo's GRPOTrainer against TRL's `trl.GRPOTrainer`, same model, data and shape.
+
+    python benchmarks/vs_trl.py                          # 36x8 and 4x8, 3 repetitions of 20 steps each, 1 thread
+    python benchmarks/vs_trl.py --threads 2 --reps 5 --steps 20 --shapes 36x8
+
+Both trainers load the same model directory (a 2-layer, 64-wide char GPT SFT'd on the 36 seed-bank questions,
+trained once into runs/bench/seed_reference, or --model_name_or_path), train on the same 36 prompts with G
+completions each, max_completion_length 4, temperature 1.0, beta 0.02 (a reference model is kept and run; the k3
+KL estimator in both), num_iterations 1, loss_type dapo, AdamW lr 2e-3 (betas 0.9/0.999, no weight decay), gradient
+clip 1.0, fp32 on the CPU. Rewards: exact-match accuracy (the completion is the answer followed by <eos>; for TRL,
+whose reward functions see text decoded without special tokens, the stripped text equals the answer and the last
+completion token is <eos>).
+
+What is timed: whole training steps (sampling, rewards, advantages, reference forward, policy forward + backward,
+clip, optimizer, scheduler, per-step bookkeeping).
+  ours  `GRPOTrainer.training_step()` called back to back; each call timed with perf_counter.
+  TRL   one `trainer.train()` run; a TrainerCallback records the time between consecutive `on_step_end` calls, so
+        each TRL step includes everything the Trainer loop does per step (data loading, `_prepare_inputs` with
+        generation and rewards, the reference forward, forward + backward, clip, optimizer, scheduler, callbacks).
+        (`on_step_begin` -> `on_step_end`, which leaves out the data loading, is reported too.)
+Both trainers live in one process and run interleaved, A B A B: after W warm-up steps each, the callback runs a
+block of N steps of ours, then TRL runs N steps, and so on for --reps repetitions. Throughput of a block =
+completions in the block / its summed step times; the table gives the median and min-max over repetitions, and the
+ratio ours / TRL per repetition pair.
+
+Two adapters let TRL 1.16 run this (a transformers model registered with the Auto classes, not built into
+transformers), both applied in this process only:
+  * `TinyLMConfig.auto_map = {}`: TRL's `create_model_from_path` reads `config.auto_map` for architectures it cannot
+    find in `transformers`; a locally registered config has no such attribute.
+  * `TinyLMForCausalLM.base_model` -> a backbone returning `last_hidden_state`: TRL computes log-probs with a fused
+    LM head that calls `model.base_model(...)`; tiny_lm keeps its blocks in a ModuleDict. The backbone runs the
+    model's own modules (same code path as its forward without a cache), so the arithmetic is the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    add_threads_arg,
+    build_our_trainer,
+    ensure_seed_reference,
+    fmt_mmm,
+    machine_line,
+    md_table,
+    parse_shapes,
+    quiet,
+    set_threads,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
+    add_threads_arg(p)
+    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("36x8,4x8"),
+                   help="Comma-separated PROMPTSxG per step (default 36x8,4x8).")  # fmt: skip
+    p.add_argument("--reps", type=int, default=3, help="Timed blocks per trainer, alternating (default 3).")
+    p.add_argument("--steps", type=int, default=20, help="Steps per timed block (default 20).")
+    p.add_argument("--warmup", type=int, default=3, help="Untimed warm-up steps per trainer (default 3).")
+    p.add_argument("--model_name_or_path", default=None,
+                   help="Model directory for both trainers (default: a seed-bank reference in runs/bench).")  # fmt: skip
+    p.add_argument("--beta", type=float, default=0.02)
+    p.add_argument("--loss_type", default="dapo", choices=("dapo", "bnpo", "grpo", "dr_grpo"))
+    p.add_argument("--learning_rate", type=float, default=2e-3)
+    p.add_argument("--max_completion_length", type=int, default=4)
+    p.add_argument("--json", default=None, help="Also write the raw per-step timings here.")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------------- TRL adapters
+def patch_tiny_lm_for_trl():
+    """Apply the two adapters (see the module docstring); returns a function that removes them."""
+    import torch
+    from transformers.modeling_outputs import BaseModelOutput
+
+    import tiny_lm
+    from tiny_lm.modeling_tiny_lm import build_attention_mask
+
+    had_auto_map = "auto_map" in vars(tiny_lm.TinyLMConfig)
+    tiny_lm.TinyLMConfig.auto_map = {}
+
+    class _Backbone:
+        """model.base_model for TRL's fused LM head: embeddings + blocks + final LayerNorm, no cache."""
+
+        def __init__(self, lm) -> None:
+            self.lm = lm
+
+        def __call__(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
+            tr = self.lm.transformer
+            B, T = input_ids.shape
+            if position_ids is None:
+                if attention_mask is not None:
+                    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]
+                else:
+                    position_ids = torch.arange(T, device=input_ids.device)[None]
+            attn_mask = None
+            if attention_mask is not None and not bool(attention_mask.all()):
+                attn_mask = build_attention_mask(attention_mask, T, 0)
+            x = tr.drop(tr.wte(input_ids) + tr.wpe(position_ids))
+            for block in tr.h:
+                x = block(x, attn_mask, None)
+            return BaseModelOutput(last_hidden_state=tr.ln_f(x))
+
+    tiny_lm.TinyLMForCausalLM.base_model = property(lambda self: _Backbone(self))
+
+    def undo() -> None:
+        del tiny_lm.TinyLMForCausalLM.base_model  # back to PreTrainedModel.base_model
+        if not had_auto_map:
+            del tiny_lm.TinyLMConfig.auto_map
+
+    return undo
+
+
+def trl_accuracy(completions, answer, completion_ids=None, eos_token_id: int = 1, **kwargs):
+    """Exact match for TRL: the text (decoded without special tokens) is the answer and the completion ended on EOS."""
+    out = []
+    for i, (c, a) in enumerate(zip(completions, answer, strict=True)):
+        ok = c.strip() == str(a).strip()
+        if ok and completion_ids is not None:
+            ok = len(completion_ids[i]) > 0 and completion_ids[i][-1] == eos_token_id
+        out.append(1.0 if ok else 0.0)
+    return out
+
+
+def build_trl_trainer(model_path: str, prompts: int, G: int, max_steps: int, args, callback):
+    from functools import partial
+
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tinygrpo.problems import load_split
+
+    tok = AutoTokenizer.from_pretrained(model_path)
+    reward = partial(trl_accuracy, eos_token_id=tok.eos_token_id)
+    reward.__name__ = "accuracy"
+    cfg = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), per_device_train_batch_size=prompts * G,
+        generation_batch_size=prompts * G, num_generations=G, max_completion_length=args.max_completion_length,
+        temperature=1.0, beta=args.beta, num_iterations=1, loss_type=args.loss_type, scale_rewards="group",
+        learning_rate=args.learning_rate, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
+        max_steps=max_steps, report_to="none", use_cpu=True, bf16=False, fp16=False,
+        gradient_checkpointing=False, logging_strategy="no", save_strategy="no", eval_strategy="no",
+        disable_tqdm=True, seed=0, dataloader_num_workers=0,
+    )  # fmt: skip
+    return GRPOTrainer(model=model_path, reward_funcs=reward, args=cfg, train_dataset=load_split("seed_bank", "train"),
+                       processing_class=tok, callbacks=[callback])  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------- the A/B run
+def run_shape(model_path: str, prompts: int, G: int, args) -> dict:
+    import torch
+    from transformers import TrainerCallback
+
+    n = prompts * G
+    ours = build_our_trainer(model_path, prompts, G, args.threads, beta=args.beta, loss_type=args.loss_type,
+                             learning_rate=args.learning_rate, max_completion_length=args.max_completion_length)  # fmt: skip
+    before = [q.detach().clone() for q in ours.model.parameters()]
+    ours_blocks: list[list[float]] = []
+    ours_len: list[tuple[float, float]] = []  # (mean, max) completion length of each timed step
+
+    def ours_steps(k: int, record: bool = True) -> list[float]:
+        ts = []
+        for _ in range(k):
+            t = time.perf_counter()
+            m = ours.training_step()
+            ts.append(time.perf_counter() - t)
+            ours.step += 1
+            if record:
+                ours_len.append((m["completions/mean_length"], m["completions/max_length"]))
+        return ts
+
+    W, N, R = args.warmup, args.steps, args.reps
+
+    class Interleave(TrainerCallback):
+        def __init__(self) -> None:
+            self.gaps: list[float] = []  # on_step_end -> on_step_end: TRL's whole loop iteration
+            self.inner: list[float] = []  # on_step_begin -> on_step_end
+            self.last = self.begin = 0.0
+            self.trainer = None  # set after construction: per-step completion lengths come from its metrics
+            self.lengths: list[tuple[float, float]] = []
+
+        def on_train_begin(self, a, state, control, **kw):
+            torch.set_num_threads(args.threads)
+            self.last = time.perf_counter()
+
+        def on_step_begin(self, a, state, control, **kw):
+            self.begin = time.perf_counter()
+
+        def on_step_end(self, a, state, control, **kw):
+            now = time.perf_counter()
+            self.gaps.append(now - self.last)
+            self.inner.append(now - self.begin)
+            if self.trainer is not None:
+                mt = self.trainer._metrics["train"]
+                if mt.get("completions/mean_length") and mt.get("completions/max_length"):
+                    self.lengths.append((mt["completions/mean_length"][-1], mt["completions/max_length"][-1]))
+            k = state.global_step
+            if k >= W and (k - W) % N == 0 and len(ours_blocks) < R:
+                if k == W:
+                    ours_steps(W, record=False)  # our warm-up, right after TRL's
+                assert torch.get_num_threads() == args.threads, torch.get_num_threads()
+                ours_blocks.append(ours_steps(N))
+            self.last = time.perf_counter()
+
+    cb = Interleave()
+    trl = build_trl_trainer(model_path, prompts, G, W + R * N, args, cb)
+    cb.trainer = trl
+    torch.set_num_threads(args.threads)
+    with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its summary dict
+        trl.train()
+    # Both trainers share accelerate's GradientState singleton; make sure ours really stepped inside TRL's loop.
+    if all(torch.equal(a, b) for a, b in zip(before, ours.model.parameters(), strict=True)):
+        raise RuntimeError("our trainer's parameters did not change: its optimizer steps were skipped")
+    trl_blocks = [cb.gaps[W + r * N : W + (r + 1) * N] for r in range(R)]
+    trl_inner = [cb.inner[W + r * N : W + (r + 1) * N] for r in range(R)]
+    ours_cps = [n * len(b) / sum(b) for b in ours_blocks]
+    trl_cps = [n * len(b) / sum(b) for b in trl_blocks]
+    trl_inner_cps = [n * len(b) / sum(b) for b in trl_inner]
+    return {
+        "shape": f"{prompts}x{G}", "completions_per_step": n, "ours_step_s": ours_blocks, "trl_step_s": trl_blocks,
+        "trl_inner_step_s": trl_inner, "ours_cps": ours_cps, "trl_cps": trl_cps, "trl_inner_cps": trl_inner_cps,
+        "ratio": [a / b for a, b in zip(ours_cps, trl_cps, strict=True)],
+        "ours_lengths": ours_len, "trl_lengths": cb.lengths[W:] if len(cb.lengths) == W + R * N else [],
+    }  # fmt: skip
+
+
+def _lengths(xs: list[tuple[float, float]]) -> str:
+    """Mean completion length (tokens, EOS included) and the mean of the per-step maxima over the timed steps: the
+    work per step follows them (decoding stops when every row has ended), and each trainer learns its own way."""
+    if not xs:
+        return "n/a"
+    return f"{sum(a for a, _ in xs) / len(xs):.2f} / {sum(b for _, b in xs) / len(xs):.2f}"
+
+
+def report(results: list[dict], args) -> str:
+    rows = []
+    for r in results:
+        ours_ms = [1000 * sum(b) / len(b) for b in r["ours_step_s"]]
+        trl_ms = [1000 * sum(b) / len(b) for b in r["trl_step_s"]]
+        rows.append([
+            r["shape"], r["completions_per_step"], fmt_mmm(r["ours_cps"]), fmt_mmm(r["trl_cps"]),
+            fmt_mmm(r["ratio"], 2), fmt_mmm(ours_ms, 1), fmt_mmm(trl_ms, 1), fmt_mmm(r["trl_inner_cps"]),
+            _lengths(r["ours_lengths"]), _lengths(r["trl_lengths"]),
+        ])  # fmt: skip
+    head = ["shape (prompts x G)", "completions/step", "ours completions/s", "TRL completions/s", "ours / TRL",
+            "ours ms/step", "TRL ms/step", "TRL completions/s (step_begin->end)",
+            "ours completion length mean / max", "TRL completion length mean / max"]  # fmt: skip
+    return (
+        f"### tinygrpo vs TRL: whole-step throughput\n\n{machine_line(args.threads)}; {args.reps} alternating "
+        f"blocks of {args.steps} steps per trainer after {args.warmup} warm-up steps; median (min-max) over blocks.\n"
+        f"beta {args.beta}, loss_type {args.loss_type}, max_completion_length {args.max_completion_length}, "
+        f"temperature 1.0, lr {args.learning_rate}.\n\n" + md_table(head, rows)
+    )
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
+    if min(args.reps, args.steps) < 1 or args.warmup < 0:
+        raise SystemExit("--reps and --steps must be >= 1, --warmup >= 0")
+    set_threads(args.threads)
+    quiet()
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        raise SystemExit("vs_trl.py needs TRL: pip install -e '.[bench]'") from None
+    path = ensure_seed_reference(args.model_name_or_path)
+    undo = patch_tiny_lm_for_trl()
+    results = []
+    try:
+        for prompts, G in args.shapes:
+            print(f"shape {prompts}x{G} ...", file=sys.stderr, flush=True)
+            results.append(run_shape(path, prompts, G, args))
+    finally:
+        undo()
+    print(report(results, args))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""benchmarks/: argument parsing, the analytic FLOP count, and one minimal iteration of the cheap scripts."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("name", ["vs_trl", "phases", "limit", "time_to_accuracy"])
+def test_help_and_defaults(name, capsys):
+    mod = _load(name)
+    with pytest.raises(SystemExit) as e:
+        mod.build_parser().parse_args(["--help"])
+    assert e.value.code == 0
+    assert "--threads" in capsys.readouterr().out
+    args = mod.build_parser().parse_args([])
+    assert args.threads == 1
+
+
+def test_shapes_parse():
+    from _common import parse_shapes
+
+    assert parse_shapes("36x8, 4x8") == [(36, 8), (4, 8)]
+
+
+def test_analytic_flops_match_the_counter(seed_reference):
+    """The analytic count without attention equals FlopCounterMode's on one real step (exact matmul shapes)."""
+    from dataclasses import replace
+
+    from _common import build_our_trainer
+
+    limit = _load("limit")
+
+    tr = build_our_trainer(seed_reference, 2, 4, 1, max_completion_length=3)
+    counted, m = limit.counted_flops(tr)
+    arch = limit.Arch.from_config(tr.model.config)
+    Tp = max(len(x) for x in tr.train_prompt_ids)
+    Tc = int(m["completions/max_length"])
+    expect = limit.step_flops(replace(arch, attention=False), 2, 4, Tp, Tc, beta=0.02)["total"]
+    assert counted == pytest.approx(expect, rel=1e-6)
+    # sharing the prompt across the group never costs more
+    assert limit.step_flops(arch, 2, 4, Tp, 3, 0.02)["total"] < limit.step_flops(arch, 2, 4, Tp, 3, 0.02, False)["total"]
+
+
+def test_phases_one_step(seed_reference, capsys):
+    phases = _load("phases")
+    phases.main(["--shapes", "2x4", "--steps", "1", "--warmup", "0", "--model_name_or_path", seed_reference])
+    out = capsys.readouterr().out
+    assert "| **whole step** |" in out and "reference forward" in out
+
+
+def test_time_to_accuracy_dry_run(capsys):
+    tta = _load("time_to_accuracy")
+    tta.main(["--dry_run", "--max_steps", "3", "--threads", "2", "--", "--beta", "0.02"])
+    cmd = capsys.readouterr().out
+    assert "--torch_num_threads 2" in cmd and "--max_steps 3" in cmd and cmd.strip().endswith("--beta 0.02")
+
+
+def test_time_to_accuracy_curve(tmp_path):
+    import json
+
+    tta = _load("time_to_accuracy")
+    rows = [{"step": 0, "eval/accuracy": 0.5}, {"step": 1, "time/step": 0.5, "num_completions": 8},
+            {"step": 2, "time/step": 0.25, "num_completions": 16, "eval/accuracy": 0.96}]  # fmt: skip
+    p = tmp_path / "metrics.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pts = tta.curve(p, {0: 10.0, 1: 10.5, 2: 11.0})
+    assert [(q["step"], q["train_s"], q["wall_s"]) for q in pts] == [(0, 0.0, 0.0), (2, 0.75, 1.0)]
+    first, sustained = tta.crossings(pts, 0.95)
+    assert first["step"] == 2 and sustained["step"] == 2
+    assert tta.crossings(pts, 0.98) == (None, None)
+    tta.plot(pts, tmp_path / "c.png", "t")
+    assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_vs_trl_one_iteration(seed_reference, capsys):
+    pytest.importorskip("trl")
+    vs = _load("vs_trl")
+    vs.main(["--shapes", "2x4", "--reps", "1", "--steps", "1", "--warmup", "0", "--model_name_or_path",
+             seed_reference])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "| 2x4 | 8 |" in out
