@@ -164,7 +164,7 @@ def build_our_trainer(model_path: str, prompts: int, G: int, threads: int, *, da
         num_generations=G, per_device_train_batch_size=prompts * G, max_completion_length=max_completion_length,
         temperature=1.0, beta=beta, loss_type=loss_type, learning_rate=learning_rate, adam_beta2=0.999,
         max_grad_norm=1.0, num_iterations=1, max_steps=1_000_000, output_dir=out, save_steps=0, make_plots=False,
-        disable_tqdm=True, torch_num_threads=threads, seed=seed, **overrides,
+        disable_tqdm=True, torch_num_threads=threads, seed=seed, dynamic_sampling=False, **overrides,
     )  # fmt: skip
     model, tok = load_model_and_tokenizer(model_path, "model_name_or_path")
     ref = load_model_and_tokenizer(model_path, "ref_model_name_or_path")[0] if beta > 0 else None

@@ -34,7 +34,8 @@ def run_main(seed_reference: str, out: Path, *extra: str) -> int:
         "--model_name_or_path", seed_reference, "--dataset", "seed_bank", "--eval_split", "",
         "--num_generations", "4", "--per_device_train_batch_size", "32", "--max_completion_length", "3",
         "--max_steps", "2", "--logging_steps", "1", "--save_steps", "0", "--learning_rate", "1e-3",
-        "--disable_tqdm", "true", "--make_plots", "false", "--output_dir", str(out), *extra,
+        "--disable_tqdm", "true", "--make_plots", "false", "--dynamic_sampling", "false",
+        "--output_dir", str(out), *extra,
     ]  # fmt: skip
     return train_grpo.main(argv)
 
@@ -182,7 +183,8 @@ def test_reference_is_built_only_when_beta_is_positive(seed_reference, tmp_path,
 def _reference_trainer(seed_reference, tmp_path, **overrides) -> GRPOTrainer:
     model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
     kw = dict(output_dir=str(tmp_path / "t"), dataset="seed_bank", eval_split=None, num_generations=4,
-              per_device_train_batch_size=64, max_completion_length=3, disable_tqdm=True, make_plots=False, seed=3)  # fmt: skip
+              per_device_train_batch_size=64, max_completion_length=3, disable_tqdm=True, make_plots=False, seed=3,
+              dynamic_sampling=False)  # fmt: skip
     kw.update(overrides)
     return GRPOTrainer(GRPOConfig(**kw), model, tok, load_split("seed_bank", "train"))
 
@@ -268,7 +270,7 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
         "train_grpo.py", "--model_name_or_path", seed_reference, "--dataset", "seed_bank", "--eval_split", "train",
         "--num_generations", "4", "--per_device_train_batch_size", "32", "--max_completion_length", "3",
         "--max_steps", "2", "--logging_steps", "1", "--disable_tqdm", "true", "--make_plots", "false",
-        "--output_dir", str(out),
+        "--dynamic_sampling", "false", "--output_dir", str(out),
     ]  # fmt: skip
     env = {
         **os.environ,
@@ -358,7 +360,7 @@ def _table_trainer(tmp_path, loss_type, num_iterations=1):
         output_dir=str(tmp_path / "table"), dataset="seed_bank", eval_split=None, num_generations=8,
         per_device_train_batch_size=8, max_completion_length=1, reward_funcs=["accuracy_lenient"], beta=KL_BETA,
         kl_estimator="full", loss_type=loss_type, epsilon=CLIP_EPS, num_iterations=num_iterations, max_steps=1,
-        disable_tqdm=True, make_plots=False, seed=5,
+        disable_tqdm=True, make_plots=False, seed=5, dynamic_sampling=False,
     )  # fmt: skip
     trainer = GRPOTrainer(cfg, build_table_policy(tok, table), tok, load_split("seed_bank", "train"),
                           ref_model=build_table_policy(tok, ref_table))  # fmt: skip
@@ -459,3 +461,32 @@ def test_table_policy_clipped_second_pass_matches_seed_demo(tmp_path, loss_type)
     dist = Categorical(logits=moved[q])
     kl = torch.distributions.kl.kl_divergence(dist, Categorical(logits=ref_table[q]))
     assert abs(float(-(ratio * adv).mean() + KL_BETA * kl - loss.detach())) > 1e-3
+
+
+def test_dynamic_sampling_trains_only_on_groups_with_signal(seed_reference, tmp_path):
+    # DAPO's dynamic sampling: every group kept for the update has reward variance; refills come from fresh prompts
+    # (the cursor moves past one batch) and rounds of different completion widths concatenate.
+    tr = _reference_trainer(seed_reference, tmp_path, dynamic_sampling=True, max_dynamic_sampling_rounds=3,
+                            temperature=1.5)  # fmt: skip
+    per_step = tr.cfg.per_device_train_batch_size // tr.G
+    batch, info = tr._collect_batch()
+    rewards = batch.rewards.view(-1, tr.G)
+    assert rewards.std(1).gt(0).all(), "a zero-variance group was kept"
+    assert batch.prompt_ids.size(0) <= per_step
+    assert batch.completion_ids.shape == batch.completion_mask.shape
+    rounds = info["dynamic_sampling_rounds"]
+    assert tr.prompt_cursor == per_step * (rounds + 1)
+    assert info["num_sampled"] == per_step * tr.G * (rounds + 1)
+    # the mask still ends at the first EOS on every kept row
+    for row, m in zip(batch.completion_ids, batch.completion_mask, strict=True):
+        n = int(m.sum())
+        assert n >= 1 and (n == row.numel() or row[n - 1] == tr.tokenizer.eos_token_id)
+    loss, _ = tr.compute_loss(batch, torch.arange(batch.prompt_ids.size(0)))
+    assert torch.isfinite(loss)
+
+
+def test_dynamic_sampling_off_keeps_the_whole_batch(seed_reference, tmp_path):
+    tr = _reference_trainer(seed_reference, tmp_path, dynamic_sampling=False)
+    batch, info = tr._collect_batch()
+    assert batch.prompt_ids.size(0) == tr.cfg.per_device_train_batch_size // tr.G
+    assert "dynamic_sampling_rounds" not in info

@@ -292,7 +292,7 @@ def run_token(method: str, ref: dict, seed: int, out: Path, st: Settings, want_b
                      per_device_train_batch_size=st.completions_per_token_step, learning_rate=st.token_lr,
                      beta=beta, kl_estimator="full", advantage_mode=mode, max_completion_length=st.max_completion_length,
                      max_steps=st.token_steps, seed=seed, output_dir=str(run_dir), disable_tqdm=True,
-                     make_plots=False, save_steps=0)  # fmt: skip
+                     make_plots=False, save_steps=0, dynamic_sampling=False)  # fmt: skip
     model, tok = load_model(ref["path"])
     ref_model = load_model(ref["path"])[0] if beta > 0 else None
     bank = seed_bank()

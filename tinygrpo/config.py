@@ -102,7 +102,7 @@ class GRPOConfig:
         },
     )
     dynamic_sampling: bool = field(
-        default=False,
+        default=True,
         metadata={
             "help": "DAPO (Yu et al. 2025): drop zero-variance groups and refill the batch with fresh prompts, "
             "at most max_dynamic_sampling_rounds extra rounds per step."
@@ -160,7 +160,7 @@ class GRPOConfig:
     adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
     adam_beta2: float = field(default=0.99, metadata={"help": "AdamW beta2."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient-norm clip (0 = off)."})
-    max_steps: int = field(default=150, metadata={"help": "Training steps (one generated batch each)."})
+    max_steps: int = field(default=250, metadata={"help": "Training steps (each: one generated batch, refilled under dynamic_sampling)."})
     # ----- reference sync (TR-DPO style, as in TRL) -----
     sync_ref_model: bool = field(default=False, metadata={"help": "Move the reference towards the policy."})
     ref_model_mixup_alpha: float = field(

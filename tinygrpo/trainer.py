@@ -310,7 +310,7 @@ class GRPOTrainer:
         info["num_sampled"] = sum(len(i["all_rewards"]) for i in infos)
         info["time_generate"] = sum(i["time_generate"] for i in infos)
         info["time_reward"] = sum(i["time_reward"] for i in infos)
-        return _concat(parts), info
+        return _concat(parts, self.tokenizer.pad_token_id), info
 
     @torch.inference_mode()
     def _add_ref_and_old_logps(self, batch: Batch, groups: torch.Tensor) -> None:
@@ -690,16 +690,24 @@ def _lengths(info: dict) -> list[int]:
     return [len(c.replace(EOS, "x")) for c in info["completions"]]
 
 
-def _concat(parts: list[Batch]) -> Batch:
-    """Concatenate sub-batches (their prompts are re-padded to a common width)."""
-    T = max(p.prompt_ids.size(1) for p in parts)
+def _concat(parts: list[Batch], pad_id: int) -> Batch:
+    """Concatenate sub-batches: prompts re-padded on the left, completions on the right, to common widths.
 
-    def lpad(t: torch.Tensor, value: int) -> torch.Tensor:
-        return torch.nn.functional.pad(t, (T - t.size(1), 0), value=value)
+    (Generation stops when every sequence has stopped, so rounds can differ in completion width.)
+    """
+    Tp = max(p.prompt_ids.size(1) for p in parts)
+    Tc = max(p.completion_ids.size(1) for p in parts)
+    F = torch.nn.functional
 
-    pad = 0
+    def left(t: torch.Tensor, value: int) -> torch.Tensor:
+        return F.pad(t, (Tp - t.size(1), 0), value=value)
+
+    def right(t: torch.Tensor, value: float) -> torch.Tensor:
+        return F.pad(t, (0, Tc - t.size(1)), value=value)
+
     return Batch(
-        torch.cat([lpad(p.prompt_ids, pad) for p in parts]), torch.cat([lpad(p.prompt_mask, 0) for p in parts]),
-        torch.cat([p.completion_ids for p in parts]), torch.cat([p.completion_mask for p in parts]),
+        torch.cat([left(p.prompt_ids, pad_id) for p in parts]), torch.cat([left(p.prompt_mask, 0) for p in parts]),
+        torch.cat([right(p.completion_ids, pad_id) for p in parts]),
+        torch.cat([right(p.completion_mask, 0.0) for p in parts]),
         torch.cat([p.advantages for p in parts]), torch.cat([p.rewards for p in parts]),
     )  # fmt: skip
