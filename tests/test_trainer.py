@@ -490,3 +490,18 @@ def test_dynamic_sampling_off_keeps_the_whole_batch(seed_reference, tmp_path):
     batch, info = tr._collect_batch()
     assert batch.prompt_ids.size(0) == tr.cfg.per_device_train_batch_size // tr.G
     assert "dynamic_sampling_rounds" not in info
+
+
+@pytest.mark.parametrize("dynamic_sampling", [True, False])
+def test_no_signal_means_no_update(seed_reference, tmp_path, dynamic_sampling):
+    # A constant reward leaves every group with zero variance: nothing to learn, so the weights must not move
+    # (a zero-gradient AdamW step would still move them through its momentum), with or without refills.
+    (tmp_path / "const.py").write_text("def const(completions, **kw):\n    return [1.0] * len(completions)\n")
+    out = tmp_path / "run"
+    assert run_main(seed_reference, out, "--reward_funcs", f"{tmp_path / 'const.py'}:const", "--max_steps", "3",
+                    "--dynamic_sampling", str(dynamic_sampling).lower(), "--save_steps", "0") == 0  # fmt: skip
+    before = load_file(str(Path(seed_reference) / "model.safetensors"))
+    after = load_file(str(out / "final" / "model.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    rows = [r for r in metric_rows(out) if r["step"] > 0]
+    assert rows and all(r["skipped_updates"] == 1 and r["frac_reward_zero_std"] == 1.0 for r in rows)

@@ -74,6 +74,7 @@ class Batch:
     ref_logps: torch.Tensor | None = None  # (P*G, Tc)
     ref_logits: torch.Tensor | None = None  # (P*G, Tc, V), only for kl_estimator="full"
     old_logps: torch.Tensor | None = None  # (P*G, Tc), only when the policy moves within a batch
+    empty: bool = False  # a placeholder group kept only so that every process runs a forward (weight 0)
 
     def groups(self, idx: torch.Tensor, G: int) -> Batch:
         """The sub-batch of the given group indices."""
@@ -85,7 +86,7 @@ class Batch:
         return Batch(
             self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[rows], self.completion_mask[rows],
             self.advantages[rows], self.rewards[rows], pick(self.ref_logps, rows), pick(self.ref_logits, rows),
-            pick(self.old_logps, rows),
+            pick(self.old_logps, rows), self.empty,
         )  # fmt: skip
 
 
@@ -306,6 +307,9 @@ class GRPOTrainer:
             sel = torch.nonzero(keep(b)).flatten()[: max(0, target - have)]
             parts.append(b.groups(sel, G))
             have += sel.numel()
+        if have == 0:  # nothing with signal in any round: keep one group as a zero-weight placeholder
+            parts = [batch.groups(torch.zeros(1, dtype=torch.long), G)]
+            parts[0].empty = True
         info["dynamic_sampling_rounds"] = len(infos) - 1
         info["num_sampled"] = sum(len(i["all_rewards"]) for i in infos)
         info["time_generate"] = sum(i["time_generate"] for i in infos)
@@ -353,7 +357,8 @@ class GRPOTrainer:
         n_proc = self.acc.num_processes
         total_rows = mb.completion_ids.size(0)
         total_tokens = mb.completion_mask.sum()
-        dummy = active.numel() == 0  # DDP needs a forward/backward on every process: use a zero-weighted group
+        # DDP needs a forward/backward on every process: with nothing to learn from, use a zero-weighted group.
+        dummy = active.numel() == 0 or mb.empty
         sub = mb.groups(active if not dummy else torch.zeros(1, dtype=torch.long), G)
         logits = self.scorer(sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G)  # (n, Tc, V)
         logp = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)  # (n, Tc)
@@ -405,11 +410,21 @@ class GRPOTrainer:
         n_groups = batch.prompt_ids.size(0)
         sums: dict[str, torch.Tensor] = {}
         grad_norms, losses = [], []
+        skipped_updates = 0
         self.scorer.train()
         for _ in range(cfg.num_iterations):
             for chunk in torch.arange(n_groups).tensor_split(cfg.num_mini_batches):
                 mb = batch.groups(chunk, G)
-                loss, s = self.compute_loss(mb, self._active_groups(mb))
+                active = self._active_groups(mb) if not mb.empty else torch.zeros(0, dtype=torch.long)
+                n_active = torch.tensor(float(active.numel()))
+                if self.acc.num_processes > 1:
+                    n_active = self.acc.reduce(n_active, "sum")
+                if n_active.item() == 0:
+                    # No group with signal on any process: no update (a zero-gradient AdamW step would still
+                    # move the weights through its momentum).
+                    skipped_updates += 1
+                    continue
+                loss, s = self.compute_loss(mb, active)
                 bad = torch.tensor(float(not torch.isfinite(loss)))
                 if self.acc.reduce(bad, "max").item() > 0:
                     self._nonfinite("loss")
@@ -431,6 +446,8 @@ class GRPOTrainer:
         total = self.acc.reduce(torch.stack([sums[k] for k in keys]), "sum") if keys else torch.zeros(0)
         tok = max(float(total[keys.index("tokens")]), 1.0) if keys else 1.0
         out = {k: float(v) / tok for k, v in zip(keys, total, strict=True) if k != "tokens"}
+        if skipped_updates:
+            out["skipped_updates"] = skipped_updates
         if losses:
             out["loss"] = float(self.acc.reduce(torch.stack(losses).mean(), "mean"))
             out["grad_norm"] = sum(grad_norms) / len(grad_norms)
