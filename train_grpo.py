@@ -16,6 +16,7 @@ from tinygrpo.config import ConfigError, GRPOConfig, parse_config
 
 DEFAULT_REFERENCE = GRPOConfig.__dataclass_fields__["model_name_or_path"].default
 RUN_FILES = ("metrics.jsonl", "completions.jsonl", "plots.png", "summary.json", "config.json")
+RUN_EVIDENCE = ("metrics.jsonl", "completions.jsonl", "summary.json", "final")  # config.json alone: a failed start
 
 
 def prepare_output_dir(cfg: GRPOConfig) -> None:
@@ -23,7 +24,7 @@ def prepare_output_dir(cfg: GRPOConfig) -> None:
     out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output_dir {out} exists and is not a directory")
-    previous = out.is_dir() and any((out / f).exists() for f in RUN_FILES + ("final",))
+    previous = out.is_dir() and any((out / f).exists() for f in RUN_EVIDENCE)
     previous = previous or (out.is_dir() and any(out.glob("checkpoint-*")))
     if cfg.resume_from_checkpoint or not previous:
         return
@@ -39,6 +40,7 @@ def prepare_output_dir(cfg: GRPOConfig) -> None:
 
 
 def load_model_and_tokenizer(path: str, what: str):
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import tiny_lm  # noqa: F401  (registers the model type with the Auto classes)
@@ -47,21 +49,34 @@ def load_model_and_tokenizer(path: str, what: str):
     if not (p / "config.json").is_file():
         raise ConfigError(f"{what}={path}: no model there (missing config.json)")
     try:
-        model = AutoModelForCausalLM.from_pretrained(p, use_safetensors=True)
+        model, info = AutoModelForCausalLM.from_pretrained(p, use_safetensors=True, output_loading_info=True)
         tokenizer = AutoTokenizer.from_pretrained(p)
     except Exception as e:  # noqa: BLE001  (any load failure is the user's checkpoint; say which and why)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"{what}={path}: cannot load the model: {msg}") from None
+    # transformers initialises absent weights silently: a checkpoint that does not match the model is an error.
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        keys = sorted(str(k) for k in info.get(kind, []))
+        if keys:
+            raise ConfigError(
+                f"{what}={path}: the weights do not match the {type(model).__name__} architecture "
+                f"({len(keys)} {kind.replace('_', ' ')}, e.g. {keys[0]})"
+            )
+    for name, param in model.named_parameters():
+        if not torch.isfinite(param).all():
+            raise ConfigError(f"{what}={path}: weight {name} holds NaN or infinite values")
     if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
         raise ConfigError(f"{what}={path}: the tokenizer needs a pad and an eos token")
     return model, tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:
+    import datasets
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    datasets.disable_progress_bars()  # no "Generating train split" bars before a one-line error
     try:
         cfg = parse_config(argv)
         import os

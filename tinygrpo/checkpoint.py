@@ -81,8 +81,16 @@ def publish(tmp_dir: Path, final_dir: Path) -> None:
 
 
 def prune(output_dir: str | Path, keep: int) -> None:
-    """Delete the oldest complete checkpoints beyond `keep`, and leftovers of interrupted saves."""
-    for p in checkpoint_dirs(output_dir)[:-keep]:
-        shutil.rmtree(p, ignore_errors=True)
-    for p in Path(output_dir).glob(".tmp-checkpoint-*"):
-        shutil.rmtree(p, ignore_errors=True)
+    """Delete the oldest complete checkpoints beyond `keep`, and leftovers of interrupted saves or deletions.
+
+    A checkpoint is first renamed out of the `checkpoint-<step>` namespace, then deleted: a kill during the delete
+    leaves a `.del-` directory that nothing mistakes for a checkpoint.
+    """
+    out = Path(output_dir)
+    for p in checkpoint_dirs(out)[:-keep]:
+        doomed = p.with_name(".del-" + p.name)
+        os.replace(p, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+    for pattern in (".tmp-checkpoint-*", ".del-checkpoint-*", "checkpoint-*.old"):
+        for p in out.glob(pattern):
+            shutil.rmtree(p, ignore_errors=True)

@@ -279,8 +279,8 @@ class GRPOConfig:
 
 
 class _Parser(HfArgumentParser):
-    def error(self, message: str) -> None:  # argparse prints usage + error; we print one line
-        sys.exit(f"error: {message}")
+    def error(self, message: str) -> None:  # argparse prints usage and exits; we raise, the caller prints one line
+        raise ConfigError(message)
 
 
 def _yaml_to_argv(path: str) -> list[str]:

@@ -89,6 +89,9 @@ def load_problems(name_or_path: str) -> DatasetDict:
     files = {p.stem: str(p) for p in sorted(path.glob("*.jsonl"))}
     if not files:
         raise ValueError(f"dataset {name_or_path!r}: no <split>.jsonl files in {path}")
+    for split, f in files.items():
+        if Path(f).stat().st_size == 0:
+            raise ValueError(f"dataset {name_or_path!r} split {split!r} is empty ({f} has no rows)")
     return load_dataset("json", data_files=files)
 
 

@@ -14,6 +14,7 @@ import shutil
 import signal
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -441,7 +442,9 @@ class GRPOTrainer:
                 losses.append(loss.detach())
                 for k, v in s.items():
                     sums[k] = sums.get(k, 0.0) + v
-        self.scheduler.step()
+        with warnings.catch_warnings():  # a step without an update still advances the schedule, on purpose
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before")
+            self.scheduler.step()
         keys = sorted(sums)
         total = self.acc.reduce(torch.stack([sums[k] for k in keys]), "sum") if keys else torch.zeros(0)
         tok = max(float(total[keys.index("tokens")]), 1.0) if keys else 1.0

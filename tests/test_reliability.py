@@ -1,0 +1,639 @@
+"""Reliability of train_grpo: kill/resume exactness, determinism, nothing lost, numerical faults, bad input, safe loading.
+
+Every run is tiny (the 36 seed-bank prompts, the session's 26 k-parameter `seed_reference`, 32 completions of <= 3
+tokens per step), so a step takes ~15-50 ms; most of the time goes into starting Python subprocesses (~5-10 s each
+on a loaded 2-core machine), which the kill and Ctrl-C tests need: a real SIGKILL / SIGINT to a real process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import train_grpo
+from tinygrpo import checkpoint as ckpt
+from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
+
+REPO = Path(train_grpo.__file__).resolve().parent
+SMALL = (
+    "--dataset", "seed_bank", "--train_split", "train", "--eval_split", "train",
+    "--per_device_train_batch_size", "32", "--num_generations", "4", "--max_completion_length", "3",
+    "--disable_tqdm", "true", "--make_plots", "false", "--torch_num_threads", "1",
+)  # fmt: skip
+# The kill/resume runs: long enough (N steps of ~15-50 ms) that a poller catches the run mid-way after its first
+# checkpoints; every step logged, so that resume has lines to truncate.
+N_STEPS = 150
+LONG = ("--max_steps", str(N_STEPS), "--save_steps", "3", "--logging_steps", "1", "--eval_steps", "25")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+# ================================================================================================ helpers
+
+
+def cli(ref: str, out: Path, *extra: str) -> list[str]:
+    """train_grpo argv on the seed bank; `extra` flags come last, so they override these (later flags win)."""
+    return ["--model_name_or_path", ref, *SMALL, "--output_dir", str(out), *extra]
+
+
+def run_inproc(ref: str, out: Path, *extra: str) -> int:
+    return train_grpo.main(cli(ref, out, *extra))
+
+
+def start(ref: str, out: Path, *extra: str, tag: str = "run") -> subprocess.Popen:
+    """`python train_grpo.py ...` as a real process; stdout/stderr go to files next to output_dir (no pipe can
+    fill up and stall it)."""
+    logs = out.parent / f"{out.name}.{tag}"
+    return subprocess.Popen(
+        [sys.executable, "train_grpo.py", *cli(ref, out, *extra)], cwd=REPO, env=ENV,
+        stdout=open(f"{logs}.out", "w"), stderr=open(f"{logs}.err", "w"), text=True,
+    )  # fmt: skip
+
+
+def stderr_of(out: Path, tag: str = "run") -> str:
+    return Path(f"{out.parent / out.name}.{tag}.err").read_text()
+
+
+def last_step(out: Path) -> int:
+    """The step of the last complete line of metrics.jsonl (-1 if none); safe while the file is being appended."""
+    path = out / "metrics.jsonl"
+    if not path.is_file():
+        return -1
+    for line in reversed(path.read_text().splitlines()):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError):
+            continue
+    return -1
+
+
+def latest_step(out: Path) -> int:
+    found = ckpt.checkpoint_dirs(out)
+    return int(found[-1].name.split("-")[1]) if found else -1
+
+
+def wait_for(cond: Callable[[], bool], proc: subprocess.Popen, what: str, timeout: float = 180) -> None:
+    """Poll every 5 ms until cond() holds; fail if the process ends first (then the run was too short)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended (rc={proc.returncode}) before {what}: raise N_STEPS")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def sigkill(proc: subprocess.Popen) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, f"the run ended by itself (rc={proc.returncode}): raise N_STEPS"  # fmt: skip
+
+
+def stripped_metrics(out: Path) -> list[str]:
+    """metrics.jsonl without the timing keys (the only ones allowed to differ), each line re-serialised sorted."""
+    return [
+        json.dumps({k: v for k, v in row.items() if not k.startswith(TIMING_PREFIXES)}, sort_keys=True)
+        for row in read_jsonl(out / "metrics.jsonl")
+    ]
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert wa.keys() == wb.keys() and wa
+    different = [k for k in wa if not torch.equal(wa[k], wb[k])]
+    assert different == [], f"tensors differ: {different}"
+
+
+def assert_same_run(out: Path, reference: Path) -> None:
+    """Same metrics (timings aside), same sampled completions, same final weights, bit for bit."""
+    got, want = stripped_metrics(out), stripped_metrics(reference)
+    assert len(got) == len(want) and got == want
+    assert (out / "completions.jsonl").read_bytes() == (reference / "completions.jsonl").read_bytes()
+    assert_same_weights(out / "final", reference / "final")
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+CHECKPOINT_FILES = {"model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl", "sampler_0.json",
+                    ckpt.STATE_FILE}  # fmt: skip
+
+
+def assert_checkpoints_sound(out: Path) -> None:
+    """Every checkpoint that checkpoint_dirs() lists is complete and loadable, and `latest` is the newest of them."""
+    found = ckpt.checkpoint_dirs(out)
+    assert found, f"no complete checkpoint in {sorted(p.name for p in out.iterdir())}"
+    for p in found:
+        names = {f.name for f in p.iterdir()}
+        assert names >= CHECKPOINT_FILES, (p, sorted(names))
+        state = json.loads((p / ckpt.STATE_FILE).read_text())
+        assert p.name == f"checkpoint-{state['step']}"
+        # A complete safetensors file (loading checks the header against the file size).
+        assert load_file(str(p / "model.safetensors"))
+        json.loads((p / "sampler_0.json").read_text())
+        for name in ("optimizer.bin", "scheduler.bin", "random_states_0.pkl"):
+            torch.load(p / name, weights_only=False)  # complete pickles (trusted: we just wrote them)
+    latest = ckpt.resolve_checkpoint("latest", out)
+    assert latest == found[-1] and not latest.name.startswith(".")
+
+
+# ================================================================================================ fixtures
+
+
+@pytest.fixture(scope="module")
+def straight_run(seed_reference, tmp_path_factory) -> Path:
+    """Run A: the uninterrupted N-step run that every interrupted-and-resumed run must reproduce exactly."""
+    out = tmp_path_factory.mktemp("straight") / "a"
+    assert run_inproc(seed_reference, out, *LONG) == 0
+    assert last_step(out) == N_STEPS
+    return out
+
+
+# ================================================================================================ 1. kill / resume
+
+
+def test_sigkill_after_a_checkpoint_then_resume_is_exact(seed_reference, straight_run, tmp_path):
+    out = tmp_path / "b"
+    proc = start(seed_reference, out, *LONG)
+    # Kill once checkpoint-6 (or a later one) exists AND a few steps past it are logged: resume must drop them.
+    wait_for(lambda: latest_step(out) >= 6 and last_step(out) >= latest_step(out) + 2, proc, "checkpoint-6, +2 steps")  # fmt: skip
+    sigkill(proc)
+    killed_at, resumed_from = last_step(out), latest_step(out)
+    assert 6 <= resumed_from < killed_at < N_STEPS
+    assert_checkpoints_sound(out)
+
+    proc = start(seed_reference, out, *LONG, "--resume_from_checkpoint", "latest", tag="resume")
+    assert proc.wait(timeout=300) == 0, stderr_of(out, "resume")
+    assert f"at step {resumed_from}" in Path(f"{out}.resume.out").read_text()
+    assert_same_run(out, straight_run)
+
+
+def test_sigkills_at_random_moments_leave_only_complete_checkpoints(seed_reference, straight_run, tmp_path):
+    """save_steps=1: a checkpoint is written every step, so a SIGKILL at a random moment often lands inside a save
+    (publish, prune, fsync). After every kill, checkpoint_dirs() may only list complete, loadable checkpoints and
+    `latest` is the newest of them; after all the kills, the resumed run still equals the uninterrupted one."""
+    out = tmp_path / "k"
+    rng = random.Random(1234)
+    saw_tmp = []
+    for attempt in range(2):
+        before = latest_step(out)
+        resume = ("--resume_from_checkpoint", "latest") if attempt else ()
+        proc = start(seed_reference, out, *LONG, "--save_steps", "1", *resume, tag=f"kill{attempt}")
+        wait_for(lambda b=before: latest_step(out) > b + 1, proc, f"a new checkpoint after {before}")
+        time.sleep(rng.uniform(0.0, 0.3))
+        sigkill(proc)
+        saw_tmp.append(sorted(p.name for p in out.glob(".tmp-checkpoint-*")))
+        assert_checkpoints_sound(out)
+        assert latest_step(out) > before
+    print(f"leftover .tmp-checkpoint-* after each kill: {saw_tmp}")
+
+    # A leftover of an interrupted save, even one holding a state file, never counts; nor does a checkpoint-<n>
+    # without its state file (not published by rename, e.g. a partial copy).
+    newest = latest_step(out)
+    leftover = out / f".tmp-checkpoint-{newest + 100}"
+    shutil.copytree(ckpt.checkpoint_dirs(out)[-1], leftover, dirs_exist_ok=True)
+    (out / f"checkpoint-{newest + 200}").mkdir()
+    assert ckpt.resolve_checkpoint("latest", out) == out / f"checkpoint-{newest}"
+
+    rc = run_inproc(seed_reference, out, *LONG, "--save_steps", "1", "--resume_from_checkpoint", "latest")
+    assert rc == 0
+    assert not leftover.exists()  # the next save's prune removes leftovers
+    assert_same_run(out, straight_run)
+
+
+def test_kill_while_pruning_leaves_no_half_deleted_checkpoint(seed_reference, tmp_path, monkeypatch):
+    """Deterministic stand-in for a SIGKILL that lands inside prune()'s rmtree: the simulated kill happens after
+    the first file of the old checkpoint is gone (rmtree's order is the directory's order; here: the weights)."""
+    out = tmp_path / "p"
+    assert run_inproc(seed_reference, out, "--max_steps", "4", "--save_steps", "2", "--save_total_limit", "1",
+                      "--eval_split", "") == 0  # fmt: skip
+    assert [p.name for p in ckpt.checkpoint_dirs(out)] == ["checkpoint-4"]
+    old = out / "checkpoint-2"
+    shutil.copytree(out / "checkpoint-4", old)
+    state = json.loads((old / ckpt.STATE_FILE).read_text())
+    (old / ckpt.STATE_FILE).write_text(json.dumps({**state, "step": 2}))
+
+    class Killed(BaseException):
+        pass
+
+    def dying_rmtree(path, *a, **k):
+        (Path(path) / "model.safetensors").unlink()
+        raise Killed
+
+    monkeypatch.setattr(ckpt.shutil, "rmtree", dying_rmtree)
+    with pytest.raises(Killed):
+        ckpt.prune(out, keep=1)
+    monkeypatch.undo()
+    for p in ckpt.checkpoint_dirs(out):
+        assert (p / "model.safetensors").is_file(), f"{p.name} is listed as complete but has no weights"
+
+
+# ================================================================================================ 2. determinism
+
+
+def test_same_seed_same_run_different_seed_different_run(seed_reference, tmp_path):
+    short = ("--max_steps", "8", "--save_steps", "4", "--logging_steps", "1", "--eval_steps", "4")
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    assert run_inproc(seed_reference, a, *short) == 0
+    assert run_inproc(seed_reference, b, *short) == 0
+    assert run_inproc(seed_reference, c, *short, "--seed", "7") == 0
+    assert len(stripped_metrics(a)) == 1 + 8  # the step-0 evaluation, then one row per step
+    assert stripped_metrics(a) == stripped_metrics(b)  # identical JSON lines once timings are dropped
+    assert_same_run(a, b)
+    assert_same_weights(a / "checkpoint-4", b / "checkpoint-4")
+    assert stripped_metrics(a)[1:] != stripped_metrics(c)[1:]  # (step 0 is greedy evaluation: seed-free)
+    wa, wc = load_file(str(a / "final/model.safetensors")), load_file(str(c / "final/model.safetensors"))
+    assert any(not torch.equal(wa[k], wc[k]) for k in wa)
+
+
+# ================================================================================================ 3. nothing lost
+
+
+def test_second_run_into_the_same_output_dir_is_refused_and_changes_nothing(seed_reference, tmp_path, capfd):
+    out = tmp_path / "run"
+    rc = run_inproc(seed_reference, out, "--max_steps", "3", "--save_steps", "2", "--logging_steps", "1")
+    assert rc == 0
+    before = snapshot(out)
+    assert {"metrics.jsonl", "completions.jsonl", "config.json", "summary.json", "final/model.safetensors",
+            "checkpoint-2/model.safetensors"} <= before.keys()  # fmt: skip
+    capfd.readouterr()
+
+    assert run_inproc(seed_reference, out, "--max_steps", "5", "--seed", "3") == 1
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "--overwrite_output_dir" in err[0], err
+    assert snapshot(out) == before  # byte-identical, nothing added or removed
+
+    assert run_inproc(seed_reference, out, "--max_steps", "5", "--seed", "3", "--logging_steps", "1",
+                      "--overwrite_output_dir", "true") == 0  # fmt: skip
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == list(range(6))  # only the new run's rows
+    assert not (out / "checkpoint-2").exists()  # the old run's checkpoints are gone, not mixed in
+
+
+def test_sigint_stops_at_a_step_boundary_saves_and_resumes(seed_reference, straight_run, tmp_path):
+    out = tmp_path / "i"
+    proc = start(seed_reference, out, *LONG)
+    wait_for(lambda: last_step(out) >= 4, proc, "step 4")
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    err = stderr_of(out)
+    assert "--resume_from_checkpoint" in err and "Traceback" not in err, err
+    stopped = last_step(out)
+    assert 4 <= stopped < N_STEPS
+    assert latest_step(out) == stopped  # the checkpoint is at the step the run stopped after
+    assert_checkpoints_sound(out)
+    assert not (out / "final").exists()
+
+    assert run_inproc(seed_reference, out, *LONG, "--resume_from_checkpoint", "latest") == 0
+    assert_same_run(out, straight_run)
+
+
+# ================================================================================================ 4. numerical faults
+# A reliable non-finite loss: rewards are checked to be finite, but a finite 1e38 / 3e38 is allowed. With
+# advantage_mode=reinforce the advantage IS the reward (no baseline, no scaling), and the dapo loss sums
+# -ratio * A over every completion token of the batch: the 4 completions (>= 1 token each) of one group at
+# 1e38..3e38 overflow float32 to -inf. The reward is huge only for the prompt "0+0=", so only the steps whose
+# prompts include it fault (once per pass over the 36 prompts); the others train normally. The values alternate
+# within the group so that it is never a zero-variance group (dynamic sampling would drop it). Independent of the
+# sampled completions, hence of the model and the seed.
+
+HUGE_REWARD = """
+def huge(prompts, completions, **kwargs):
+    return [(3e38 if i % 2 else 1e38) if p == "0+0=" else 0.0 for i, p in enumerate(prompts)]
+"""
+NONFINITE = ("--advantage_mode", "reinforce", "--dynamic_sampling", "false", "--max_steps", "12", "--logging_steps", "1")  # fmt: skip
+
+
+@pytest.fixture
+def huge_reward(tmp_path) -> str:
+    path = tmp_path / "hugerew.py"
+    path.write_text(HUGE_REWARD)
+    return f"{path}:huge"
+
+
+def test_nonfinite_loss_stops_with_one_line_naming_step_and_quantity(seed_reference, tmp_path, huge_reward, capfd):  # fmt: skip
+    out = tmp_path / "nan"
+    rewards = ("--reward_funcs", "accuracy", huge_reward)
+    rc = run_inproc(seed_reference, out, *rewards, *NONFINITE, "--save_steps", "1")
+    assert rc == 1
+    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    errors = [line for line in err if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert "Traceback" not in "\n".join(err)
+    line = errors[0]
+    assert "loss" in line and "NaN or infinite" in line, line
+    step = int(line.split("step ")[1].split(":")[0])
+    assert 1 <= step <= 12
+    assert last_step(out) == step - 1  # nothing of the faulty step was logged...
+    if step > 1:
+        assert latest_step(out) == step - 1  # ...and the last good step's checkpoint is intact
+        assert_checkpoints_sound(out)
+
+
+def test_nonfinite_loss_with_skip_completes_and_counts_the_skips(seed_reference, tmp_path, huge_reward):
+    out = tmp_path / "skip"
+    assert run_inproc(seed_reference, out, "--reward_funcs", "accuracy", huge_reward, *NONFINITE,
+                      "--on_nonfinite", "skip") == 0  # fmt: skip
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if r["step"] > 0]
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    skipped = rows[-1]["nonfinite_skipped"]
+    assert 0 < skipped < 12
+    assert sum("loss" not in r for r in rows) >= skipped  # a skipped step logs no loss
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in rows if "loss" in r)
+    final = load_file(str(out / "final" / "model.safetensors"))
+    assert all(torch.isfinite(t).all() for t in final.values())  # a skipped step never touched the weights
+
+
+# ================================================================================================ 5. bad input
+
+
+def _ref_copy(tmp: Path, ref: str) -> Path:
+    dst = tmp / "ref_copy"
+    shutil.copytree(ref, dst)
+    return dst
+
+
+def _dataset(tmp: Path, lines: list[dict] | None) -> str:
+    d = tmp / "ds"
+    d.mkdir()
+    (d / "train.jsonl").write_text("" if lines is None else "".join(json.dumps(r) + "\n" for r in lines))
+    return str(d)
+
+
+def _truncated_weights(tmp, ref):
+    d = _ref_copy(tmp, ref)
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+    return ["--model_name_or_path", str(d)]
+
+
+def _weights_missing_a_tensor(tmp, ref):
+    d = _ref_copy(tmp, ref)
+    w = load_file(str(d / "model.safetensors"))
+    w.pop(next(k for k in w if k.endswith("ln_f.weight")))
+    save_file(w, str(d / "model.safetensors"), metadata={"format": "pt"})
+    return ["--model_name_or_path", str(d)]
+
+
+def _config(tmp, ref, text):
+    d = _ref_copy(tmp, ref)
+    (d / "config.json").write_text(text)
+    return ["--model_name_or_path", str(d)]
+
+
+def _bert(tmp, ref):
+    cfg = json.loads((Path(ref) / "config.json").read_text())
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+    return _config(
+        tmp, ref, json.dumps({**cfg, **small, "model_type": "bert", "architectures": ["BertLMHeadModel"]})
+    )
+
+
+def _tokenizer_mismatch(tmp, ref):
+    from tiny_lm.tokenization_tiny_lm import build_tokenizer
+
+    d = _ref_copy(tmp, ref)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (d / f).unlink()
+    build_tokenizer("0123456789+=abc").save_pretrained(d)
+    return ["--model_name_or_path", str(d)]
+
+
+def _yaml(tmp, text):
+    p = tmp / "recipe.yaml"
+    p.write_text(text)
+    return ["--config", str(p)]
+
+
+def _reward_file(tmp, body, func):
+    p = tmp / "myreward.py"
+    p.write_text(body)
+    return ["--reward_funcs", f"{p}:{func}"]
+
+
+def _output_is_a_file(tmp, ref):
+    (tmp / "out").write_text("not a directory")
+    return []
+
+
+BAD = {
+    # --- config: caught by parse_config / GRPOConfig.__post_init__
+    # A typo'd flag must not be ignored silently.
+    "unknown_flag": (lambda t, r: ["--num_generatoins", "4"], "--num_generatoins"),
+    # ...nor a typo'd key in a recipe.
+    "unknown_yaml_key": (lambda t, r: _yaml(t, "learning_rat: 0.1\n"), "learning_rat"),
+    # A group needs at least 2 samples for a baseline.
+    "G_below_2": (lambda t, r: ["--num_generations", "1", "--per_device_train_batch_size", "8"], "num_generations"),
+    # Each process must hold whole groups.
+    "batch_not_whole_groups": (lambda t, r: ["--per_device_train_batch_size", "30"], "per_device_train_batch_size"),
+    # epsilon <= 0 makes the clip range empty.
+    "epsilon_zero": (lambda t, r: ["--epsilon", "0"], "epsilon"),
+    # A negative KL coefficient rewards drifting away from the reference.
+    "beta_negative": (lambda t, r: ["--beta", "-0.1"], "beta"),
+    # Enumerated choices are checked and the allowed values listed.
+    "unknown_loss_type": (lambda t, r: ["--loss_type", "ppo"], "loss_type"),
+    "unknown_kl_estimator": (lambda t, r: ["--kl_estimator", "k4", "--beta", "0.1"], "kl_estimator"),
+    # One weight per reward function.
+    "reward_weights_count": (lambda t, r: ["--reward_weights", "1", "2"], "reward_weights"),
+    # A NaN learning rate would poison every weight at step 1.
+    "learning_rate_nan": (lambda t, r: ["--learning_rate", "nan"], "learning_rate"),
+    # A recipe that is not YAML at all.
+    "invalid_yaml": (lambda t, r: _yaml(t, "max_steps: [1, 2\n"), "not valid YAML"),
+    # --- output dir
+    # output_dir names an existing file.
+    "output_dir_is_a_file": (_output_is_a_file, "not a directory"),
+    # --- data: caught by load_split / GRPOTrainer._check_inputs
+    # A dataset name that does not exist.
+    "unknown_dataset": (lambda t, r: ["--dataset", str(t / "nope")], "no such directory"),
+    # A split that does not exist.
+    "unknown_split": (lambda t, r: ["--train_split", "validation"], "validation"),
+    # An empty training set: nothing to sample prompts from.
+    "empty_dataset": (lambda t, r: ["--dataset", _dataset(t, None), "--eval_split", ""], "empty"),
+    # Rows without the prompt column.
+    "no_prompt_column": (
+        lambda t, r: ["--dataset", _dataset(t, [{"question": "1+2=", "answer": "3"}]), "--eval_split", ""], "prompt"),
+    # The accuracy reward needs the answer column.
+    "no_answer_column": (lambda t, r: ["--dataset", _dataset(t, [{"prompt": "1+2="}]), "--eval_split", ""], "answer"),
+    # '*' is not in the char tokenizer's vocabulary (there is no <unk>).
+    "char_outside_vocab": (
+        lambda t, r: ["--dataset", _dataset(t, [{"prompt": "3*4=", "answer": "12"}]), "--eval_split", ""], "'*'"),
+    # 4-token prompts + 100 completion tokens exceed the 16 positions of the reference.
+    "longer_than_context": (lambda t, r: ["--max_completion_length", "100"], "context"),
+    # --- model / tokenizer: caught by load_model_and_tokenizer / _check_inputs
+    "missing_model_dir": (lambda t, r: ["--model_name_or_path", str(t / "missing")], "missing config.json"),
+    # A half-written weights file.
+    "truncated_weights": (_truncated_weights, "cannot load the model"),
+    # config.json that is not JSON.
+    "garbage_config": (lambda t, r: _config(t, r, "{ this is not json"), "cannot load the model"),
+    # A weights file without the final layer norm's weight (a partial / wrong export).
+    "weights_missing_a_tensor": (_weights_missing_a_tensor, "ln_f.weight"),
+    # A different architecture under the same directory layout.
+    "wrong_architecture": (_bert, "model_name_or_path"),
+    # A tokenizer with 3 more tokens than the model's embedding.
+    "tokenizer_vocab_mismatch": (_tokenizer_mismatch, "tokenizer has 17 tokens"),
+    # --- rewards: caught by resolve_rewards and the probe in _check_inputs
+    "unknown_reward": (lambda t, r: ["--reward_funcs", "acuracy"], "unknown reward 'acuracy'"),
+    "missing_reward_file": (lambda t, r: ["--reward_funcs", str(t / "nope.py") + ":f"], "not found"),
+    "reward_raises": (
+        lambda t, r: _reward_file(t, "def boom(completions, **kw):\n    raise RuntimeError('kaboom')\n", "boom"),
+        "kaboom"),
+    "reward_file_has_no_such_function": (lambda t, r: _reward_file(t, "def f(completions):\n    return []\n", "g"),
+                                         "no function 'g'"),
+    # --- resume
+    "resume_from_nowhere": (lambda t, r: ["--resume_from_checkpoint", str(t / "nowhere")], "not a checkpoint"),
+    "resume_latest_without_checkpoints": (lambda t, r: ["--resume_from_checkpoint", "latest"], "no complete checkpoint"),
+}  # fmt: skip
+
+# Parser (argparse) errors: in-process, main() raises SystemExit instead of returning 1 (see the report).
+PARSER_ERRORS = {
+    # A value of the wrong type.
+    "wrong_type": (lambda t, r: ["--num_generations", "two"], "num_generations"),
+    # ...also from a recipe, whose values go through the same parser.
+    "wrong_type_in_yaml": (lambda t, r: _yaml(t, "num_generations: two\n"), "num_generations"),
+}
+
+ERROR_LINES: dict[str, str] = {}
+
+
+def check_one_error_line(stderr: str, needle: str, rc, out: Path) -> str:
+    assert isinstance(rc, int) and rc != 0, f"exit code {rc!r}"
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error:"), lines
+    assert needle in lines[0], lines[0]
+    assert not (out / "metrics.jsonl").exists()  # no training happened
+    return lines[0]
+
+
+def _main_rc(argv: list[str]):
+    try:
+        return train_grpo.main(argv)
+    except SystemExit as e:
+        return f"SystemExit({e.code!r})"
+
+
+@pytest.mark.parametrize("name", [*BAD, *(f"{n}-inprocess" for n in PARSER_ERRORS)])
+def test_bad_input_is_one_error_line_and_no_training(name, seed_reference, tmp_path, capfd):
+    make, needle = BAD.get(name) or PARSER_ERRORS[name.removesuffix("-inprocess")]
+    out = tmp_path / "out"
+    # --max_steps 2: should a bad input slip through, it trains 2 steps, not the default 150.
+    argv = cli(seed_reference, out, "--max_steps", "2", *make(tmp_path, seed_reference))
+    capfd.readouterr()
+    rc = _main_rc(argv)
+    captured = capfd.readouterr()
+    print(f"{name}: rc={rc} stderr={captured.err.strip()!r}")
+    ERROR_LINES[name] = check_one_error_line(captured.err, needle, rc, out)
+
+
+@pytest.mark.parametrize("name", list(PARSER_ERRORS))
+def test_bad_input_subprocess(name, seed_reference, tmp_path):
+    make, needle = PARSER_ERRORS[name]
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "train_grpo.py", *cli(seed_reference, out, *make(tmp_path, seed_reference))],
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    print(f"{name}: rc={proc.returncode} stderr={proc.stderr.strip()!r}")
+    ERROR_LINES[name] = check_one_error_line(proc.stderr, needle, proc.returncode, out)
+    assert proc.stdout == ""
+
+
+def test_custom_dataset_error_is_the_only_stderr_output(seed_reference, tmp_path, capfd):
+    out = tmp_path / "out"
+    ds = _dataset(tmp_path, [{"question": "1+2=", "answer": "3"}])
+    capfd.readouterr()
+    assert run_inproc(seed_reference, out, "--dataset", ds, "--eval_split", "") == 1
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), lines
+
+
+def test_a_failed_launch_leaves_the_output_dir_reusable(seed_reference, tmp_path, capfd):
+    out = tmp_path / "out"
+    assert run_inproc(seed_reference, out, "--max_steps", "2", "--resume_from_checkpoint", "latest") == 1
+    capfd.readouterr()
+    rc = run_inproc(seed_reference, out, "--max_steps", "2")
+    assert rc == 0, capfd.readouterr().err
+
+
+# ================================================================================================ 6. safe loading
+
+
+def test_no_pickle_loading_in_project_code():
+    sources = [REPO / "train_grpo.py", *(REPO / "tinygrpo").rglob("*.py"), *(REPO / "tiny_lm").rglob("*.py"),
+               *(REPO / "rewards").rglob("*.py")]  # fmt: skip
+    offenders = []
+    for path in sources:
+        text = path.read_text()
+        for i, line in enumerate(text.splitlines(), 1):
+            code = line.split("#")[0]
+            if "weights_only=False" in code or "pickle.load" in code or "torch.load(" in code:
+                offenders.append(f"{path.relative_to(REPO)}:{i}: {line.strip()}")
+    assert offenders == []
+
+
+def test_checkpoints_hold_safetensors_and_resume_never_unpickles(seed_reference, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    assert run_inproc(seed_reference, out, "--max_steps", "2", "--save_steps", "1", "--eval_split", "") == 0
+    for p in [*ckpt.checkpoint_dirs(out), out / "final"]:
+        names = {f.name for f in p.iterdir()}
+        assert "model.safetensors" in names and not names & {"pytorch_model.bin", "model.bin"}, names
+
+    calls = []
+    real_load = torch.load
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("weights_only"))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    assert run_inproc(seed_reference, out, "--max_steps", "3", "--eval_split", "",
+                      "--resume_from_checkpoint", str(out / "checkpoint-2")) == 0  # fmt: skip
+    # accelerate loads the optimizer, scheduler and RNG states (torch pickles) with weights_only=True.
+    assert calls and all(w is True for w in calls), calls
+
+
+# ================================================================================================ a crafted NaN model
+
+
+def test_model_with_a_nan_weight_is_refused(seed_reference, tmp_path, capfd):
+    """A checkpoint whose weights hold a NaN (written with safetensors) -> exit 1, one error line saying NaN (at load
+    time, or at the latest as step 1's non-finite loss)."""
+    d = _ref_copy(tmp_path, seed_reference)
+    w = load_file(str(d / "model.safetensors"))
+    key = next((k for k in w if k.endswith("ln_f.weight")), next(iter(w)))
+    w[key] = w[key].clone()
+    w[key].view(-1)[0] = float("nan")
+    save_file(w, str(d / "model.safetensors"), metadata={"format": "pt"})
+    out = tmp_path / "out"
+    capfd.readouterr()
+    rc = run_inproc(str(d), out, "--max_steps", "3", "--eval_split", "", "--dynamic_sampling", "false")
+    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert rc == 1 and len(err) == 1 and err[0].startswith("error:") and "NaN" in err[0], (rc, err)
+
+
+CONSTANT_REWARD = """
+def const(completions, **kwargs):
+    return [1.0] * len(completions)
+"""
+
+
+def test_dynamic_sampling_with_no_signal_at_all_does_not_crash(seed_reference, tmp_path, capfd):
+    """A constant reward: every group has zero variance in every round (so does a model that is always right, as in a
+    long seed-bank run). Regression test: this used to end in an IndexError on the empty batch."""
+    path = tmp_path / "constrew.py"
+    path.write_text(CONSTANT_REWARD)
+    out = tmp_path / "out"
+    rc = run_inproc(seed_reference, out, "--reward_funcs", f"{path}:const", "--dynamic_sampling", "true",
+                    "--max_steps", "2", "--eval_split", "")  # fmt: skip
+    assert rc == 0 and last_step(out) == 2
