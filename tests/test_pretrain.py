@@ -19,16 +19,6 @@ from tinygrpo.problems import build_seed_bank
 CHANCE = 1 / 13  # the seed bank's answers are one of the 11 sums 0..10; ~1/13 allows for format errors
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny ops: with 2 intra-op threads on a loaded 2-core box, OpenMP oversubscription made the SFT run
-    # ~60x slower (1 s -> 60-100 s). One thread is as fast when idle and immune to it; restored afterwards.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sft")

@@ -20,16 +20,6 @@ PROMPTS = ["1+2=", "37+48=", "5+55=", "9+0="]  # different lengths, so the batch
 EOS, PAD = 1, 0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny ops: with 2 intra-op threads on a loaded 2-core box, OpenMP oversubscription made the SFT run
-    # ~60x slower (1 s -> 60-100 s). One thread is as fast when idle and immune to it; restored afterwards.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def tok():
     return build_tokenizer()
