@@ -283,6 +283,7 @@ class GRPOTrainer:
         info = {
             "per_func": per_func, "completions": completions, "prompts": prompts, "is_eos": is_eos,
             "zero_std_global": zero_std, "all_rewards": all_rewards, "idx": idx,
+            "has_signal": ~zero_std[r * len(idx) : (r + 1) * len(idx)],  # (P,) this process's groups
             "time_generate": t1 - t0, "time_reward": t2 - t1,
         }  # fmt: skip
         return batch, info
@@ -295,8 +296,8 @@ class GRPOTrainer:
             return batch, info
         target = batch.prompt_ids.size(0)
         parts, infos = [], [info]
-        keep = lambda b: (b.rewards.view(-1, G).nan_to_num(-1e9).std(1) > 0)  # noqa: E731  groups with signal
-        kept = batch.groups(torch.nonzero(keep(batch)).flatten(), G)
+        # "Signal" is the core's notion: not a zero-variance group (None rewards excluded from the variance).
+        kept = batch.groups(torch.nonzero(info["has_signal"]).flatten(), G)
         parts.append(kept)
         have = kept.prompt_ids.size(0)
         for _ in range(cfg.max_dynamic_sampling_rounds):
@@ -305,7 +306,7 @@ class GRPOTrainer:
                 break
             b, inf = self._generate_and_score(self._local_prompts())
             infos.append(inf)
-            sel = torch.nonzero(keep(b)).flatten()[: max(0, target - have)]
+            sel = torch.nonzero(inf["has_signal"]).flatten()[: max(0, target - have)]
             parts.append(b.groups(sel, G))
             have += sel.numel()
         if have == 0:  # nothing with signal in any round: keep one group as a zero-weight placeholder
