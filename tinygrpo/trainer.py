@@ -444,7 +444,7 @@ class GRPOTrainer:
                 for k, v in s.items():
                     sums[k] = sums.get(k, 0.0) + v
         with warnings.catch_warnings():  # a step without an update still advances the schedule, on purpose
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before")
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
             self.scheduler.step()
         keys = sorted(sums)
         total = self.acc.reduce(torch.stack([sums[k] for k in keys]), "sum") if keys else torch.zeros(0)
