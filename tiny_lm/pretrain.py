@@ -1,7 +1,7 @@
 """Supervised training of the reference policy on "a+b=c<eos>" strings.
 
     python -m tiny_lm.pretrain                                   # the default, deliberately imperfect reference
-    python -m tiny_lm.pretrain --train_size 0 --max_steps 3000   # the whole train split: a near-perfect model
+    python -m tiny_lm.pretrain --train_size 0 --max_steps 3000 --cosine_decay true   # whole train split: 100 %
 
 The default recipe's budget is explicit: 400 training problems (a fixed sample of the train split), 1000 steps of
 batch 128, AdamW 3e-3. That gives a reference that has learnt the format (digits then <eos>) and about two thirds
