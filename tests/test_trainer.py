@@ -505,3 +505,20 @@ def test_no_signal_means_no_update(seed_reference, tmp_path, dynamic_sampling):
     assert all(torch.equal(before[k], after[k]) for k in before)
     rows = [r for r in metric_rows(out) if r["step"] > 0]
     assert rows and all(r["skipped_updates"] == 1 and r["frac_reward_zero_std"] == 1.0 for r in rows)
+
+
+def test_pass_at_k_with_near_zero_temperature_equals_greedy_accuracy(seed_reference):
+    # At temperature -> 0 every sample is the greedy answer, so pass@k must equal greedy accuracy; at temperature 1
+    # pass@k can only be as good as "any of k", which is in [0, 1].
+    from tinygrpo.evaluation import held_out_metrics
+
+    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    rows = load_split("seed_bank", "train").to_dict()
+    enc = tok(rows["prompt"], padding=True, return_tensors="pt")
+    cold = held_out_metrics(model, tok, enc["input_ids"], enc["attention_mask"], rows["answer"], max_new_tokens=3,
+                            pass_k=3, temperature=1e-4, seed=0)  # fmt: skip
+    assert cold["eval/pass@3"] == cold["eval/accuracy"]
+    warm = held_out_metrics(model, tok, enc["input_ids"], enc["attention_mask"], rows["answer"], max_new_tokens=3,
+                            pass_k=8, temperature=1.0, seed=0)  # fmt: skip
+    assert warm["eval/accuracy"] == cold["eval/accuracy"]  # greedy does not depend on the sampling settings
+    assert 0.0 <= warm["eval/pass@8"] <= 1.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn as nn
 from transformers.cache_utils import DynamicCache
 
 
@@ -170,3 +171,17 @@ def decode_completions(tokenizer, completion_ids: torch.Tensor, completion_mask:
     ids = completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id).tolist()
     pad = tokenizer.pad_token_id
     return tokenizer.batch_decode([[t for t in row if t != pad] for row in ids], skip_special_tokens=False)
+
+
+class GroupScorer(nn.Module):
+    """The policy's training forward as ONE module call, so that DDP sees one forward per backward.
+
+    (P, Tp) prompts + (P*G, Tc) completions -> (P*G, Tc, V) logits, each prompt run once for its group.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, prompt_ids, prompt_mask, completion_ids, num_generations: int) -> torch.Tensor:
+        return completion_logits(self.model, prompt_ids, prompt_mask, completion_ids, num_generations)

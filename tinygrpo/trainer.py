@@ -15,7 +15,6 @@ import signal
 import threading
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,6 +29,7 @@ from rewards import EOS, compute_rewards, resolve_rewards, reward_metrics
 from rewards.scoring import combine_rewards
 
 from . import checkpoint as ckpt
+from .batch import Batch, concat_batches
 from .config import ConfigError, GRPOConfig
 from .core import (
     aggregate_loss,
@@ -40,55 +40,14 @@ from .core import (
     kl_estimate,
     selective_log_softmax,
 )
+from .evaluation import held_out_metrics
 from .metrics_io import JsonlWriter, plot_metrics, truncate_after_step
-from .rollout import completion_logits, decode_completions, sample_completions
+from .rollout import GroupScorer, completion_logits, decode_completions, sample_completions
+from .validation import check_inputs
 
 
 class NonFiniteError(RuntimeError):
     """A NaN or infinite loss or gradient (on_nonfinite='stop')."""
-
-
-class GroupScorer(nn.Module):
-    """The policy's training forward as ONE module call, so that DDP sees one forward per backward.
-
-    (P, Tp) prompts + (P*G, Tc) completions -> (P*G, Tc, V) logits, each prompt run once for its group.
-    """
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, prompt_ids, prompt_mask, completion_ids, num_generations: int) -> torch.Tensor:
-        return completion_logits(self.model, prompt_ids, prompt_mask, completion_ids, num_generations)
-
-
-@dataclass
-class Batch:
-    """One process's share of a generated batch; rows are grouped by prompt (G consecutive rows)."""
-
-    prompt_ids: torch.Tensor  # (P, Tp) left-padded
-    prompt_mask: torch.Tensor  # (P, Tp)
-    completion_ids: torch.Tensor  # (P*G, Tc)
-    completion_mask: torch.Tensor  # (P*G, Tc) float; 0 after EOS (and for truncated rows if masked)
-    advantages: torch.Tensor  # (P*G,)
-    rewards: torch.Tensor  # (P*G,) combined (NaN = no applicable reward)
-    ref_logps: torch.Tensor | None = None  # (P*G, Tc)
-    ref_logits: torch.Tensor | None = None  # (P*G, Tc, V), only for kl_estimator="full"
-    old_logps: torch.Tensor | None = None  # (P*G, Tc), only when the policy moves within a batch
-    empty: bool = False  # a placeholder group kept only so that every process runs a forward (weight 0)
-
-    def groups(self, idx: torch.Tensor, G: int) -> Batch:
-        """The sub-batch of the given group indices."""
-        rows = (idx[:, None] * G + torch.arange(G)).reshape(-1)
-
-        def pick(t, by):
-            return None if t is None else t[by]
-
-        return Batch(
-            self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[rows], self.completion_mask[rows],
-            self.advantages[rows], self.rewards[rows], pick(self.ref_logps, rows), pick(self.ref_logits, rows),
-            pick(self.old_logps, rows), self.empty,
-        )  # fmt: skip
 
 
 class GRPOTrainer:
@@ -122,7 +81,8 @@ class GRPOTrainer:
         specs = reward_funcs if reward_funcs is not None else cfg.reward_funcs
         self.reward_funcs, self.reward_names, self.reward_weights = resolve_rewards(specs, cfg.reward_weights)
         self.columns = [c for c in train_dataset.column_names if c != "prompt"]
-        self._check_inputs(model)
+        check_inputs(cfg, model, tokenizer, train_dataset, eval_dataset, self.reward_funcs, self.reward_names,
+                     self._reward_kwargs())  # fmt: skip
 
         # Columns as plain lists (a `datasets` column indexed row by row is slow), prompts tokenized once.
         table = train_dataset.to_dict()
@@ -161,54 +121,6 @@ class GRPOTrainer:
         self._perms: dict[int, torch.Tensor] = {}
         self.metrics_log = JsonlWriter(self.out / "metrics.jsonl", enabled=self.is_main)
         self.completions_log = JsonlWriter(self.out / "completions.jsonl", enabled=self.is_main)
-
-    # ------------------------------------------------------------------ setup checks
-    def _check_inputs(self, model: nn.Module) -> None:
-        """Bad input -> ConfigError naming the problem, before any training."""
-        cfg, tok = self.cfg, self.tokenizer
-        if len(self.train_dataset) == 0:
-            raise ConfigError(f"dataset {cfg.dataset!r} split {cfg.train_split!r} is empty")
-        if "prompt" not in self.train_dataset.column_names:
-            raise ConfigError(
-                f"dataset {cfg.dataset!r} split {cfg.train_split!r} has no 'prompt' column "
-                f"(columns: {', '.join(self.train_dataset.column_names)})"
-            )
-        vocab_size = model.get_input_embeddings().weight.shape[0]
-        if len(tok) != vocab_size:
-            raise ConfigError(f"tokenizer has {len(tok)} tokens but the model's vocabulary has {vocab_size}")
-        known = {t for t in tok.get_vocab() if t not in tok.all_special_tokens}
-        n_pos = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 0)
-        for split, ds in (("train", self.train_dataset), ("eval", self.eval_dataset)):
-            if ds is None:
-                continue
-            if "prompt" not in ds.column_names:
-                raise ConfigError(f"{split} dataset has no 'prompt' column")
-            for i, p in enumerate(ds["prompt"]):
-                bad = set(p) - known
-                if bad:
-                    ch = sorted(bad)[0]
-                    raise ConfigError(
-                        f"{split} dataset row {i}: prompt {p!r} has character {ch!r} outside the tokenizer's "
-                        f"vocabulary {''.join(sorted(known))!r}"
-                    )
-            longest = max(len(p) for p in ds["prompt"])  # one token per character
-            if n_pos and longest + cfg.max_completion_length > n_pos:
-                raise ConfigError(
-                    f"{split} prompts of {longest} tokens + max_completion_length={cfg.max_completion_length} "
-                    f"exceed the model's context of {n_pos} positions"
-                )
-        # Probe every reward function on two real rows: a missing column or a bad signature fails here, not
-        # after the first rollout.
-        rows = self.train_dataset.select(range(min(2, len(self.train_dataset))))
-        columns = {c: rows[c] for c in self.columns}
-        probe = [str(a) + EOS for a in columns.get("answer", ["0"] * len(rows))]
-        try:
-            compute_rewards(
-                self.reward_funcs, self.reward_names, rows["prompt"], probe, [[0] * len(s) for s in probe],
-                columns, self._reward_kwargs(),
-            )  # fmt: skip
-        except ValueError as e:
-            raise ConfigError(f"{e} (while probing the reward functions on dataset {cfg.dataset!r})") from None
 
     def _reward_kwargs(self) -> dict:
         return {"max_completion_length": self.cfg.max_completion_length, "eos": EOS}
@@ -316,7 +228,7 @@ class GRPOTrainer:
         info["num_sampled"] = sum(len(i["all_rewards"]) for i in infos)
         info["time_generate"] = sum(i["time_generate"] for i in infos)
         info["time_reward"] = sum(i["time_reward"] for i in infos)
-        return _concat(parts, self.tokenizer.pad_token_id), info
+        return concat_batches(parts, self.tokenizer.pad_token_id), info
 
     @torch.inference_mode()
     def _add_ref_and_old_logps(self, batch: Batch, groups: torch.Tensor) -> None:
@@ -530,35 +442,18 @@ class GRPOTrainer:
         return m
 
     # ------------------------------------------------------------------ evaluation
-    @torch.inference_mode()
     def evaluate(self) -> dict[str, float]:
         """Greedy accuracy (and pass@k) on the held-out split; every process gets the same numbers."""
         if self.eval_rows is None or "answer" not in self.eval_rows:
             return {}
-        from rewards import accuracy
-
-        cfg = self.cfg
-        model = self.acc.unwrap_model(self.scorer).model
-        was_training = model.training
-        model.eval()
-        answers = self.eval_rows["answer"]
-        if not hasattr(self, "_eval_ids"):
+        if not hasattr(self, "_eval_ids"):  # tokenized and padded once
             self._eval_ids = self._pad_prompts(self.tokenizer(self.eval_rows["prompt"])["input_ids"])
-        ids, mask = self._eval_ids
-        ro = sample_completions(model, ids, mask, 1, cfg.max_completion_length, self.tokenizer.eos_token_id,
-                                self.tokenizer.pad_token_id, temperature=0.0)  # fmt: skip
-        outs = decode_completions(self.tokenizer, ro.completion_ids, ro.completion_mask)
-        res = {"eval/accuracy": sum(accuracy(completions=outs, answer=answers)) / len(answers)}
-        k = cfg.eval_pass_k
-        if k:
-            gen = torch.Generator().manual_seed(cfg.seed + 7919 * (self.step + 1))  # never touches training RNG
-            ro = sample_completions(model, ids, mask, k, cfg.max_completion_length, self.tokenizer.eos_token_id,
-                                    self.tokenizer.pad_token_id, cfg.temperature, cfg.top_k, cfg.top_p, gen)  # fmt: skip
-            outs = decode_completions(self.tokenizer, ro.completion_ids, ro.completion_mask)
-            hits = torch.tensor(accuracy(completions=outs, answer=[a for a in answers for _ in range(k)]))
-            res[f"eval/pass@{k}"] = float(hits.view(-1, k).amax(1).mean())
-        model.train(was_training)
-        return res
+        cfg = self.cfg
+        return held_out_metrics(
+            self.acc.unwrap_model(self.scorer).model, self.tokenizer, *self._eval_ids, self.eval_rows["answer"],
+            max_new_tokens=cfg.max_completion_length, pass_k=cfg.eval_pass_k, temperature=cfg.temperature,
+            top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + 7919 * (self.step + 1),
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
@@ -709,26 +604,3 @@ class GRPOTrainer:
 def _lengths(info: dict) -> list[int]:
     """Completion lengths in tokens (EOS included) of one generated batch."""
     return [len(c.replace(EOS, "x")) for c in info["completions"]]
-
-
-def _concat(parts: list[Batch], pad_id: int) -> Batch:
-    """Concatenate sub-batches: prompts re-padded on the left, completions on the right, to common widths.
-
-    (Generation stops when every sequence has stopped, so rounds can differ in completion width.)
-    """
-    Tp = max(p.prompt_ids.size(1) for p in parts)
-    Tc = max(p.completion_ids.size(1) for p in parts)
-    F = torch.nn.functional
-
-    def left(t: torch.Tensor, value: int) -> torch.Tensor:
-        return F.pad(t, (Tp - t.size(1), 0), value=value)
-
-    def right(t: torch.Tensor, value: float) -> torch.Tensor:
-        return F.pad(t, (0, Tc - t.size(1)), value=value)
-
-    return Batch(
-        torch.cat([left(p.prompt_ids, pad_id) for p in parts]), torch.cat([left(p.prompt_mask, 0) for p in parts]),
-        torch.cat([right(p.completion_ids, pad_id) for p in parts]),
-        torch.cat([right(p.completion_mask, 0.0) for p in parts]),
-        torch.cat([p.advantages for p in parts]), torch.cat([p.rewards for p in parts]),
-    )  # fmt: skip

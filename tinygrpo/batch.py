@@ -1,0 +1,59 @@
+"""Batch: one process's share of a generated batch, as tensors grouped by prompt (G consecutive rows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class Batch:
+    """One process's share of a generated batch; rows are grouped by prompt (G consecutive rows)."""
+
+    prompt_ids: torch.Tensor  # (P, Tp) left-padded
+    prompt_mask: torch.Tensor  # (P, Tp)
+    completion_ids: torch.Tensor  # (P*G, Tc)
+    completion_mask: torch.Tensor  # (P*G, Tc) float; 0 after EOS (and for truncated rows if masked)
+    advantages: torch.Tensor  # (P*G,)
+    rewards: torch.Tensor  # (P*G,) combined (NaN = no applicable reward)
+    ref_logps: torch.Tensor | None = None  # (P*G, Tc)
+    ref_logits: torch.Tensor | None = None  # (P*G, Tc, V), only for kl_estimator="full"
+    old_logps: torch.Tensor | None = None  # (P*G, Tc), only when the policy moves within a batch
+    empty: bool = False  # a placeholder group kept only so that every process runs a forward (weight 0)
+
+    def groups(self, idx: torch.Tensor, G: int) -> Batch:
+        """The sub-batch of the given group indices."""
+        rows = (idx[:, None] * G + torch.arange(G)).reshape(-1)
+
+        def pick(t, by):
+            return None if t is None else t[by]
+
+        return Batch(
+            self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[rows], self.completion_mask[rows],
+            self.advantages[rows], self.rewards[rows], pick(self.ref_logps, rows), pick(self.ref_logits, rows),
+            pick(self.old_logps, rows), self.empty,
+        )  # fmt: skip
+
+
+def concat_batches(parts: list[Batch], pad_id: int) -> Batch:
+    """Concatenate sub-batches: prompts re-padded on the left, completions on the right, to common widths.
+
+    (Generation stops when every sequence has stopped, so rounds can differ in completion width.)
+    """
+    Tp = max(p.prompt_ids.size(1) for p in parts)
+    Tc = max(p.completion_ids.size(1) for p in parts)
+
+    def left(t: torch.Tensor, value: int) -> torch.Tensor:
+        return F.pad(t, (Tp - t.size(1), 0), value=value)
+
+    def right(t: torch.Tensor, value: float) -> torch.Tensor:
+        return F.pad(t, (0, Tc - t.size(1)), value=value)
+
+    return Batch(
+        torch.cat([left(p.prompt_ids, pad_id) for p in parts]), torch.cat([left(p.prompt_mask, 0) for p in parts]),
+        torch.cat([right(p.completion_ids, pad_id) for p in parts]),
+        torch.cat([right(p.completion_mask, 0.0) for p in parts]),
+        torch.cat([p.advantages for p in parts]), torch.cat([p.rewards for p in parts]),
+    )  # fmt: skip
