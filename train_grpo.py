@@ -8,6 +8,7 @@ first, with a line saying so, if checkpoints/reference is missing), then prints 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     datasets.disable_progress_bars()  # no "Generating train split" bars before a one-line error
+    # accelerate warns on every checkpoint that the tied lm_head is stored once (it is re-tied on load).
+    logging.getLogger("accelerate").setLevel(logging.ERROR)
     try:
         cfg = parse_config(argv)
         import os

@@ -196,6 +196,7 @@ class GRPOTrainer:
             "per_func": per_func, "completions": completions, "prompts": prompts, "is_eos": is_eos,
             "zero_std_global": zero_std, "all_rewards": all_rewards, "idx": idx,
             "has_signal": ~zero_std[r * len(idx) : (r + 1) * len(idx)],  # (P,) this process's groups
+            "lengths": ro.completion_mask.sum(1),  # (N,) tokens per completion, EOS included
             "time_generate": t1 - t0, "time_reward": t2 - t1,
         }  # fmt: skip
         return batch, info
@@ -406,7 +407,7 @@ class GRPOTrainer:
         completions_global = int(self.acc.reduce(torch.tensor(float(n_local)), "sum"))
         sampled = info.get("num_sampled", len(all_rewards))  # every sampled completion, refills included
         self.total_completions += sampled
-        lengths = self.acc.gather(torch.tensor(_lengths(info)))
+        lengths = self.acc.gather(info["lengths"])
         truncated = self.acc.gather((~info["is_eos"]).float())
         per_func = self.acc.gather(info["per_func"])
         valid = all_rewards[~all_rewards.isnan()]
@@ -599,8 +600,3 @@ class GRPOTrainer:
             self.acc.end_training()
         self.acc.wait_for_everyone()
         return summary
-
-
-def _lengths(info: dict) -> list[int]:
-    """Completion lengths in tokens (EOS included) of one generated batch."""
-    return [len(c.replace(EOS, "x")) for c in info["completions"]]
