@@ -295,7 +295,8 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
 
 def test_resume_continues_exactly(seed_reference, tmp_path, capsys):
     out, straight = tmp_path / "resumed", tmp_path / "straight"
-    common = ("--save_steps", "2", "--num_completions_to_log", "2")
+    # Extending max_steps on resume: a constant schedule, since a decaying one is a function of max_steps.
+    common = ("--save_steps", "2", "--num_completions_to_log", "2", "--lr_scheduler_type", "constant")
     assert run_main(seed_reference, out, *common, "--max_steps", "4") == 0
     assert (out / "checkpoint-4").is_dir() and (out / "checkpoint-2").is_dir()
     capsys.readouterr()
