@@ -109,7 +109,7 @@ class GRPOConfig:
         },
     )
     max_dynamic_sampling_rounds: int = field(
-        default=3, metadata={"help": "Bound on dynamic sampling refills."}
+        default=8, metadata={"help": "Bound on dynamic sampling refills (extra generation rounds per step)."}
     )
     skip_zero_advantage_groups: bool = field(
         default=True,
@@ -154,13 +154,18 @@ class GRPOConfig:
     )
     # ----- optimisation -----
     learning_rate: float = field(default=2e-3, metadata={"help": "AdamW learning rate."})
-    lr_scheduler_type: str = field(default="cosine", metadata={"help": "cosine (to 0 at max_steps), linear or constant."})
+    lr_scheduler_type: str = field(
+        default="cosine", metadata={"help": "cosine (to 0 at max_steps), linear or constant."}
+    )
     warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
     adam_beta2: float = field(default=0.99, metadata={"help": "AdamW beta2."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient-norm clip (0 = off)."})
-    max_steps: int = field(default=300, metadata={"help": "Training steps (each: one generated batch, refilled under dynamic_sampling)."})
+    max_steps: int = field(
+        default=300,
+        metadata={"help": "Training steps (each: one generated batch, refilled under dynamic_sampling)."},
+    )
     # ----- reference sync (TR-DPO style, as in TRL) -----
     sync_ref_model: bool = field(default=False, metadata={"help": "Move the reference towards the policy."})
     ref_model_mixup_alpha: float = field(
@@ -279,7 +284,9 @@ class GRPOConfig:
 
 
 class _Parser(HfArgumentParser):
-    def error(self, message: str) -> None:  # argparse prints usage and exits; we raise, the caller prints one line
+    def error(
+        self, message: str
+    ) -> None:  # argparse prints usage and exits; we raise, the caller prints one line
         raise ConfigError(message)
 
 
