@@ -109,7 +109,7 @@ class GRPOConfig:
         },
     )
     max_dynamic_sampling_rounds: int = field(
-        default=8, metadata={"help": "Bound on dynamic sampling refills (extra generation rounds per step)."}
+        default=3, metadata={"help": "Bound on dynamic sampling refills (extra generation rounds per step)."}
     )
     skip_zero_advantage_groups: bool = field(
         default=True,
