@@ -581,7 +581,7 @@ def write_report(results: dict, out: Path) -> str:
         f"the initial table, update skipped on zero-variance groups; REINFORCE = raw 0/1 reward, no baseline. Seed i "
         f"is the demo's seed + i (GRPO {bandit.DEMO_SEEDS['grpo']} + i, REINFORCE {bandit.DEMO_SEEDS['reinforce']} + i).",
         f"- **Char GPT** ({st['n_layer']} layers, width {st['n_embd']}, {st['n_head']} heads, {st['n_positions']} "
-        f"positions), `GRPOTrainer`: AdamW lr {st['token_lr']}, max {st['max_completion_length']} completion tokens, "
+        f"positions), `GRPOTrainer`: AdamW lr {st['token_lr']} with the trainer's default cosine decay, max {st['max_completion_length']} completion tokens, "
         f"strict accuracy reward, loss_type dapo, one optimisation pass per batch (ratio = 1, so the clip never "
         f"acts — as in the table, where old = current policy too). GRPO: advantage_mode grpo (group z-score), "
         f"beta = {st['token_beta']} with the exact per-token KL (kl_estimator full) to the starting model — the "
