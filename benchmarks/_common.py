@@ -8,6 +8,7 @@ one (OpenMP oversubscription); on a quiet machine 2 threads were ~1.5x faster. C
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -29,6 +30,36 @@ def add_threads_arg(parser: argparse.ArgumentParser) -> None:
         help="torch intra-op threads (torch.set_num_threads). Default 1: on a shared 2-core machine 2 threads on "
         "these tiny tensors can be 10-100x slower; on a quiet machine try 2. Use the same value for A/B.",
     )  # fmt: skip
+
+
+def shape_parser(doc: str, *, steps_help: str, warmup_help: str, model_help: str, json_help: str,
+                 ) -> argparse.ArgumentParser:  # fmt: skip
+    """The options every per-shape benchmark shares: threads, shapes, steps, warm-up, model, --json."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)  # fmt: skip
+    add_threads_arg(p)
+    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("36x8,4x8"),
+                   help="Comma-separated PROMPTSxG per step (default 36x8,4x8).")  # fmt: skip
+    p.add_argument("--steps", type=int, default=20, help=steps_help)
+    p.add_argument("--warmup", type=int, default=3, help=warmup_help)
+    p.add_argument("--model_name_or_path", default=None, help=model_help)
+    p.add_argument("--json", default=None, help=json_help)
+    return p
+
+
+def run_shapes(args, run_shape, report) -> list[dict]:
+    """Set threads, silence libraries, run `run_shape(model_path, prompts, G, args)` per shape, print `report`."""
+    set_threads(args.threads)
+    quiet()
+    path = ensure_seed_reference(args.model_name_or_path)
+    results = []
+    for prompts, G in args.shapes:
+        print(f"shape {prompts}x{G} ...", file=sys.stderr, flush=True)
+        results.append(run_shape(path, prompts, G, args))
+    print(report(results, args))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return results
 
 
 def set_threads(n: int) -> None:

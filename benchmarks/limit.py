@@ -23,7 +23,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -33,32 +32,24 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    add_threads_arg,
     build_our_trainer,
-    ensure_seed_reference,
     machine_line,
     md_table,
-    parse_shapes,
-    quiet,
-    set_threads,
+    run_shapes,
+    shape_parser,
 )
+
+MODEL_HELP = "Model directory (default: the seed-bank reference in runs/bench)."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
-    add_threads_arg(p)
-    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("36x8,4x8"),
-                   help="Comma-separated PROMPTSxG per step (default 36x8,4x8).")  # fmt: skip
-    p.add_argument("--steps", type=int, default=20, help="Timed steps per shape for the achieved rate (default 20).")
-    p.add_argument("--warmup", type=int, default=3, help="Untimed warm-up steps (default 3).")
+    p = shape_parser(__doc__, steps_help="Timed steps per shape for the achieved rate (default 20).",
+                     warmup_help="Untimed warm-up steps (default 3).", model_help=MODEL_HELP,
+                     json_help="Also write the numbers here.")  # fmt: skip
     p.add_argument("--repeats", type=int, default=15, help="Repeats of each matmul timing (default 15).")
-    p.add_argument("--model_name_or_path", default=None,
-                   help="Model directory (default: the seed-bank reference in runs/bench).")  # fmt: skip
     p.add_argument("--dataset", default="seed_bank", help="Problem set (default seed_bank).")
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--max_completion_length", type=int, default=4)
-    p.add_argument("--json", default=None, help="Also write the numbers here.")
     return p
 
 
@@ -223,17 +214,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.repeats < 1:
         raise SystemExit("--steps and --repeats must be >= 1, --warmup >= 0")
-    set_threads(args.threads)
-    quiet()
-    path = ensure_seed_reference(args.model_name_or_path)
-    results = []
-    for P, G in args.shapes:
-        print(f"shape {P}x{G} ...", file=sys.stderr, flush=True)
-        results.append(run_shape(path, P, G, args))
-    print(report(results, args))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    return results
+    return run_shapes(args, run_shape, report)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import tempfile
 import time
@@ -45,34 +44,28 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    add_threads_arg,
     build_our_trainer,
     ensure_seed_reference,
     fmt_mmm,
     machine_line,
     md_table,
-    parse_shapes,
     quiet,
+    run_shapes,
     set_threads,
+    shape_parser,
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
-    add_threads_arg(p)
-    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("36x8,4x8"),
-                   help="Comma-separated PROMPTSxG per step (default 36x8,4x8).")  # fmt: skip
+    p = shape_parser(__doc__, steps_help="Steps per timed block (default 20).",
+                     warmup_help="Untimed warm-up steps per trainer (default 3).",
+                     model_help="Model directory for both trainers (default: a seed-bank reference in runs/bench).",
+                     json_help="Also write the raw per-step timings here.")  # fmt: skip
     p.add_argument("--reps", type=int, default=3, help="Timed blocks per trainer, alternating (default 3).")
-    p.add_argument("--steps", type=int, default=20, help="Steps per timed block (default 20).")
-    p.add_argument("--warmup", type=int, default=3, help="Untimed warm-up steps per trainer (default 3).")
-    p.add_argument("--model_name_or_path", default=None,
-                   help="Model directory for both trainers (default: a seed-bank reference in runs/bench).")  # fmt: skip
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--loss_type", default="dapo", choices=("dapo", "bnpo", "grpo", "dr_grpo"))
     p.add_argument("--learning_rate", type=float, default=2e-3)
     p.add_argument("--max_completion_length", type=int, default=4)
-    p.add_argument("--json", default=None, help="Also write the raw per-step timings here.")
     return p
 
 
@@ -266,25 +259,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if min(args.reps, args.steps) < 1 or args.warmup < 0:
         raise SystemExit("--reps and --steps must be >= 1, --warmup >= 0")
-    set_threads(args.threads)
-    quiet()
     try:
         import trl  # noqa: F401
     except ImportError:
         raise SystemExit("vs_trl.py needs TRL: pip install -e '.[bench]'") from None
-    path = ensure_seed_reference(args.model_name_or_path)
+    # Train (or find) the reference before the TRL patches touch tiny_lm's classes; run_shapes then finds it.
+    set_threads(args.threads)
+    quiet()
+    args.model_name_or_path = ensure_seed_reference(args.model_name_or_path)
     undo = patch_tiny_lm_for_trl()
-    results = []
     try:
-        for prompts, G in args.shapes:
-            print(f"shape {prompts}x{G} ...", file=sys.stderr, flush=True)
-            results.append(run_shape(path, prompts, G, args))
+        return run_shapes(args, run_shape, report)
     finally:
         undo()
-    print(report(results, args))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    return results
 
 
 if __name__ == "__main__":
