@@ -90,6 +90,7 @@ class GRPOTrainer:
         self.train_columns = {c: table[c] for c in self.columns}
         self.train_prompt_ids = tokenizer(self.train_prompts)["input_ids"]
         self.eval_rows = eval_dataset.to_dict() if eval_dataset is not None else None
+        self._eval_ids: tuple[torch.Tensor, torch.Tensor] | None = None
 
         set_seed(cfg.seed)
         self.model = model
@@ -118,7 +119,7 @@ class GRPOTrainer:
         self.prompt_cursor = 0  # global prompts consumed so far (the data order is a function of seed + cursor)
         self.total_completions = 0
         self.nonfinite_skipped = 0
-        self._perms: dict[int, torch.Tensor] = {}
+        self._perms: dict[int, list[int]] = {}
         self.metrics_log = JsonlWriter(self.out / "metrics.jsonl", enabled=self.is_main)
         self.completions_log = JsonlWriter(self.out / "completions.jsonl", enabled=self.is_main)
 
@@ -132,9 +133,10 @@ class GRPOTrainer:
         out = []
         for k in range(self.prompt_cursor, self.prompt_cursor + count):
             epoch = k // n
-            if epoch not in self._perms:
-                self._perms = {epoch: torch.randperm(n, generator=torch.Generator().manual_seed(self.cfg.seed + epoch))}
-            out.append(int(self._perms[epoch][k % n]))
+            if epoch not in self._perms:  # only the current epoch's order is kept, as a plain list
+                gen = torch.Generator().manual_seed(self.cfg.seed + epoch)
+                self._perms = {epoch: torch.randperm(n, generator=gen).tolist()}
+            out.append(self._perms[epoch][k % n])
         self.prompt_cursor += count
         return out
 
@@ -447,7 +449,7 @@ class GRPOTrainer:
         """Greedy accuracy (and pass@k) on the held-out split; every process gets the same numbers."""
         if self.eval_rows is None or "answer" not in self.eval_rows:
             return {}
-        if not hasattr(self, "_eval_ids"):  # tokenized and padded once
+        if self._eval_ids is None:  # tokenized and padded once, on first use
             self._eval_ids = self._pad_prompts(self.tokenizer(self.eval_rows["prompt"])["input_ids"])
         cfg = self.cfg
         return held_out_metrics(
