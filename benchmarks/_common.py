@@ -44,7 +44,18 @@ def shape_parser(doc: str, *, steps_help: str, warmup_help: str, model_help: str
     p.add_argument("--warmup", type=int, default=3, help=warmup_help)
     p.add_argument("--model_name_or_path", default=None, help=model_help)
     p.add_argument("--json", default=None, help=json_help)
+    p.add_argument("--grouped_forward", type=parse_bool, default=True,
+                   help="Our trainer's grouped fast path (default true); false = the generic transformers forward, "
+                   "to measure what the fast path buys.")  # fmt: skip
     return p
+
+
+def parse_bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def run_shapes(args, run_shape, report) -> list[dict]:

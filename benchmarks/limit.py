@@ -3,21 +3,23 @@
     python benchmarks/limit.py                      # 36x8 and 4x8 on the seed bank, beta 0.02, 1 thread
     python benchmarks/limit.py --threads 2 --shapes 256x8 --dataset addition --beta 0
 
-1. FLOPs per completion of a whole step, analytically from the model config (matmul FLOPs 2*m*n*k; attention
-   QK^T and AV as executed: every query against every key of its row, 4*Tq*Tk*d per layer; the LM head only where
-   logits are computed; LayerNorm, GELU, softmax and the optimizer are not counted):
-     rollout     the P prompts once (prefill, logits at the last position), their keys/values shared by the G
-                 samples; then Tc-1 decode steps of P*G single tokens against Tp+j keys
-     reference   (beta > 0) the same prompt-once forward + the P*G completions (Tc-1 tokens, logits at each)
+1. FLOPs per completion of a whole step: the work the step NEEDS, analytically from the model config and the
+   completion lengths the step sampled (matmul FLOPs 2*m*n*k; attention QK^T and AV, 4*d per query-key pair,
+   each token against the keys up to itself; the LM head only where logits are used; LayerNorm, GELU, softmax
+   and the optimizer are not counted):
+     rollout     the P prompts once (logits at the last position), their keys/values shared by the G samples;
+                 then each completion's tokens but its last are fed, one at a time (logits at each)
+     reference   (beta > 0) the same tokens in one forward
      policy      that forward + its backward (2x the forward's matmuls): 3x
-   and, for comparison, without the prompt sharing (each of the P*G rows runs its prompt). Cross-checked against
-   `torch.utils.flop_counter.FlopCounterMode` on one real `training_step()`, with the analytic count evaluated
-   at the completion width that step executed (Tc = its longest completion). FlopCounterMode has no formula for
-   the CPU scaled_dot_product_attention kernels, so it is compared with the analytic count without attention.
+   and, for comparison, without the prompt sharing (each of the P*G rows runs its prompt). A completion of n
+   tokens (EOS included) feeds n - 1 of them: nothing after EOS is computed, and decoding drops finished rows.
+   Cross-checked against `torch.utils.flop_counter.FlopCounterMode` on one real `training_step()` with the
+   lengths that step sampled; FlopCounterMode has no formula for the CPU scaled_dot_product_attention kernels
+   (nor counts the broadcast products of one-token decoding), so it is compared without attention.
 2. fp32 matmul throughput at the same thread count: torch.mm at 256^3, and the four Linear layers of one block
-   (c_attn, attn c_proj, mlp c_fc, mlp c_proj) on (P*G*(Tc-1), width) activations; median of repeats.
-3. The bound: completions/s <= throughput / FLOPs per completion; against what tinygrpo reaches (median
-   completions/s over --steps whole steps), as a % of the bound.
+   (c_attn, attn c_proj, mlp c_fc, mlp c_proj) on (P*G, width) activations; median of repeats.
+3. The bound: completions/s <= throughput / FLOPs per completion (averaged over the timed steps' own lengths);
+   against what tinygrpo reaches (median completions/s over --steps whole steps), as a % of the bound.
 """
 
 from __future__ import annotations
@@ -66,24 +68,27 @@ class Arch:
     def from_config(cls, c) -> Arch:
         return cls(c.n_layer, c.n_embd, c.n_inner, c.vocab_size)
 
-    def forward(self, rows: int, q: int, k: int, logits: int) -> float:
-        """Matmul FLOPs of one forward of `rows` sequences, `q` new tokens each against `k` keys (past + new),
-        with the LM head on `logits` positions in all."""
-        d, L = self.n_embd, self.n_layer
+    def forward(self, tokens: int, pairs: int, logits: int) -> float:
+        """Matmul FLOPs of a forward over `tokens` tokens with `pairs` query-key pairs in all, and the LM head on
+        `logits` positions."""
+        d = self.n_embd
         per_token = 2 * d * 3 * d + 2 * d * d + 2 * 2 * d * self.n_inner  # c_attn, attn c_proj, mlp c_fc + c_proj
-        attention = 2 * 2 * q * k * d if self.attention else 0  # QK^T and AV over all heads
-        return L * rows * (q * per_token + attention) + 2 * d * self.vocab_size * logits
+        attention = 2 * 2 * pairs * d if self.attention else 0  # QK^T and AV over all heads
+        return self.n_layer * (tokens * per_token + attention) + 2 * d * self.vocab_size * logits
 
 
-def step_flops(a: Arch, P: int, G: int, Tp: int, Tc: int, beta: float, shared: bool = True) -> dict[str, float]:
-    """FLOPs of one step, by part: Tp prompt tokens (padded width), Tc completion positions."""
-    N = P * G
-    pre_rows = P if shared else N
-    rollout = a.forward(pre_rows, Tp, Tp, pre_rows) + sum(a.forward(N, 1, Tp + j, N) for j in range(1, Tc))
-    train_fwd = a.forward(pre_rows, Tp, Tp, pre_rows)
-    if Tc > 1:
-        train_fwd += a.forward(N, Tc - 1, Tp + Tc - 1, N * (Tc - 1))
-    out = {"rollout": rollout, "reference": train_fwd if beta > 0 else 0.0, "policy fwd+bwd": 3 * train_fwd}
+def step_flops(a: Arch, P: int, G: int, Tp: int, lengths: list[int], beta: float,
+               shared: bool = True) -> dict[str, float]:  # fmt: skip
+    """FLOPs of one step, by part: P prompts of Tp tokens (padded width), the P*G completions' `lengths` (tokens,
+    EOS included). The rollout and each scoring forward compute the same tokens: the prompts (once per prompt
+    when `shared`) and each completion's tokens but its last, the k-th of them against Tp + k keys."""
+    assert len(lengths) == P * G, (len(lengths), P, G)
+    rows = P if shared else P * G
+    fed = [max(n - 1, 0) for n in lengths]
+    prompt = a.forward(rows * Tp, rows * Tp * (Tp + 1) // 2, rows)
+    completions = a.forward(sum(fed), sum(f * Tp + f * (f + 1) // 2 for f in fed), sum(fed))
+    fwd = prompt + completions
+    out = {"rollout": fwd, "reference": fwd if beta > 0 else 0.0, "policy fwd+bwd": 3 * fwd}
     out["total"] = sum(out.values())
     return out
 
@@ -148,63 +153,68 @@ def matmul_gflops(width: int, inner: int, rows: int, repeats: int) -> dict[str, 
 # ---------------------------------------------------------------------------------------------------- main
 def run_shape(path: str, P: int, G: int, args) -> dict:
     trainer = build_our_trainer(path, P, G, args.threads, dataset=args.dataset, beta=args.beta,
-                                max_completion_length=args.max_completion_length)  # fmt: skip
+                                max_completion_length=args.max_completion_length,
+                                grouped_forward=args.grouped_forward)  # fmt: skip
     model = trainer.acc.unwrap_model(trainer.scorer).model
     arch = Arch.from_config(model.config)
     Tp = max(len(x) for x in trainer.train_prompt_ids)  # padded width (every batch of the seed bank; ~all of addition)
-    Tc_max = args.max_completion_length
     for _ in range(args.warmup):
         trainer.training_step()
         trainer.step += 1
     counted, m = counted_flops(trainer)
-    Tc_exec = int(m["completions/max_length"])
-    times = []
+    counted_lengths = trainer._last_info["lengths"].tolist()
+    times, per_completion, per_completion_unshared, mean_len = [], [], [], []
+    N = P * G
     for _ in range(args.steps):
         t = time.perf_counter()
         trainer.training_step()
         times.append(time.perf_counter() - t)
         trainer.step += 1
-    N = P * G
-    tput = matmul_gflops(arch.n_embd, arch.n_inner, N * max(1, Tc_max - 1), args.repeats)
+        lengths = trainer._last_info["lengths"].tolist()
+        mean_len.append(sum(lengths) / N)
+        per_completion.append(step_flops(arch, P, G, Tp, lengths, args.beta))
+        per_completion_unshared.append(step_flops(arch, P, G, Tp, lengths, args.beta, shared=False)["total"])
+    parts = {k: statistics.mean(f[k] for f in per_completion) / N for k in per_completion[0]}
+    tput = matmul_gflops(arch.n_embd, arch.n_inner, N, args.repeats)
     return {
-        "shape": f"{P}x{G}", "P": P, "G": G, "Tp": Tp, "Tc_max": Tc_max, "Tc_counted_step": Tc_exec,
-        "analytic_shared": step_flops(arch, P, G, Tp, Tc_max, args.beta),
-        "analytic_unshared": step_flops(arch, P, G, Tp, Tc_max, args.beta, shared=False),
-        "analytic_at_counted_width": step_flops(arch, P, G, Tp, Tc_exec, args.beta)["total"],
-        "analytic_at_counted_width_no_attention": step_flops(replace(arch, attention=False), P, G, Tp, Tc_exec,
-                                                             args.beta)["total"],
-        "counted": counted, "gflops": tput, "step_s": times, "achieved_cps": N / statistics.median(times),
+        "shape": f"{P}x{G}", "P": P, "G": G, "Tp": Tp, "mean_length": statistics.mean(mean_len),
+        "flops_per_completion": parts, "flops_per_completion_unshared": statistics.mean(per_completion_unshared) / N,
+        "counted_step": {"counted": counted, "lengths": counted_lengths,
+                         "analytic": step_flops(arch, P, G, Tp, counted_lengths, args.beta)["total"],
+                         "analytic_no_attention": step_flops(replace(arch, attention=False), P, G, Tp,
+                                                             counted_lengths, args.beta)["total"]},
+        "gflops": tput, "step_s": times, "achieved_cps": N / statistics.median(times),
     }  # fmt: skip
 
 
 def report(results: list[dict], args) -> str:
     out = [f"### Compute bound\n\n{machine_line(args.threads)}; dataset {args.dataset}, beta {args.beta}, "
-           f"max_completion_length {args.max_completion_length}; achieved = median of {args.steps} whole steps.\n"]  # fmt: skip
+           f"max_completion_length {args.max_completion_length}; achieved = median of {args.steps} whole steps; "
+           "FLOPs from each timed step's own completion lengths, averaged.\n"]  # fmt: skip
     rows = []
     for r in results:
         N = r["P"] * r["G"]
-        a, u = r["analytic_shared"], r["analytic_unshared"]
-        rows.append([r["shape"], f"{r['Tp']} / {r['Tc_max']}", f"{a['rollout'] / N / 1e6:.3f}",
-                     f"{a['reference'] / N / 1e6:.3f}", f"{a['policy fwd+bwd'] / N / 1e6:.3f}",
-                     f"**{a['total'] / N / 1e6:.3f}**", f"{u['total'] / N / 1e6:.3f}",
-                     f"{r['analytic_at_counted_width'] / N / 1e6:.3f} / "
-                     f"{r['analytic_at_counted_width_no_attention'] / N / 1e6:.3f} (Tc={r['Tc_counted_step']})",
-                     f"{r['counted'] / N / 1e6:.3f}"])  # fmt: skip
+        a, c = r["flops_per_completion"], r["counted_step"]
+        rows.append([r["shape"], f"{r['Tp']} / {r['mean_length']:.2f}", f"{a['rollout'] / 1e6:.3f}",
+                     f"{a['reference'] / 1e6:.3f}", f"{a['policy fwd+bwd'] / 1e6:.3f}", f"**{a['total'] / 1e6:.3f}**",
+                     f"{r['flops_per_completion_unshared'] / 1e6:.3f}",
+                     f"{c['analytic'] / N / 1e6:.3f} / {c['analytic_no_attention'] / N / 1e6:.3f}",
+                     f"{c['counted'] / N / 1e6:.3f}"])  # fmt: skip
     out.append("FLOPs per completion (MFLOP), whole step:\n")
-    out.append(md_table(["shape", "Tp / Tc", "rollout", "reference", "policy fwd+bwd", "total (KV shared)",
-                         "total (no sharing)", "analytic at the counted step's Tc: all / without attention",
-                         "FlopCounterMode, that step"], rows))  # fmt: skip
-    out.append("\n(FlopCounterMode counts no FLOPs for the CPU scaled_dot_product_attention kernels, so it should "
-               "match the analytic count without attention.)")
+    out.append(md_table(["shape", "Tp / mean completion length", "rollout", "reference", "policy fwd+bwd",
+                         "total (KV shared)", "total (no sharing)",
+                         "one counted step, analytic: all / without attention", "FlopCounterMode, that step"],
+                        rows))  # fmt: skip
+    out.append("\n(FlopCounterMode counts no FLOPs for the CPU scaled_dot_product_attention kernels nor for the "
+               "broadcast products of one-token decoding, so it should match the analytic count without attention.)")
     rows = []
     for r in results:
-        N = r["P"] * r["G"]
-        per = r["analytic_shared"]["total"] / N
+        per = r["flops_per_completion"]["total"]
         for name, gf in r["gflops"].items():
             bound = gf * 1e9 / per
             rows.append([r["shape"], name, f"{gf:.1f}", f"{bound:,.0f}", f"{r['achieved_cps']:,.0f}",
                          f"{100 * r['achieved_cps'] / bound:.1f} %"])  # fmt: skip
-    out.append("\nBound = fp32 matmul throughput / FLOPs per completion (KV shared, Tc = max_completion_length):\n")
+    out.append("\nBound = fp32 matmul throughput / FLOPs per completion (KV shared, the steps' own lengths):\n")
     out.append(md_table(["shape", "matmul", "GFLOP/s", "bound completions/s", "tinygrpo completions/s",
                          "% of bound"], rows))  # fmt: skip
     return "\n".join(out)

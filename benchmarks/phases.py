@@ -7,8 +7,9 @@ Same setting as vs_trl.py (seed-bank reference, beta 0.02 so the reference forwa
 dapo, lr 2e-3). The trainer's own metrics give time/generate, time/reward, time/ref_old_logps, time/optimize and
 time/step; finer phases come from timing wrappers this script installs around the trainer's methods and
 objects (nothing in the trainer is changed):
-  generation: model forwards   the policy model's forward calls made inside `sample_completions`
-  generation: sampling, rest   time/generate minus those (token sampling, masks, cache repeat, prompt padding)
+  generation: model forwards   the decoder's work inside `sample_completions`: prefill, one-token steps, dropping
+                               finished rows (tiny_lm's GroupedDecoder, or CacheDecoder with --grouped_forward false)
+  generation: sampling, rest   time/generate minus those (token sampling, bookkeeping, prompt padding)
   rewards: decode              decode_completions (token ids -> text, <eos> kept)
   rewards: reward functions    compute_rewards (the registered reward functions, with their checks)
   rewards: rest                time/reward minus those two (prompt/column lists, per-row id lists, tensors)
@@ -67,37 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def instrument(trainer, timer: Timer):
-    """Timing wrappers on the trainer's instance (and the trainer module's sample_completions, restored by the
-    returned undo function); nothing else is touched."""
+    """Timing wrappers on the trainer's instance, the trainer module's reward helpers and the two decoder classes
+    (restored by the returned undo function); nothing else is touched."""
+    import tiny_lm.grouped as grouped
+    import tinygrpo.rollout as rollout
     import tinygrpo.trainer as tmod
 
-    state = {"in_generation": False}
-    orig_sample = tmod.sample_completions
-
-    def sample(*a, **k):
-        state["in_generation"] = True
-        try:
-            return orig_sample(*a, **k)
-        finally:
-            state["in_generation"] = False
-
-    tmod.sample_completions = sample
     orig_decode, orig_rewards = tmod.decode_completions, tmod.compute_rewards
     tmod.decode_completions = timer.wrap("decode", orig_decode)
     tmod.compute_rewards = timer.wrap("reward_funcs", orig_rewards)
-    policy = trainer.acc.unwrap_model(trainer.scorer).model
-    fwd = policy.forward
-
-    def policy_forward(*a, **k):
-        if not state["in_generation"]:
-            return fwd(*a, **k)
-        t = time.perf_counter()
-        try:
-            return fwd(*a, **k)
-        finally:
-            timer.add("gen_forward", time.perf_counter() - t)
-
-    policy.forward = policy_forward
+    # Generation's model work: the decoder's prefill (__init__), its steps and its row drops, on either path.
+    saved = [(cls, name, getattr(cls, name)) for cls in (grouped.GroupedDecoder, rollout.CacheDecoder)
+             for name in ("__init__", "step", "keep")]  # fmt: skip
+    for cls, name, fn in saved:
+        setattr(cls, name, timer.wrap("gen_forward", fn))
     trainer.scorer.forward = timer.wrap("policy_forward", trainer.scorer.forward)
     trainer.compute_loss = timer.wrap("compute_loss", trainer.compute_loss)
     trainer.acc.backward = timer.wrap("backward", trainer.acc.backward)
@@ -106,8 +90,9 @@ def instrument(trainer, timer: Timer):
     trainer.optimizer.zero_grad = timer.wrap("optimizer", trainer.optimizer.zero_grad)
 
     def undo() -> None:
-        tmod.sample_completions = orig_sample
         tmod.decode_completions, tmod.compute_rewards = orig_decode, orig_rewards
+        for cls, name, fn in saved:
+            setattr(cls, name, fn)
 
     return undo
 
@@ -137,7 +122,8 @@ def phase_row(m: dict, t: dict, wall: float) -> dict[str, float]:
 
 def run_shape(path: str, prompts: int, G: int, args) -> dict:
     trainer = build_our_trainer(path, prompts, G, args.threads, dataset=args.dataset, beta=args.beta,
-                                loss_type=args.loss_type, max_completion_length=args.max_completion_length)  # fmt: skip
+                                loss_type=args.loss_type, max_completion_length=args.max_completion_length,
+                                grouped_forward=args.grouped_forward)  # fmt: skip
     timer = Timer()
     undo = instrument(trainer, timer)
     rows = []

@@ -155,7 +155,8 @@ def run_shape(model_path: str, prompts: int, G: int, args) -> dict:
 
     n = prompts * G
     ours = build_our_trainer(model_path, prompts, G, args.threads, beta=args.beta, loss_type=args.loss_type,
-                             learning_rate=args.learning_rate, max_completion_length=args.max_completion_length)  # fmt: skip
+                             learning_rate=args.learning_rate, max_completion_length=args.max_completion_length,
+                                grouped_forward=args.grouped_forward)  # fmt: skip
     before = [q.detach().clone() for q in ours.model.parameters()]
     ours_blocks: list[list[float]] = []
     ours_len: list[tuple[float, float]] = []  # (mean, max) completion length of each timed step

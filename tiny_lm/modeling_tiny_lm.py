@@ -18,6 +18,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_tiny_lm import TinyLMConfig
+from .grouped import GroupedDecoder, grouped_logits
 
 
 class CausalSelfAttention(nn.Module):
@@ -149,6 +150,21 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
+
+    # ---- GRPO's grouped fast path (tiny_lm/grouped.py): G completions per prompt, each prompt encoded once.
+    @property
+    def supports_grouped(self) -> bool:
+        """The grouped path computes exactly what `forward` does (it has no dropout)."""
+        return not (self.training and self.config.dropout > 0)
+
+    def grouped_logits(self, prompt_ids, prompt_mask, completion_ids, num_generations: int,
+                       completion_mask=None) -> torch.Tensor:  # fmt: skip
+        """(P, Tp) prompts, (P*G, Tc) completions -> (P*G, Tc, V) logits scoring each completion token."""
+        return grouped_logits(self, prompt_ids, prompt_mask, completion_ids, num_generations, completion_mask)
+
+    def grouped_decoder(self, prompt_ids, prompt_mask, num_generations: int) -> GroupedDecoder:
+        """An incremental decoder for G samples per prompt that drops finished rows."""
+        return GroupedDecoder(self, prompt_ids, prompt_mask, num_generations)
 
     def forward(
         self,

@@ -111,6 +111,15 @@ class GRPOConfig:
     max_dynamic_sampling_rounds: int = field(
         default=3, metadata={"help": "Bound on dynamic sampling refills (extra generation rounds per step)."}
     )
+    grouped_forward: bool = field(
+        default=True,
+        metadata={
+            "help": "Use the model's grouped fast path when it has one (tiny_lm does): each prompt encoded once for "
+            "its G completions, finished rows dropped from decoding, tokens after EOS never computed. Exact (tests "
+            "compare it with the generic transformers forward); False forces the generic forward. Not used under "
+            "FSDP, which shards the parameters the fast path reads."
+        },
+    )
     skip_zero_advantage_groups: bool = field(
         default=True,
         metadata={

@@ -23,6 +23,7 @@ def held_out_metrics(
     top_k: int = 0,
     top_p: float = 1.0,
     seed: int = 0,
+    grouped: bool = True,
 ) -> dict[str, float]:
     """(P, Tp) left-padded prompts -> {"eval/accuracy": greedy exact-match rate, "eval/pass@k": any of k samples}.
 
@@ -31,13 +32,14 @@ def held_out_metrics(
     was_training = model.training
     model.eval()
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    ro = sample_completions(model, prompt_ids, prompt_mask, 1, max_new_tokens, eos, pad, temperature=0.0)
+    ro = sample_completions(model, prompt_ids, prompt_mask, 1, max_new_tokens, eos, pad, temperature=0.0,
+                            grouped=grouped)  # fmt: skip
     outs = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
     res = {"eval/accuracy": sum(accuracy(completions=outs, answer=answers)) / len(answers)}
     if pass_k:
         gen = torch.Generator().manual_seed(seed)
         ro = sample_completions(
-            model, prompt_ids, prompt_mask, pass_k, max_new_tokens, eos, pad, temperature, top_k, top_p, gen
+            model, prompt_ids, prompt_mask, pass_k, max_new_tokens, eos, pad, temperature, top_k, top_p, gen, grouped
         )
         outs = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
         hits = torch.tensor(accuracy(completions=outs, answer=[a for a in answers for _ in range(pass_k)]))

@@ -1,10 +1,17 @@
 """Batched sampling and completion log-probs for a causal LM, sharing each prompt's keys/values across its group.
 
 GRPO draws G completions of the same prompt. The prompt's keys and values are identical for all G of them, so they
-are computed once for the P prompts and repeated G times in the cache (`batch_repeat_interleave`): exact, and
-~2.6x less compute on 2-digit addition than running P * G copies of the prompt. The same trick serves the training
-and reference forwards (`completion_logits`), where autograd flows through the repeat.
-Works with any transformers causal LM whose forward accepts `cache`, `attention_mask` and `logits_to_keep`.
+are computed once for the P prompts and serve the G samples: exact, and ~2.6x less compute on 2-digit addition
+than running P * G copies of the prompt. The same holds for the training and reference forwards
+(`completion_logits`), where autograd flows through the sharing.
+
+Two implementations of the same math:
+- the model's grouped fast path, when it has one (`tiny_lm.grouped`: `model.grouped_logits`,
+  `model.grouped_decoder`): plain functions on the weights, one flat token matrix, and no work on tokens after EOS;
+- the generic path for any transformers causal LM whose forward accepts `cache`, `attention_mask` and
+  `logits_to_keep` (`CacheDecoder`, a `DynamicCache` repeated with `batch_repeat_interleave`).
+Both decode with the same loop (`sample_completions`), which drops finished rows, so a seeded generator draws the
+same completions on either path; tests/test_grouped.py checks logits, gradients and samples against each other.
 """
 
 from __future__ import annotations
@@ -56,6 +63,40 @@ def sample_from_logits(
     return (cdf <= u).sum(-1).clamp(max=logits.size(-1) - 1)  # first index whose cdf exceeds u
 
 
+class CacheDecoder:
+    """Incremental decoding with any transformers causal LM: a `DynamicCache` holding each prompt's keys/values
+    once, repeated for its G samples. Same interface as `tiny_lm.grouped.GroupedDecoder` (the fast path):
+    `logits` (A, V) for the A live rows, `keep(rows)` drops the others, `step(tokens)` feeds one token per row."""
+
+    @torch.inference_mode()
+    def __init__(self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int) -> None:
+        G = num_generations
+        self.model, self.cache = model, DynamicCache()
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, cache=self.cache, use_cache=True,
+                    logits_to_keep=1)  # fmt: skip
+        self.logits = out.logits[:, -1].repeat_interleave(G, dim=0)  # (P*G, V)
+        if G > 1:
+            self.cache.batch_repeat_interleave(G)
+        self.mask = prompt_mask.repeat_interleave(G, dim=0)  # (P*G, Tp)
+
+    @torch.inference_mode()
+    def keep(self, rows: torch.Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+        self.mask, self.logits = self.mask[rows], self.logits[rows]
+
+    @torch.inference_mode()
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, cache=self.cache, use_cache=True)
+        self.logits = out.logits[:, -1]
+        return self.logits
+
+
+def _grouped(model: torch.nn.Module, grouped: bool) -> bool:
+    """Use the model's grouped fast path (tiny_lm has one) if asked for and the model can compute it exactly now."""
+    return grouped and bool(getattr(model, "supports_grouped", False))
+
+
 @torch.inference_mode()
 def sample_completions(
     model: torch.nn.Module,
@@ -69,36 +110,38 @@ def sample_completions(
     top_k: int = 0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
+    grouped: bool = True,
 ) -> Rollout:
     """prompt_ids/prompt_mask (P, Tp), left-padded -> G completions per prompt, rows grouped by prompt (P*G, Tc).
 
-    One batched decode for all P*G sequences with a KV cache; a sequence stops at EOS (later tokens are pad and
-    masked) or at max_new_tokens; decoding ends as soon as every sequence has stopped.
+    One batched decode for all P*G sequences with a KV cache. A row that emits EOS is done: later tokens are pad
+    (masked), and it leaves the batch, so each step computes only the rows still running; decoding ends when
+    none is left or at max_new_tokens. `grouped=False` forces the generic transformers forward.
     """
-    G = num_generations
-    cache = DynamicCache()
-    out = model(
-        input_ids=prompt_ids, attention_mask=prompt_mask, cache=cache, use_cache=True, logits_to_keep=1
-    )
-    logits = out.logits[:, -1]  # (P, V)
-    if G > 1:
-        cache.batch_repeat_interleave(G)
-        logits = logits.repeat_interleave(G, dim=0)  # (P*G, V)
-    mask = prompt_mask.repeat_interleave(G, dim=0)  # (P*G, Tp)
+    if _grouped(model, grouped):
+        dec = model.grouped_decoder(prompt_ids, prompt_mask, num_generations)
+    else:
+        dec = CacheDecoder(model, prompt_ids, prompt_mask, num_generations)
+    logits = dec.logits  # (B, V)
     B = logits.size(0)
-    finished = torch.zeros(B, dtype=torch.bool, device=logits.device)
-    tokens = []
+    completion_ids = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=logits.device)
+    live = torch.arange(B, device=logits.device)  # rows still running, in the order the decoder holds them
+    Tc = max_new_tokens
     for step in range(max_new_tokens):
-        nxt = sample_from_logits(logits, temperature, top_k, top_p, generator)  # (B,)
-        nxt = nxt.masked_fill(finished, pad_token_id)
-        tokens.append(nxt)
-        finished = finished | (nxt == eos_token_id)
-        if step == max_new_tokens - 1 or bool(finished.all()):
+        nxt = sample_from_logits(logits, temperature, top_k, top_p, generator)  # (A,)
+        completion_ids[live, step] = nxt
+        if step == max_new_tokens - 1:
             break
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        out = model(input_ids=nxt[:, None], attention_mask=mask, cache=cache, use_cache=True)
-        logits = out.logits[:, -1]
-    completion_ids = torch.stack(tokens, dim=1)  # (B, Tc)
+        running = nxt != eos_token_id
+        if not bool(running.all()):
+            keep = running.nonzero().squeeze(1)
+            if keep.numel() == 0:
+                Tc = step + 1
+                break
+            live, nxt = live[keep], nxt[keep]
+            dec.keep(keep)
+        logits = dec.step(nxt)
+    completion_ids = completion_ids[:, :Tc]  # (B, Tc): as long as the longest completion
     is_eos_tok = completion_ids == eos_token_id
     # Mask: every token up to and including the first EOS.
     after_eos = (is_eos_tok.cumsum(1) - is_eos_tok.long()) > 0
@@ -112,15 +155,20 @@ def completion_logits(
     prompt_mask: torch.Tensor,
     completion_ids: torch.Tensor,
     num_generations: int,
+    completion_mask: torch.Tensor | None = None,
+    grouped: bool = True,
 ) -> torch.Tensor:
     """Logits that score each completion token: (P, Tp) prompts, (P*G, Tc) completions -> (P*G, Tc, V).
 
     Position t of the result is the distribution the model gave completion token t. The prompt is run once per
-    prompt and its keys/values repeated for the G completions (exact; gradients flow through the repeat).
-    Tokens after EOS are fed too (they are masked out of every loss); causality keeps them from touching earlier
-    positions.
+    prompt and its keys/values serve the G completions (exact; gradients flow through the sharing).
+    With the model's grouped fast path and a `completion_mask`, only the positions the mask marks are computed
+    (the rest are 0: they are masked out of every loss). The generic path feeds every token, including those
+    after EOS; causality keeps them from touching earlier positions.
     """
     G = num_generations
+    if _grouped(model, grouped):
+        return model.grouped_logits(prompt_ids, prompt_mask, completion_ids, G, completion_mask)
     cache = DynamicCache()
     out = model(
         input_ids=prompt_ids, attention_mask=prompt_mask, cache=cache, use_cache=True, logits_to_keep=1
@@ -183,5 +231,7 @@ class GroupScorer(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, prompt_ids, prompt_mask, completion_ids, num_generations: int) -> torch.Tensor:
-        return completion_logits(self.model, prompt_ids, prompt_mask, completion_ids, num_generations)
+    def forward(self, prompt_ids, prompt_mask, completion_ids, num_generations: int,
+                completion_mask: torch.Tensor | None = None, grouped: bool = True) -> torch.Tensor:  # fmt: skip
+        return completion_logits(self.model, prompt_ids, prompt_mask, completion_ids, num_generations,
+                                 completion_mask, grouped)  # fmt: skip

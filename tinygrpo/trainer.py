@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import DistributedType, set_seed
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformers import get_scheduler
@@ -112,6 +112,8 @@ class GRPOTrainer:
             sched_name, self.optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.max_steps
         )
         self.scorer, self.optimizer, self.scheduler = self.acc.prepare(self.scorer, self.optimizer, self.scheduler)
+        # The grouped fast path reads the modules' parameters directly, which FSDP shards.
+        self.grouped = cfg.grouped_forward and self.acc.distributed_type != DistributedType.FSDP
         # Sampling randomness: one generator per process, saved in checkpoints (exact resume).
         self.sample_gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.acc.process_index)
 
@@ -165,7 +167,7 @@ class GRPOTrainer:
         model.eval()
         ro = sample_completions(
             model, prompt_ids, prompt_mask, G, cfg.max_completion_length, self.tokenizer.eos_token_id,
-            self.tokenizer.pad_token_id, cfg.temperature, cfg.top_k, cfg.top_p, self.sample_gen,
+            self.tokenizer.pad_token_id, cfg.temperature, cfg.top_k, cfg.top_p, self.sample_gen, self.grouped,
         )  # fmt: skip
         model.train(was_training)
         completion_ids = ro.completion_ids.clone()  # out of inference mode: autograd may save it
@@ -242,7 +244,8 @@ class GRPOTrainer:
         sub = batch.groups(groups, G)
         rows = (groups[:, None] * G + torch.arange(G)).reshape(-1)
         if self.ref_model is not None:
-            logits = completion_logits(self.ref_model, sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G)
+            logits = completion_logits(self.ref_model, sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G,
+                                       sub.completion_mask, self.grouped)  # fmt: skip
             ref_logps = torch.zeros(batch.completion_ids.shape)
             ref_logps[rows] = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)
             batch.ref_logps = ref_logps
@@ -252,7 +255,8 @@ class GRPOTrainer:
                 batch.ref_logits = ref_logits
         if cfg.needs_old_logps:
             model = self.acc.unwrap_model(self.scorer).model
-            logits = completion_logits(model, sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G)
+            logits = completion_logits(model, sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G,
+                                       sub.completion_mask, self.grouped)  # fmt: skip
             old = torch.zeros(batch.completion_ids.shape)
             old[rows] = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)
             batch.old_logps = old
@@ -277,7 +281,8 @@ class GRPOTrainer:
         # DDP needs a forward/backward on every process: with nothing to learn from, use a zero-weighted group.
         dummy = active.numel() == 0 or mb.empty
         sub = mb.groups(active if not dummy else torch.zeros(1, dtype=torch.long), G)
-        logits = self.scorer(sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G)  # (n, Tc, V)
+        logits = self.scorer(sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G, sub.completion_mask,
+                             self.grouped)  # (n, Tc, V); 0 at positions the mask leaves out  # fmt: skip
         logp = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)  # (n, Tc)
         old = sub.old_logps if sub.old_logps is not None else logp.detach()
         mask = sub.completion_mask
@@ -455,7 +460,7 @@ class GRPOTrainer:
         return held_out_metrics(
             self.acc.unwrap_model(self.scorer).model, self.tokenizer, *self._eval_ids, self.eval_rows["answer"],
             max_new_tokens=cfg.max_completion_length, pass_k=cfg.eval_pass_k, temperature=cfg.temperature,
-            top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + 7919 * (self.step + 1),
+            top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + 7919 * (self.step + 1), grouped=self.grouped,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ checkpoints

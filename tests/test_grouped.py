@@ -1,0 +1,142 @@
+"""tiny_lm.grouped, the GRPO fast path, against the model's own generic transformers forward (minGPT-style parity).
+
+The oracle is `TinyLMForCausalLM.forward` with a DynamicCache (`grouped=False` in tinygrpo.rollout), itself checked
+against one-row-at-a-time forwards in test_rollout.py. Models are random with a large init range, prompts have
+different lengths (left padding), completions end at different places.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer
+from tinygrpo.rollout import CacheDecoder, completion_logits, sample_completions
+
+PROMPTS = ["1+2=", "37+48=", "5+55=", "9+0=", "0+0="]
+EOS, PAD, V = 1, 0, 14
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return TinyLMForCausalLM(TinyLMConfig(initializer_range=0.3)).eval()
+
+
+def encode(tok, prompts):
+    enc = tok(prompts, padding=True, return_tensors="pt")
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def completions_with_eos(P: int, G: int, Tc: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random completions whose rows end at random places (EOS, then padding), with their loss mask."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(2, V, (P * G, Tc), generator=g)
+    ends = torch.randint(0, Tc + 1, (P * G,), generator=g)  # EOS index; Tc = truncated (no EOS)
+    mask = torch.zeros(P * G, Tc)
+    for r, e in enumerate(ends.tolist()):
+        if e < Tc:
+            ids[r, e] = EOS
+            ids[r, e + 1 :] = PAD
+        mask[r, : min(e + 1, Tc)] = 1
+    return ids, mask
+
+
+@pytest.mark.parametrize("P, G, Tc", [
+    (5, 3, 5),  # the general case
+    (5, 1, 4),  # one sample per prompt
+    (2, 4, 1),  # one-token completions: only the prompts are fed
+    (1, 8, 3),  # a single prompt, a larger group
+])  # fmt: skip
+def test_grouped_logits_equal_the_generic_forward(model, tok, P, G, Tc):
+    ids, pmask = encode(tok, PROMPTS[:P])
+    comp, cmask = completions_with_eos(P, G, Tc, seed=P * 100 + G * 10 + Tc)
+    want = completion_logits(model, ids, pmask, comp, G, grouped=False)
+    full = completion_logits(model, ids, pmask, comp, G, grouped=True)  # no mask: every position computed
+    torch.testing.assert_close(full, want, atol=1e-5, rtol=0)
+    packed = completion_logits(model, ids, pmask, comp, G, cmask, grouped=True)
+    m = cmask[..., None].bool()
+    torch.testing.assert_close(packed[m.expand_as(packed)], want[m.expand_as(want)], atol=1e-5, rtol=0)
+    assert packed[~m.expand_as(packed)].abs().sum() == 0  # positions the mask leaves out are not computed
+
+
+def test_grouped_gradients_equal_the_generic_forward(model, tok):
+    """The loss a trainer builds (masked log-probs of the sampled tokens, weighted): same gradient on every
+    parameter, though the fast path never feeds the tokens after EOS."""
+    P, G, Tc = 5, 3, 5
+    ids, pmask = encode(tok, PROMPTS)
+    comp, cmask = completions_with_eos(P, G, Tc, seed=3)
+    w = torch.randn(P * G, Tc, generator=torch.Generator().manual_seed(4))
+    params = list(model.parameters())
+    grads = []
+    model.train()
+    try:
+        for grouped in (True, False):
+            logits = completion_logits(model, ids, pmask, comp, G, cmask, grouped=grouped)
+            logp = torch.log_softmax(logits, -1).gather(-1, comp[..., None])[..., 0]
+            grads.append(torch.autograd.grad((logp * w * cmask).sum(), params))
+    finally:
+        model.eval()
+    for (name, _), a, b in zip(model.named_parameters(), *grads, strict=True):
+        scale = max(1.0, float(b.abs().max()))  # float32 sums of ~40-sized terms: compare relative to the scale
+        torch.testing.assert_close(a, b, atol=1e-5 * scale, rtol=1e-4, msg=name)
+    assert any(g.abs().sum() > 0 for g in grads[0])
+
+
+def test_decoder_steps_and_keep_equal_the_cache_decoder(model, tok):
+    """Feed the same tokens to both decoders, dropping rows midway: identical next-token logits at every step."""
+    G = 3
+    ids, pmask = encode(tok, PROMPTS)
+    comp, _ = completions_with_eos(len(PROMPTS), G, 4, seed=5)
+    fast, slow = model.grouped_decoder(ids, pmask, G), CacheDecoder(model, ids, pmask, G)
+    torch.testing.assert_close(fast.logits, slow.logits, atol=1e-5, rtol=0)
+    live = torch.arange(comp.size(0))
+    for t in range(3):
+        if t == 1:  # drop every third row; the rest keep their order
+            keep = torch.tensor([i for i in range(live.numel()) if i % 3])
+            fast.keep(keep)
+            slow.keep(keep)
+            live = live[keep]
+        a, b = fast.step(comp[live, t]), slow.step(comp[live, t])
+        assert a.shape == (live.numel(), V)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0, 2.5])
+def test_sampling_is_the_same_on_both_paths(model, tok, temperature):
+    """Same generator, same logits (to float rounding): the same completions token for token, finished rows
+    dropped on both paths."""
+    ids, pmask = encode(tok, PROMPTS)
+    outs = []
+    for grouped in (True, False):
+        g = torch.Generator().manual_seed(11)
+        outs.append(sample_completions(model, ids, pmask, 6, 7, EOS, PAD, temperature, generator=g, grouped=grouped))
+    a, b = outs
+    assert torch.equal(a.completion_ids, b.completion_ids)
+    assert torch.equal(a.completion_mask, b.completion_mask) and torch.equal(a.is_eos, b.is_eos)
+    if temperature > 1:
+        lengths = a.completion_mask.sum(1)
+        assert lengths.min() < lengths.max()  # rows really ended at different steps
+
+
+def test_context_overflow_is_a_clear_error(tok):
+    torch.manual_seed(0)
+    small = TinyLMForCausalLM(TinyLMConfig(n_positions=6)).eval()
+    ids, pmask = encode(tok, ["37+48="])  # 6 tokens: positions 0..5, the first completion token is position 6
+    comp = torch.full((2, 3), 5)
+    with pytest.raises(ValueError, match="beyond the model's context"):
+        completion_logits(small, ids, pmask, comp, 2, grouped=True)
+    with pytest.raises(ValueError, match="beyond the model's context"):
+        small.grouped_decoder(ids, pmask, 2).step(torch.tensor([5, 5]))
+
+
+def test_dropout_in_training_falls_back_to_the_generic_forward():
+    torch.manual_seed(0)
+    m = TinyLMForCausalLM(TinyLMConfig(dropout=0.1))
+    assert m.eval().supports_grouped
+    assert not m.train().supports_grouped  # the fast path has no dropout

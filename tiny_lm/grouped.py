@@ -1,0 +1,216 @@
+"""Grouped forward passes of TinyLM for GRPO: G completions per prompt, each prompt encoded once.
+
+The same math as `TinyLMForCausalLM.forward` (tests check `allclose` against it), arranged for the shapes GRPO has:
+- every prompt's tokens go through the network once, not G times; its keys and values serve its G completions;
+- only the tokens that are needed are computed: in scoring, a completion token is fed only when a later token of its
+  row is scored (nothing after EOS); in decoding, a row that has finished is dropped from the batch;
+- the layers are called as plain functions on the module's own parameters (no module hooks, cache objects, masks
+  rebuilt per call), and softmax is written out (exp / sum), which is faster than `softmax` or SDPA on a last
+  dimension of a few keys on CPU.
+All position-wise work (LayerNorm, the four linears, GELU) runs on ONE flat (tokens, C) matrix of prompt and
+completion tokens together; only attention needs the (prompt, sample, time) structure.
+
+These are fast paths for `tinygrpo.rollout`, which falls back to the generic transformers forward for any other model.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+NEG_INF = float("-inf")
+
+
+def _ln(x: torch.Tensor, ln: torch.nn.LayerNorm) -> torch.Tensor:
+    return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
+
+
+def _qkv(block, x: torch.Tensor) -> torch.Tensor:
+    """(N, C) -> (N, 3C): q, k, v of LayerNorm'd x in one matmul."""
+    return F.linear(_ln(x, block.ln_1), block.attn.c_attn.weight, block.attn.c_attn.bias)
+
+
+def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Attention of ONE query per row, as broadcast products (a batched matmul of 1 x hd by hd x S per row and
+    head is mostly overhead): (A, nh, 1, hd) scaled q, (A, nh, S, hd) k and v, (A, 1, 1, S) bias -> (A, C)."""
+    s = (q * k).sum(-1) + bias[:, :, 0]  # (A, nh, S)
+    e = torch.exp(s - s.amax(-1, keepdim=True))
+    y = ((e / e.sum(-1, keepdim=True)).unsqueeze(-1) * v).sum(-2)  # (A, nh, hd)
+    return y.reshape(y.size(0), -1)
+
+
+def _finish_block(block, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Residual attention projection, then the residual GELU MLP: (N, C) -> (N, C)."""
+    x = x + F.linear(y, block.attn.c_proj.weight, block.attn.c_proj.bias)
+    h = F.gelu(F.linear(_ln(x, block.ln_2), block.mlp.c_fc.weight, block.mlp.c_fc.bias))  # (N, 4C)
+    return x + F.linear(h, block.mlp.c_proj.weight, block.mlp.c_proj.bias)
+
+
+def _head(model, x: torch.Tensor) -> torch.Tensor:
+    """Final LayerNorm and the (tied) LM head: (N, C) -> (N, V)."""
+    return F.linear(_ln(x, model.transformer.ln_f), model.lm_head.weight)
+
+
+def _prompt_geometry(prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded (P, Tp) mask -> positions (P, Tp) (a sequence's first real token is position 0), lengths (P,)."""
+    m = prompt_mask.long()
+    return (m.cumsum(1) - 1).clamp(min=0), m.sum(1)
+
+
+def _split_heads(qkv: torch.Tensor, shape: tuple[int, ...], n_head: int) -> tuple[torch.Tensor, ...]:
+    """(N, 3C) with N = prod(shape[:-1]) * shape[-1] tokens -> q, k, v each (*shape[:-1], nh, T, hd)."""
+    *lead, T = shape
+    C = qkv.size(-1) // 3
+    t = qkv.view(*lead, T, 3, n_head, C // n_head)
+    d = len(lead)
+    return t.permute(d + 1, *range(d), d + 2, d, d + 3).unbind(0)  # 3 x (*lead, nh, T, hd)
+
+
+def _merge_heads(y: torch.Tensor) -> torch.Tensor:
+    """(*lead, nh, T, hd) -> (prod(lead) * T, C)."""
+    *lead, nh, T, hd = y.shape
+    d = len(lead)
+    return y.permute(*range(d), d + 1, d, d + 2).reshape(-1, nh * hd)
+
+
+def grouped_logits(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    num_generations: int,
+    completion_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Logits scoring each completion token: (P, Tp) prompts, (P*G, Tc) completions -> (P*G, Tc, V).
+
+    Position t holds the distribution the model gave completion token t (as `completion_logits` in tinygrpo).
+    With `completion_mask` (P*G, Tc), only the positions it marks are computed and the rest of the result is 0;
+    a completion token is fed only if a later token of its row is marked.
+
+    Attention runs per prompt on one "group sequence" of L = Tp + G * Tq slots: the prompt, then each sample's
+    input tokens; a mask lets a completion token see its prompt's real tokens and its own earlier tokens. That is
+    one attention call over P sequences instead of a prompt pass plus P * G tiny ones.
+    """
+    G = num_generations
+    cfg, tr = model.config, model.transformer
+    nh = cfg.n_head
+    P, Tp = prompt_ids.shape
+    B, Tc = completion_ids.shape
+    Tq = Tc - 1  # completion tokens that are inputs (the last one predicts nothing that is scored)
+    L = Tp + G * Tq
+    dev = prompt_ids.device
+
+    ppos, plen = _prompt_geometry(prompt_mask)
+    if completion_mask is None:
+        need = torch.ones(B, Tq, dtype=torch.bool, device=dev)
+    else:  # feed token t when any token after it is scored
+        need = completion_mask[:, 1:].bool().flip(1).cummax(1).values.flip(1)  # (B, Tq)
+    idx = need.reshape(-1).nonzero().squeeze(1)  # (N,) into the (B * Tq) grid of completion inputs
+    N, Np = idx.numel(), P * Tp
+    b, t = idx // Tq, idx % Tq
+    cpos = plen.repeat_interleave(G)[b] + t
+    if N and int(cpos.max()) >= cfg.n_positions:
+        raise ValueError(f"sequence reaches position {int(cpos.max())}, beyond the model's context "
+                         f"(n_positions={cfg.n_positions})")  # fmt: skip
+    # Slot of every token in the (P * L) group sequences: prompts first, then the samples' inputs.
+    ar_p = torch.arange(P, device=dev)
+    slots = torch.cat([(ar_p[:, None] * L + torch.arange(Tp, device=dev)).reshape(-1),
+                       (b // G) * L + Tp + (b % G) * Tq + t])  # (Np + N,)  # fmt: skip
+    ids = torch.cat([prompt_ids.reshape(-1), completion_ids[:, :Tq].reshape(-1)[idx]])
+    x = tr.wte(ids) + tr.wpe(torch.cat([ppos.reshape(-1), cpos]))  # (Np + N, C)
+    mask = _group_mask(prompt_mask, G, Tq)  # (P, 1, L, L) bool
+
+    for block in tr.h:
+        qkv = _qkv(block, x)  # (Np + N, 3C)
+        dense = qkv.new_zeros(P * L, qkv.size(1)).index_copy(0, slots, qkv)  # unused slots stay 0, never seen
+        q, k, v = _split_heads(dense, (P, L), nh)  # (P, nh, L, hd)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (P, nh, L, hd)
+        x = _finish_block(block, x, _merge_heads(y).index_select(0, slots))
+
+    # The last prompt column (left padding: always real) predicts completion token 0, shared by the group.
+    h = torch.cat([x[:Np].view(P, Tp, -1)[:, -1], x[Np:]])  # (P + N, C)
+    lg = _head(model, h)  # (P + N, V)
+    rows = torch.cat([torch.arange(B, device=dev) * Tc, b * Tc + t + 1])  # where each logit row belongs
+    vals = torch.cat([lg[:P].repeat_interleave(G, 0), lg[P:]])
+    return lg.new_zeros(B * Tc, lg.size(1)).index_copy(0, rows, vals).view(B, Tc, -1)
+
+
+def _group_mask(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor:
+    """(P, Tp) left-padded prompt mask -> (P, 1, L, L) boolean attention mask over the group sequence
+    [prompt (Tp); sample 0's Tq inputs; ...; sample G-1's], True = may attend.
+
+    A prompt token sees the real prompt tokens up to itself (and itself: a padding query's output is unused, but an
+    all-False row would make NaN); a completion token sees the real prompt tokens and its own sample's tokens up to
+    itself, never another sample's.
+    """
+    P, Tp = prompt_mask.shape
+    L = Tp + G * Tq
+    dev = prompt_mask.device
+    real = prompt_mask.bool()
+    ar = torch.arange(L, device=dev)
+    is_prompt = ar < Tp
+    sample = torch.where(is_prompt, -1, (ar - Tp).div(Tq, rounding_mode="floor") if Tq else ar)  # (L,)
+    same_sample = (sample[:, None] == sample[None, :]) & ~is_prompt[:, None]  # both in one sample
+    own = same_sample & (ar[None, :] <= ar[:, None])  # own earlier tokens and itself
+    prompt_key = is_prompt[None, :] & ((ar[None, :] <= ar[:, None]) | ~is_prompt[:, None])  # (L, L)
+    key_real = torch.cat([real, torch.ones(P, L - Tp, dtype=torch.bool, device=dev)], dim=1)  # (P, L)
+    keep = (prompt_key[None] & key_real[:, None, :]) | own[None] | torch.eye(L, dtype=torch.bool, device=dev)
+    return keep[:, None]  # (P, 1, L, L)
+
+
+class GroupedDecoder:
+    """Incremental decoding of G samples per prompt with a per-row key/value cache that drops finished rows.
+
+    `logits` (A, V) scores the next token of each of the A live rows (A = P * G at first, grouped by prompt);
+    `keep(rows)` drops every other row; `step(tokens)` feeds one token per live row and refreshes `logits`.
+    """
+
+    @torch.inference_mode()
+    def __init__(self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int) -> None:
+        G = num_generations
+        self.model, cfg = model, model.config
+        self.nh = cfg.n_head
+        self.scale = (cfg.n_embd // cfg.n_head) ** -0.5
+        self.n_positions = cfg.n_positions
+        tr = model.transformer
+        P, Tp = prompt_ids.shape
+        ppos, plen = _prompt_geometry(prompt_mask)
+        x = tr.wte(prompt_ids.reshape(-1)) + tr.wpe(ppos.reshape(-1))  # (P*Tp, C)
+        mask = _group_mask(prompt_mask, 1, 0)  # (P, 1, Tp, Tp): the prompts alone
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+        for block in tr.h:
+            q, k, v = _split_heads(_qkv(block, x), (P, Tp), self.nh)  # (P, nh, Tp, hd)
+            x = _finish_block(block, x, _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
+            self.k.append(k.repeat_interleave(G, 0))  # (P*G, nh, Tp, hd): each row owns its cache from here on
+            self.v.append(v.repeat_interleave(G, 0))
+        self.logits = _head(model, x.view(P, Tp, -1)[:, -1]).repeat_interleave(G, 0)  # (P*G, V)
+        key_bias = torch.zeros(P, Tp, device=x.device).masked_fill(~prompt_mask.bool(), NEG_INF)
+        self.bias = key_bias.repeat_interleave(G, 0)[:, None, None, :]  # (P*G, 1, 1, Tp)
+        self.pos = plen.repeat_interleave(G)  # (P*G,) position of each row's next token
+
+    @torch.inference_mode()
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only `rows` (indices into the current live rows), in that order."""
+        self.k = [k.index_select(0, rows) for k in self.k]
+        self.v = [v.index_select(0, rows) for v in self.v]
+        self.bias, self.pos, self.logits = self.bias[rows], self.pos[rows], self.logits[rows]
+
+    @torch.inference_mode()
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(A,) next tokens of the live rows -> (A, V) logits for the token after them."""
+        if int(self.pos.max()) >= self.n_positions:
+            raise ValueError(f"sequence reaches position {int(self.pos.max())}, beyond the model's context "
+                             f"(n_positions={self.n_positions})")  # fmt: skip
+        tr = self.model.transformer
+        A = tokens.numel()
+        x = tr.wte(tokens) + tr.wpe(self.pos)  # (A, C)
+        self.bias = torch.cat([self.bias, self.bias.new_zeros(A, 1, 1, 1)], dim=-1)  # the new token is visible
+        for i, block in enumerate(tr.h):
+            q, k, v = _split_heads(_qkv(block, x), (A, 1), self.nh)  # (A, nh, 1, hd)
+            self.k[i] = torch.cat([self.k[i], k], dim=2)  # (A, nh, S + 1, hd)
+            self.v[i] = torch.cat([self.v[i], v], dim=2)
+            x = _finish_block(block, x, _attend_one(q * self.scale, self.k[i], self.v[i], self.bias))
+        self.pos = self.pos + 1
+        self.logits = _head(self.model, x)
+        return self.logits
