@@ -17,9 +17,9 @@ objects (nothing in the trainer is changed):
   reference forward            time/ref_old_logps (reference forward + selective log-softmax)
   policy forward               the GroupScorer forward inside compute_loss (prompt once + completions)
   loss math                    compute_loss minus the policy forward (log-softmax, surrogate, KL, aggregation, sums)
-  backward                     accelerator.backward
-  grad clip                    accelerator.clip_grad_norm_
-  optimizer                    optimizer.step + zero_grad
+  backward                     GRPOTrainer.backward (loss.backward, or accelerate's under DeepSpeed/FSDP/scalers)
+  grad clip                    GRPOTrainer.clip_grad_norm
+  optimizer                    GRPOTrainer.optimizer_step + zero_grad
   rest of optimize             time/optimize minus the four above (scheduler, finiteness checks, reductions)
   metrics after the step       training_step() wall time minus time/step (the metrics dict, gathers)
 Each row: the median over steps in ms and the phase's share of the summed step time (shares add up to 100 %; the
@@ -84,10 +84,10 @@ def instrument(trainer, timer: Timer):
         setattr(cls, name, timer.wrap("gen_forward", fn))
     trainer.scorer.forward = timer.wrap("policy_forward", trainer.scorer.forward)
     trainer.compute_loss = timer.wrap("compute_loss", trainer.compute_loss)
-    trainer.acc.backward = timer.wrap("backward", trainer.acc.backward)
-    trainer.acc.clip_grad_norm_ = timer.wrap("clip", trainer.acc.clip_grad_norm_)
-    trainer.optimizer.step = timer.wrap("optimizer", trainer.optimizer.step)
-    trainer.optimizer.zero_grad = timer.wrap("optimizer", trainer.optimizer.zero_grad)
+    trainer.backward = timer.wrap("backward", trainer.backward)
+    trainer.clip_grad_norm = timer.wrap("clip", trainer.clip_grad_norm)
+    trainer.optimizer_step = timer.wrap("optimizer", trainer.optimizer_step)
+    trainer._opt.zero_grad = timer.wrap("optimizer", trainer._opt.zero_grad)
 
     def undo() -> None:
         tmod.decode_completions, tmod.compute_rewards = orig_decode, orig_rewards

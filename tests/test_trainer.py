@@ -270,7 +270,7 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
         "train_grpo.py", "--model_name_or_path", seed_reference, "--dataset", "seed_bank", "--eval_split", "train",
         "--num_generations", "4", "--per_device_train_batch_size", "32", "--max_completion_length", "3",
         "--max_steps", "2", "--logging_steps", "1", "--disable_tqdm", "true", "--make_plots", "false",
-        "--dynamic_sampling", "false", "--output_dir", str(out),
+        "--dynamic_sampling", "false", "--lr_scheduler_type", "linear", "--output_dir", str(out),
     ]  # fmt: skip
     env = {
         **os.environ,
@@ -289,6 +289,9 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
         assert r["num_completions"] == 2 * 32 * r["step"]  # both processes' completions
         assert r["trained_completions"] == 2 * 32
         assert r["reward"] * 64 == pytest.approx(round(r["reward"] * 64))
+    # One schedule step per optimizer step whatever the process count: linear decay over 2 steps from 2e-3
+    # (accelerate's prepared scheduler would step twice per call with 2 processes and log 0.0 here).
+    assert rows[1]["learning_rate"] == pytest.approx(GRPOConfig.learning_rate / 2)
     assert len(read_jsonl(out / "completions.jsonl")) == 2 * 8
     assert proc.stdout.count("held-out greedy accuracy") == 1
 

@@ -24,7 +24,10 @@ class Batch:
     empty: bool = False  # a placeholder group kept only so that every process runs a forward (weight 0)
 
     def groups(self, idx: torch.Tensor, G: int) -> Batch:
-        """The sub-batch of the given group indices."""
+        """The sub-batch of the given group indices (the batch itself when they are all of its groups, in order)."""
+        n = self.prompt_ids.size(0)
+        if idx.numel() == n and bool((idx == torch.arange(n)).all()):
+            return self
         rows = (idx[:, None] * G + torch.arange(G)).reshape(-1)
 
         def pick(t, by):

@@ -1,8 +1,9 @@
 """Crash-safe checkpoints: written under a temporary name, moved into place only when complete.
 
 A checkpoint directory `checkpoint-<step>` holds what `accelerator.save_state` writes (model weights as
-safetensors, optimizer, scheduler, per-process RNG states; loaded back with `weights_only=True`), the reference
-model when it is being synced, and `trainer_state.json` (step, data cursor, each process's sampling generator).
+safetensors, optimizer, per-process RNG states; loaded back with `weights_only=True`), the reference
+model when it is being synced, and `trainer_state.json` (step, data cursor, the learning-rate scheduler's state;
+each process's sampling generator in sampler_<rank>.json).
 A kill at any moment leaves either no `checkpoint-<step>` or a complete one: the directory is renamed into place
 after everything in it is written and flushed, and `latest` only ever considers complete ones.
 """
