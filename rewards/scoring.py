@@ -169,16 +169,17 @@ def _to_row(out: Any, name: str, completions: Sequence[Any]) -> np.ndarray:
             row[j] = math.nan
             continue
         x = _as_float(value)
-        where = f"for sample {j} (completion {_show(completions[j])})"
+        if x is not None and math.isfinite(x):
+            row[j] = x
+            continue
+        where = f"for sample {j} (completion {_show(completions[j])})"  # built only for the error message
         if x is None:
             raise RewardError(
                 f"reward {name!r} returned non-number {value!r} ({type(value).__name__}) {where}"
             )
         if math.isnan(x):
             raise RewardError(f"reward {name!r} returned NaN {where}; return None for 'not applicable'")
-        if math.isinf(x):
-            raise RewardError(f"reward {name!r} returned {'-' if x < 0 else ''}infinity {where}")
-        row[j] = x
+        raise RewardError(f"reward {name!r} returned {'-' if x < 0 else ''}infinity {where}")
     return row
 
 

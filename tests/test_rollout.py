@@ -249,3 +249,9 @@ def test_decode_completions(tok):
     )
     m = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]])
     assert decode_completions(tok, c, m) == ["85<eos>", "12345", "0<eos>", "<eos>"]
+    # With a cache: the same texts, computed once per distinct row and reused the second time.
+    cache: dict = {}
+    assert decode_completions(tok, c, m, cache) == ["85<eos>", "12345", "0<eos>", "<eos>"]
+    assert len(cache) == 4 and cache[(10, 7, 1)] == "85<eos>"
+    cache[(10, 7, 1)] = "from the cache"
+    assert decode_completions(tok, c, m, cache)[0] == "from the cache"

@@ -136,6 +136,21 @@ def grouped_logits(
 
 
 def _group_mask(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor:
+    """Memoised `_build_group_mask`: a step asks for the same mask up to three times (decoder, reference, policy),
+    and a batch of equal-length prompts has the same one every step."""
+    key = (prompt_mask.shape, prompt_mask.bool().cpu().numpy().tobytes(), G, Tq, str(prompt_mask.device))
+    mask = _MASKS.get(key)
+    if mask is None:
+        if len(_MASKS) >= 16:
+            _MASKS.clear()
+        mask = _MASKS[key] = _build_group_mask(prompt_mask, G, Tq)
+    return mask
+
+
+_MASKS: dict[tuple, torch.Tensor] = {}
+
+
+def _build_group_mask(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor:
     """(P, Tp) left-padded prompt mask -> (P, 1, L, L) boolean attention mask over the group sequence
     [prompt (Tp); sample 0's Tq inputs; ...; sample G-1's], True = may attend.
 

@@ -214,11 +214,25 @@ def greedy_answers(
     return outs
 
 
-def decode_completions(tokenizer, completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> list[str]:
-    """Decode keeping <eos> (so a verifier can tell a finished answer from a truncated one), dropping padding."""
-    ids = completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id).tolist()
+def decode_completions(
+    tokenizer, completion_ids: torch.Tensor, completion_mask: torch.Tensor, cache: dict | None = None
+) -> list[str]:
+    """Decode keeping <eos> (so a verifier can tell a finished answer from a truncated one), dropping padding.
+
+    `cache` (a dict the caller keeps) maps token tuples to text: GRPO samples the same short completions over and
+    over, and the tokenizer is only asked for new ones. Exact: equal ids decode to equal text.
+    """
     pad = tokenizer.pad_token_id
-    return tokenizer.batch_decode([[t for t in row if t != pad] for row in ids], skip_special_tokens=False)
+    ids = completion_ids.masked_fill(completion_mask == 0, pad).tolist()
+    rows = [tuple(t for t in row if t != pad) for row in ids]
+    if cache is None:
+        return tokenizer.batch_decode([list(r) for r in rows], skip_special_tokens=False)
+    if len(cache) > 1 << 16:  # bounded: start over rather than grow without limit
+        cache.clear()
+    new = list({r for r in rows if r not in cache})
+    if new:
+        cache.update(zip(new, tokenizer.batch_decode([list(r) for r in new], skip_special_tokens=False), strict=True))
+    return [cache[r] for r in rows]
 
 
 class GroupScorer(nn.Module):

@@ -123,7 +123,9 @@ class GRPOTrainer:
                                                      DistributedType.MULTI_GPU)
                        and self.acc.scaler is None and self.acc.gradient_accumulation_steps == 1)  # fmt: skip
         # Train/eval switches by a flat list: Module.train() walks the tree, ~0.2 ms a call on this model.
+        self.policy = self.acc.unwrap_model(self.scorer).model  # the bare model (unwrapping costs ~0.2 ms a call)
         self._policy_modules = list(self.scorer.modules())
+        self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_completions
         self._params = [p for p in self.scorer.parameters() if p.requires_grad]
         self._opt = self.optimizer.optimizer if self._plain else self.optimizer
         # Sampling randomness: one generator per process, saved in checkpoints (exact resume).
@@ -174,7 +176,7 @@ class GRPOTrainer:
         cfg, G = self.cfg, self.G
         t0 = time.perf_counter()
         prompt_ids, prompt_mask = self._pad_prompts([self.train_prompt_ids[i] for i in idx])
-        model = self.acc.unwrap_model(self.scorer).model
+        model = self.policy
         was_training = model.training
         self._set_training(False)
         ro = sample_completions(
@@ -187,7 +189,7 @@ class GRPOTrainer:
         is_eos = ro.is_eos.clone()
         t1 = time.perf_counter()
 
-        completions = decode_completions(self.tokenizer, completion_ids, completion_mask)
+        completions = decode_completions(self.tokenizer, completion_ids, completion_mask, self._decoded)
         prompts = [self.train_prompts[i] for i in idx for _ in range(G)]
         columns = {c: [self.train_columns[c][i] for i in idx for _ in range(G)] for c in self.columns}
         per_func = compute_rewards(
@@ -200,7 +202,7 @@ class GRPOTrainer:
         t2 = time.perf_counter()
 
         # Advantages on the GLOBAL batch (exact for scale_rewards="batch"); each process keeps its own rows.
-        all_rewards = self.acc.gather(rewards)
+        all_rewards = self._gather(rewards)
         adv, zero_std = group_advantages(all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards)
         n = rewards.numel()
         r = self.acc.process_index
@@ -231,7 +233,7 @@ class GRPOTrainer:
         have = kept.prompt_ids.size(0)
         for _ in range(cfg.max_dynamic_sampling_rounds):
             need = torch.tensor(float(have < target))
-            if self.acc.reduce(need, "max").item() == 0:  # every process is full
+            if self._reduce(need, "max").item() == 0:  # every process is full
                 break
             b, inf = self._generate_and_score(self._local_prompts())
             infos.append(inf)
@@ -266,7 +268,7 @@ class GRPOTrainer:
                 ref_logits[rows] = logits.float()
                 batch.ref_logits = ref_logits
         if cfg.needs_old_logps:
-            model = self.acc.unwrap_model(self.scorer).model
+            model = self.policy
             logits = completion_logits(model, sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G,
                                        sub.completion_mask, self.grouped)  # fmt: skip
             old = torch.zeros(batch.completion_ids.shape)
@@ -311,7 +313,7 @@ class GRPOTrainer:
             per_token = per_token + cfg.beta * kl
         if cfg.loss_type == "dapo":
             # DDP averages gradients over processes, so each divides by (global tokens / processes).
-            global_tokens = self.acc.reduce(total_tokens.detach().clone(), "sum") if n_proc > 1 else total_tokens
+            global_tokens = self._reduce(total_tokens.detach().clone(), "sum") if n_proc > 1 else total_tokens
             loss = aggregate_loss(per_token, mask, "dapo", num_items_in_batch=(global_tokens / n_proc).clamp(min=1))
         else:
             loss = aggregate_loss(per_token, mask, cfg.loss_type, max_completion_length=cfg.max_completion_length)
@@ -352,7 +354,7 @@ class GRPOTrainer:
                 active = self._active_groups(mb) if not mb.empty else torch.zeros(0, dtype=torch.long)
                 n_active = torch.tensor(float(active.numel()))
                 if self.acc.num_processes > 1:
-                    n_active = self.acc.reduce(n_active, "sum")
+                    n_active = self._reduce(n_active, "sum")
                 if n_active.item() == 0:
                     # No group with signal on any process: no update (a zero-gradient AdamW step would still
                     # move the weights through its momentum).
@@ -360,7 +362,7 @@ class GRPOTrainer:
                     continue
                 loss, s = self.compute_loss(mb, active)
                 bad = torch.tensor(float(not torch.isfinite(loss)))
-                if self.acc.reduce(bad, "max").item() > 0:
+                if self._reduce(bad, "max").item() > 0:
                     self._nonfinite("loss")
                     continue
                 self._opt.zero_grad(set_to_none=True)
@@ -382,19 +384,27 @@ class GRPOTrainer:
                 warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
                 self.scheduler.step()
         keys = sorted(sums)
-        total = self.acc.reduce(torch.stack([sums[k] for k in keys]), "sum") if keys else torch.zeros(0)
+        total = self._reduce(torch.stack([sums[k] for k in keys]), "sum") if keys else torch.zeros(0)
         tok = max(float(total[keys.index("tokens")]), 1.0) if keys else 1.0
         out = {k: float(v) / tok for k, v in zip(keys, total, strict=True) if k != "tokens"}
         if skipped_updates:
             out["skipped_updates"] = skipped_updates
         if losses:
-            out["loss"] = float(self.acc.reduce(torch.stack(losses).mean(), "mean"))
+            out["loss"] = float(self._reduce(torch.stack(losses).mean(), "mean"))
             out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         return out
 
+    def _reduce(self, t: torch.Tensor, op: str) -> torch.Tensor:
+        """accelerate's reduce ("sum", "mean", "max"); on one process the tensor itself (no per-call checks)."""
+        return self.acc.reduce(t, op) if self.acc.num_processes > 1 else t
+
+    def _gather(self, t: torch.Tensor) -> torch.Tensor:
+        """accelerate's gather (concatenation over processes); on one process the tensor itself."""
+        return self.acc.gather(t) if self.acc.num_processes > 1 else t
+
     def _set_training(self, mode: bool) -> None:
         for m in self._policy_modules:
-            m.training = mode
+            object.__setattr__(m, "training", mode)  # what Module.train sets, without its per-call checks
 
     def backward(self, loss: torch.Tensor) -> None:
         if self._plain:
@@ -422,7 +432,7 @@ class GRPOTrainer:
     def _sync_ref(self) -> None:
         """TR-DPO-style reference update: ref <- alpha * policy + (1 - alpha) * ref."""
         a = self.cfg.ref_model_mixup_alpha
-        policy = self.acc.unwrap_model(self.scorer).model
+        policy = self.policy
         with torch.no_grad():
             for pr, pp in zip(self.ref_model.parameters(), policy.parameters(), strict=True):
                 pr.mul_(1 - a).add_(pp.detach(), alpha=a)
@@ -445,12 +455,12 @@ class GRPOTrainer:
         # Metrics of the generated batch, over all processes.
         all_rewards = info["all_rewards"]
         n_local = batch.completion_ids.size(0)
-        completions_global = int(self.acc.reduce(torch.tensor(float(n_local)), "sum"))
+        completions_global = int(self._reduce(torch.tensor(float(n_local)), "sum"))
         sampled = info.get("num_sampled", len(all_rewards))  # every sampled completion, refills included
         self.total_completions += sampled
-        lengths = self.acc.gather(info["lengths"])
-        truncated = self.acc.gather((~info["is_eos"]).float())
-        per_func = self.acc.gather(info["per_func"])
+        lengths = self._gather(info["lengths"])
+        truncated = self._gather((~info["is_eos"]).float())
+        per_func = self._gather(info["per_func"])
         valid = all_rewards[~all_rewards.isnan()]
         m.update(reward_metrics(per_func.numpy(), self.reward_names))
         m.update({
@@ -492,7 +502,7 @@ class GRPOTrainer:
             self._eval_ids = self._pad_prompts(self.tokenizer(self.eval_rows["prompt"])["input_ids"])
         cfg = self.cfg
         return held_out_metrics(
-            self.acc.unwrap_model(self.scorer).model, self.tokenizer, *self._eval_ids, self.eval_rows["answer"],
+            self.policy, self.tokenizer, *self._eval_ids, self.eval_rows["answer"],
             max_new_tokens=cfg.max_completion_length, pass_k=cfg.eval_pass_k, temperature=cfg.temperature,
             top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + 7919 * (self.step + 1), grouped=self.grouped,
         )  # fmt: skip
@@ -615,7 +625,7 @@ class GRPOTrainer:
                 bar.update(1)
                 stop = torch.tensor(float(self._stop_requested))
                 if self.acc.num_processes > 1:
-                    stop = self.acc.reduce(stop, "max")  # every process stops at the same step
+                    stop = self._reduce(stop, "max")  # every process stops at the same step
                 if stop.item() > 0:
                     break
                 if cfg.save_steps and self.step % cfg.save_steps == 0 and self.step < cfg.max_steps:
@@ -634,7 +644,7 @@ class GRPOTrainer:
         summary.update({"eval_after": {k: v for k, v in m.items() if k.startswith("eval/")}, "steps": self.step,
                         "wall_seconds": wall, "num_completions": self.total_completions})  # fmt: skip
         if self.is_main:
-            final = self.acc.unwrap_model(self.scorer).model
+            final = self.policy
             final.save_pretrained(self.out / "final")
             self.tokenizer.save_pretrained(self.out / "final")
             if cfg.make_plots:
