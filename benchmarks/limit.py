@@ -7,7 +7,8 @@
    completion lengths the step sampled (matmul FLOPs 2*m*n*k; attention QK^T and AV, 4*d per query-key pair,
    each token against the keys up to itself; the LM head only where logits are used; LayerNorm, GELU, softmax
    and the optimizer are not counted):
-     rollout     the P prompts once (logits at the last position), their keys/values shared by the G samples;
+     rollout     the P prompts once (logits at the last position, so the last block's projection and MLP only
+                 there), their keys/values shared by the G samples;
                  then each completion's tokens but its last are fed, one at a time (logits at each)
      reference   (beta > 0) the same tokens in one forward
      policy      that forward + its backward (2x the forward's matmuls): 3x
@@ -68,13 +69,16 @@ class Arch:
     def from_config(cls, c) -> Arch:
         return cls(c.n_layer, c.n_embd, c.n_inner, c.vocab_size)
 
-    def forward(self, tokens: int, pairs: int, logits: int) -> float:
+    def forward(self, tokens: int, pairs: int, logits: int, last_layer: int | None = None) -> float:
         """Matmul FLOPs of a forward over `tokens` tokens with `pairs` query-key pairs in all, and the LM head on
-        `logits` positions."""
-        d = self.n_embd
-        per_token = 2 * d * 3 * d + 2 * d * d + 2 * 2 * d * self.n_inner  # c_attn, attn c_proj, mlp c_fc + c_proj
+        `logits` positions. `last_layer`: tokens that still need the last block's projection and MLP (the others
+        only feed keys and values to it); default all."""
+        d, L = self.n_embd, self.n_layer
+        qkv = 2 * d * 3 * d  # c_attn
+        rest = 2 * d * d + 2 * 2 * d * self.n_inner  # attn c_proj, mlp c_fc + c_proj
+        last = tokens if last_layer is None else last_layer
         attention = 2 * 2 * pairs * d if self.attention else 0  # QK^T and AV over all heads
-        return self.n_layer * (tokens * per_token + attention) + 2 * d * self.vocab_size * logits
+        return L * (tokens * qkv + attention) + ((L - 1) * tokens + last) * rest + 2 * d * self.vocab_size * logits
 
 
 def step_flops(a: Arch, P: int, G: int, Tp: int, lengths: list[int], beta: float,
@@ -85,7 +89,7 @@ def step_flops(a: Arch, P: int, G: int, Tp: int, lengths: list[int], beta: float
     assert len(lengths) == P * G, (len(lengths), P, G)
     rows = P if shared else P * G
     fed = [max(n - 1, 0) for n in lengths]
-    prompt = a.forward(rows * Tp, rows * Tp * (Tp + 1) // 2, rows)
+    prompt = a.forward(rows * Tp, rows * Tp * (Tp + 1) // 2, rows, last_layer=rows)  # only the last column's output
     completions = a.forward(sum(fed), sum(f * Tp + f * (f + 1) // 2 for f in fed), sum(fed))
     fwd = prompt + completions
     out = {"rollout": fwd, "reference": fwd if beta > 0 else 0.0, "policy fwd+bwd": 3 * fwd}

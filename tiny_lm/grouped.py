@@ -120,16 +120,18 @@ def grouped_logits(
     x = tr.wte(ids) + tr.wpe(torch.cat([ppos.reshape(-1), cpos]))  # (Np + N, C)
     mask = _group_mask(prompt_mask, G, Tq)  # (P, 1, L, L) bool
 
-    for block in tr.h:
+    # After the last attention only the rows that produce logits matter: each prompt's last column (left
+    # padding: always real; it predicts completion token 0 for the whole group) and the completion tokens.
+    out_rows = torch.cat([ar_p * Tp + Tp - 1, torch.arange(Np, Np + N, device=dev)])  # (P + N,)
+    for i, block in enumerate(tr.h):
         qkv = _qkv(block, x)  # (Np + N, 3C)
         dense = qkv.new_zeros(P * L, qkv.size(1)).index_copy(0, slots, qkv)  # unused slots stay 0, never seen
         q, k, v = _split_heads(dense, (P, L), nh)  # (P, nh, L, hd)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (P, nh, L, hd)
-        x = _finish_block(block, x, _merge_heads(y).index_select(0, slots))
-
-    # The last prompt column (left padding: always real) predicts completion token 0, shared by the group.
-    h = torch.cat([x[:Np].view(P, Tp, -1)[:, -1], x[Np:]])  # (P + N, C)
-    lg = _head(model, h)  # (P + N, V)
+        y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)).index_select(0, slots)
+        if i == len(tr.h) - 1:
+            x, y = x[out_rows], y[out_rows]  # (P + N, C): no projection or MLP for the other prompt tokens
+        x = _finish_block(block, x, y)
+    lg = _head(model, x)  # (P + N, V)
     rows = torch.cat([torch.arange(B, device=dev) * Tc, b * Tc + t + 1])  # where each logit row belongs
     vals = torch.cat([lg[:P].repeat_interleave(G, 0), lg[P:]])
     return lg.new_zeros(B * Tc, lg.size(1)).index_copy(0, rows, vals).view(B, Tc, -1)
@@ -194,12 +196,15 @@ class GroupedDecoder:
         mask = _group_mask(prompt_mask, 1, 0)  # (P, 1, Tp, Tp): the prompts alone
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
-        for block in tr.h:
+        for i, block in enumerate(tr.h):
             q, k, v = _split_heads(_qkv(block, x), (P, Tp), self.nh)  # (P, nh, Tp, hd)
-            x = _finish_block(block, x, _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
+            y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))  # (P * Tp, C)
+            if i == len(tr.h) - 1:  # only the last column's output is used (the logits of the first token)
+                x, y = x.view(P, Tp, -1)[:, -1], y.view(P, Tp, -1)[:, -1]
+            x = _finish_block(block, x, y)
             self.k.append(k.repeat_interleave(G, 0))  # (P*G, nh, Tp, hd): each row owns its cache from here on
             self.v.append(v.repeat_interleave(G, 0))
-        self.logits = _head(model, x.view(P, Tp, -1)[:, -1]).repeat_interleave(G, 0)  # (P*G, V)
+        self.logits = _head(model, x).repeat_interleave(G, 0)  # (P*G, V)
         key_bias = torch.zeros(P, Tp, device=x.device).masked_fill(~prompt_mask.bool(), NEG_INF)
         self.bias = key_bias.repeat_interleave(G, 0)[:, None, None, :]  # (P*G, 1, 1, Tp)
         self.pos = plen.repeat_interleave(G)  # (P*G,) position of each row's next token
