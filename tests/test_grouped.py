@@ -140,3 +140,19 @@ def test_dropout_in_training_falls_back_to_the_generic_forward():
     m = TinyLMForCausalLM(TinyLMConfig(dropout=0.1))
     assert m.eval().supports_grouped
     assert not m.train().supports_grouped  # the fast path has no dropout
+
+
+def test_layout_is_shared_while_inputs_are_unchanged_and_rebuilt_after_an_in_place_change(model, tok):
+    from tiny_lm.grouped import group_layout
+
+    ids, pmask = encode(tok, PROMPTS)
+    comp, cmask = completions_with_eos(len(PROMPTS), 2, 4, seed=6)
+    first = group_layout(ids, pmask, comp, 2, cmask)
+    assert group_layout(ids, pmask, comp, 2, cmask) is first  # reference then policy: built once
+    cmask[:, 2:] = 0  # in place: the version counter moves, so the layout is rebuilt and the logits follow
+    assert group_layout(ids, pmask, comp, 2, cmask) is not first
+    want = completion_logits(model, ids, pmask, comp, 2, grouped=False)
+    got = completion_logits(model, ids, pmask, comp, 2, cmask, grouped=True)
+    m = cmask[..., None].bool().expand_as(got)
+    torch.testing.assert_close(got[m], want[m], atol=1e-5, rtol=0)
+    assert got[~m].abs().sum() == 0

@@ -15,6 +15,8 @@ These are fast paths for `tinygrpo.rollout`, which falls back to the generic tra
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -73,6 +75,80 @@ def _merge_heads(y: torch.Tensor) -> torch.Tensor:
     return y.permute(*range(d), d + 1, d, d + 2).reshape(-1, nh * hd)
 
 
+@dataclass
+class GroupLayout:
+    """Where every token of a grouped scoring forward goes: computed once per batch, shared by the reference and
+    the policy forward (they score the same completions)."""
+
+    P: int  # prompts
+    Tp: int  # prompt width (left-padded)
+    B: int  # completions, P * G
+    Tc: int  # completion width
+    N: int  # completion tokens fed
+    ids: torch.Tensor  # (P*Tp + N,) token ids: every prompt token, then the completion tokens fed
+    pos: torch.Tensor  # (P*Tp + N,) their positions
+    slots: torch.Tensor  # (P*Tp + N,) their slot in the (P * L) group sequences
+    mask: torch.Tensor  # (P, 1, L, L) bool attention mask over a group sequence
+    out_rows: torch.Tensor  # (P + N,) rows that give logits: each prompt's last column, then the completion tokens
+    logit_rows: torch.Tensor  # (B + N,) where those logits go in the (B * Tc) result (the prompt's repeated G times)
+
+
+def group_layout(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    num_generations: int,
+    completion_mask: torch.Tensor | None = None,
+    n_positions: int | None = None,
+) -> GroupLayout:
+    """The layout of `grouped_logits` for these inputs; the last one is reused while its inputs are the same
+    tensors, unmodified (the trainer scores one batch with the reference, then with the policy)."""
+    inputs = (prompt_ids, prompt_mask, completion_ids, completion_mask)
+    if any(t is not None and t.is_inference() for t in inputs):  # no version counter to tell if they changed
+        return _build_layout(prompt_ids, prompt_mask, completion_ids, num_generations, completion_mask, n_positions)
+    key = (tuple(None if t is None else (id(t), t._version) for t in inputs), num_generations, n_positions)
+    if _LAST_LAYOUT and _LAST_LAYOUT[0] == key:
+        return _LAST_LAYOUT[2]
+    layout = _build_layout(prompt_ids, prompt_mask, completion_ids, num_generations, completion_mask, n_positions)
+    _LAST_LAYOUT[:] = [key, inputs, layout]  # the inputs are held so that their ids cannot be reused meanwhile
+    return layout
+
+
+_LAST_LAYOUT: list = []
+
+
+@torch.inference_mode(False)  # plain tensors even under inference mode: the policy's forward reuses them
+def _build_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, n_positions) -> GroupLayout:
+    P, Tp = prompt_ids.shape
+    B, Tc = completion_ids.shape
+    Tq = Tc - 1  # completion tokens that are inputs (the last one predicts nothing that is scored)
+    L = Tp + G * Tq
+    dev = prompt_ids.device
+    ppos, plen = _prompt_geometry(prompt_mask)
+    if completion_mask is None:
+        need = torch.ones(B, Tq, dtype=torch.bool, device=dev)
+    else:  # feed token t when any token after it is scored
+        need = completion_mask[:, 1:].bool().flip(1).cummax(1).values.flip(1)  # (B, Tq)
+    idx = need.reshape(-1).nonzero().squeeze(1)  # (N,) into the (B * Tq) grid of completion inputs
+    N, Np = idx.numel(), P * Tp
+    b, t = idx // Tq, idx % Tq
+    cpos = plen.repeat_interleave(G)[b] + t
+    if n_positions is not None and N and int(cpos.max()) >= n_positions:
+        raise ValueError(f"sequence reaches position {int(cpos.max())}, beyond the model's context "
+                         f"(n_positions={n_positions})")  # fmt: skip
+    ar_p = torch.arange(P, device=dev)
+    return GroupLayout(
+        P=P, Tp=Tp, B=B, Tc=Tc, N=N,
+        ids=torch.cat([prompt_ids.reshape(-1), completion_ids[:, :Tq].reshape(-1)[idx]]),
+        pos=torch.cat([ppos.reshape(-1), cpos]),
+        slots=torch.cat([(ar_p[:, None] * L + torch.arange(Tp, device=dev)).reshape(-1),
+                         (b // G) * L + Tp + (b % G) * Tq + t]),  # prompts first, then the samples' inputs
+        mask=_group_mask(prompt_mask, G, Tq),
+        out_rows=torch.cat([ar_p * Tp + Tp - 1, torch.arange(Np, Np + N, device=dev)]),
+        logit_rows=torch.cat([torch.arange(B, device=dev) * Tc, b * Tc + t + 1]),
+    )  # fmt: skip
+
+
 def grouped_logits(
     model,
     prompt_ids: torch.Tensor,
@@ -93,48 +169,21 @@ def grouped_logits(
     """
     G = num_generations
     cfg, tr = model.config, model.transformer
-    nh = cfg.n_head
-    P, Tp = prompt_ids.shape
-    B, Tc = completion_ids.shape
-    Tq = Tc - 1  # completion tokens that are inputs (the last one predicts nothing that is scored)
-    L = Tp + G * Tq
-    dev = prompt_ids.device
-
-    ppos, plen = _prompt_geometry(prompt_mask)
-    if completion_mask is None:
-        need = torch.ones(B, Tq, dtype=torch.bool, device=dev)
-    else:  # feed token t when any token after it is scored
-        need = completion_mask[:, 1:].bool().flip(1).cummax(1).values.flip(1)  # (B, Tq)
-    idx = need.reshape(-1).nonzero().squeeze(1)  # (N,) into the (B * Tq) grid of completion inputs
-    N, Np = idx.numel(), P * Tp
-    b, t = idx // Tq, idx % Tq
-    cpos = plen.repeat_interleave(G)[b] + t
-    if N and int(cpos.max()) >= cfg.n_positions:
-        raise ValueError(f"sequence reaches position {int(cpos.max())}, beyond the model's context "
-                         f"(n_positions={cfg.n_positions})")  # fmt: skip
-    # Slot of every token in the (P * L) group sequences: prompts first, then the samples' inputs.
-    ar_p = torch.arange(P, device=dev)
-    slots = torch.cat([(ar_p[:, None] * L + torch.arange(Tp, device=dev)).reshape(-1),
-                       (b // G) * L + Tp + (b % G) * Tq + t])  # (Np + N,)  # fmt: skip
-    ids = torch.cat([prompt_ids.reshape(-1), completion_ids[:, :Tq].reshape(-1)[idx]])
-    x = tr.wte(ids) + tr.wpe(torch.cat([ppos.reshape(-1), cpos]))  # (Np + N, C)
-    mask = _group_mask(prompt_mask, G, Tq)  # (P, 1, L, L) bool
-
-    # After the last attention only the rows that produce logits matter: each prompt's last column (left
-    # padding: always real; it predicts completion token 0 for the whole group) and the completion tokens.
-    out_rows = torch.cat([ar_p * Tp + Tp - 1, torch.arange(Np, Np + N, device=dev)])  # (P + N,)
+    lay = group_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, cfg.n_positions)
+    P = lay.P
+    L = lay.mask.size(-1)
+    x = tr.wte(lay.ids) + tr.wpe(lay.pos)  # (P*Tp + N, C)
     for i, block in enumerate(tr.h):
-        qkv = _qkv(block, x)  # (Np + N, 3C)
-        dense = qkv.new_zeros(P * L, qkv.size(1)).index_copy(0, slots, qkv)  # unused slots stay 0, never seen
-        q, k, v = _split_heads(dense, (P, L), nh)  # (P, nh, L, hd)
-        y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)).index_select(0, slots)
-        if i == len(tr.h) - 1:
-            x, y = x[out_rows], y[out_rows]  # (P + N, C): no projection or MLP for the other prompt tokens
+        qkv = _qkv(block, x)  # (P*Tp + N, 3C)
+        dense = qkv.new_zeros(P * L, qkv.size(1)).index_copy(0, lay.slots, qkv)  # unused slots stay 0, unseen
+        q, k, v = _split_heads(dense, (P, L), cfg.n_head)  # (P, nh, L, hd)
+        y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=lay.mask)).index_select(0, lay.slots)
+        if i == len(tr.h) - 1:  # after the last attention only the rows that give logits matter: no projection
+            x, y = x[lay.out_rows], y[lay.out_rows]  # or MLP for the other prompt tokens  (P + N, C)
         x = _finish_block(block, x, y)
-    lg = _head(model, x)  # (P + N, V)
-    rows = torch.cat([torch.arange(B, device=dev) * Tc, b * Tc + t + 1])  # where each logit row belongs
-    vals = torch.cat([lg[:P].repeat_interleave(G, 0), lg[P:]])
-    return lg.new_zeros(B * Tc, lg.size(1)).index_copy(0, rows, vals).view(B, Tc, -1)
+    lg = _head(model, x)  # (P + N, V): each prompt's last column, then the completion tokens
+    vals = torch.cat([lg[:P].repeat_interleave(G, 0), lg[P:]])  # the prompt's logits serve its G completions
+    return lg.new_zeros(lay.B * lay.Tc, lg.size(1)).index_copy(0, lay.logit_rows, vals).view(lay.B, lay.Tc, -1)
 
 
 def _group_mask(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor:
@@ -152,6 +201,7 @@ def _group_mask(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor:
 _MASKS: dict[tuple, torch.Tensor] = {}
 
 
+@torch.inference_mode(False)  # memoised: may be used with autograd later
 def _build_group_mask(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor:
     """(P, Tp) left-padded prompt mask -> (P, 1, L, L) boolean attention mask over the group sequence
     [prompt (Tp); sample 0's Tq inputs; ...; sample G-1's], True = may attend.
