@@ -37,6 +37,17 @@ def _gold(answer: Any) -> tuple[bool, str] | None:
     """Canonical form of a gold answer (str or int); None stays None."""
     if answer is None:
         return None
+    if type(answer) in (str, int):  # hashable and common: parsed once per distinct answer
+        return _gold_cached(answer)
+    return _parse_gold(answer)
+
+
+@lru_cache(maxsize=1 << 16)
+def _gold_cached(answer: str | int) -> tuple[bool, str]:
+    return _parse_gold(answer)
+
+
+def _parse_gold(answer: Any) -> tuple[bool, str]:
     if isinstance(answer, numbers.Integral) and not isinstance(answer, bool):
         text = str(int(answer))
     elif isinstance(answer, str):

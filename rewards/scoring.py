@@ -163,6 +163,13 @@ def _to_row(out: Any, name: str, completions: Sequence[Any]) -> np.ndarray:
         out = out.tolist()
     if len(out) != n:
         raise RewardError(f"reward {name!r} returned {len(out)} values for {n} samples")
+    if all(type(v) is float or type(v) is int for v in out):  # the usual case: plain numbers, checked at once
+        try:
+            row = np.array(out, dtype=np.float64)
+        except OverflowError:  # an int too large for a double: the loop below reports it
+            row = None
+        if row is not None and np.isfinite(row).all():
+            return row
     row = np.empty(n, dtype=np.float64)
     for j, value in enumerate(out):
         if value is None:

@@ -45,7 +45,10 @@ def sample_from_logits(
     """
     if temperature == 0:
         return logits.argmax(-1)
-    logits = logits.float() / temperature
+    if logits.dtype != torch.float32:
+        logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
     if top_k and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))

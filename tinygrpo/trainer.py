@@ -101,8 +101,11 @@ class GRPOTrainer:
         decay, no_decay = [], []
         for n, p in model.named_parameters():
             (no_decay if p.ndim < 2 or "ln" in n else decay).append(p)
+        groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if cfg.weight_decay == 0:  # one group, one fused kernel: the split only matters with decay
+            groups = [{"params": decay + no_decay, "weight_decay": 0.0}]
         self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            groups,
             lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), fused=True,
         )  # fmt: skip  (fused: one kernel for all 28 small tensors, not a Python loop over them)
         sched_name = cfg.lr_scheduler_type
