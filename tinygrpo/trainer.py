@@ -259,24 +259,25 @@ class GRPOTrainer:
         if not groups.numel():
             return
         sub = batch.groups(groups, G)
-        rows = (groups[:, None] * G + torch.arange(G)).reshape(-1)
+        rows = None if sub is batch else (groups[:, None] * G + torch.arange(G)).reshape(-1)
+
+        def place(values: torch.Tensor) -> torch.Tensor:  # the sub-batch's rows in a batch-sized tensor
+            if rows is None:
+                return values
+            out = values.new_zeros(batch.completion_ids.shape + values.shape[2:])
+            out[rows] = values
+            return out
+
         if self.ref_model is not None:
             logits = completion_logits(self.ref_model, sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G,
                                        sub.completion_mask, self.grouped)  # fmt: skip
-            ref_logps = torch.zeros(batch.completion_ids.shape)
-            ref_logps[rows] = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)
-            batch.ref_logps = ref_logps
+            batch.ref_logps = place(selective_log_softmax(logits, sub.completion_ids, cfg.temperature))
             if cfg.kl_estimator == "full":
-                ref_logits = torch.zeros(*batch.completion_ids.shape, logits.size(-1))
-                ref_logits[rows] = logits.float()
-                batch.ref_logits = ref_logits
+                batch.ref_logits = place(logits.float())
         if cfg.needs_old_logps:
-            model = self.policy
-            logits = completion_logits(model, sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G,
+            logits = completion_logits(self.policy, sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G,
                                        sub.completion_mask, self.grouped)  # fmt: skip
-            old = torch.zeros(batch.completion_ids.shape)
-            old[rows] = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)
-            batch.old_logps = old
+            batch.old_logps = place(selective_log_softmax(logits, sub.completion_ids, cfg.temperature))
 
     def _active_groups(self, batch: Batch) -> torch.Tensor:
         """Groups that enter the forward/backward. With beta == 0 a group whose advantages are all zero adds
