@@ -5,7 +5,7 @@
     python benchmarks/time_to_accuracy.py --max_steps 20 -- --beta 0.02    # after --: more train_grpo.py flags
 
 Runs `python train_grpo.py` (2-digit addition from checkpoints/reference, 256 prompts x G = 8 per step, beta 0,
-150 steps unless told otherwise) as a subprocess with --torch_num_threads THREADS, --logging_steps 1 (a metrics row
+300 steps unless told otherwise) as a subprocess with --torch_num_threads THREADS, --logging_steps 1 (a metrics row
 per step, so the summed time/step is exact) and --eval_steps EVAL_STEPS (default 5; the trainer's default is
 25). Evaluation is greedy decoding of the 500 held-out problems; it does not change the training.
 
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
     add_threads_arg(p)
-    p.add_argument("--max_steps", type=int, default=None, help="Training steps (default: train_grpo.py's, 150).")
+    p.add_argument("--max_steps", type=int, default=None, help="Training steps (default: train_grpo.py's, 300).")
     p.add_argument("--model_name_or_path", default=None,
                    help="Initial policy (default: train_grpo.py's, checkpoints/reference; trained first if missing).")  # fmt: skip
     p.add_argument("--eval_steps", type=int, default=5, help="Held-out evaluation every N steps (default 5).")
