@@ -129,6 +129,8 @@ class GRPOTrainer:
         self.policy = self.acc.unwrap_model(self.scorer).model  # the bare model (unwrapping costs ~0.2 ms a call)
         self._policy_modules = list(self.scorer.modules())
         self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_completions
+        self._sum_names = ("tokens", "entropy", "ratio", "clip_ratio/low", "clip_ratio/high", "clip_ratio/region",
+                           *(("kl",) if cfg.beta > 0 else ()))  # what compute_loss sums, in order  # fmt: skip
         self._params = [p for p in self.scorer.parameters() if p.requires_grad]
         self._opt = self.optimizer.optimizer if self._plain else self.optimizer
         # Sampling randomness: one generator per process, saved in checkpoints (exact resume).
@@ -290,7 +292,8 @@ class GRPOTrainer:
     def compute_loss(self, mb: Batch, active: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss of one mini-batch `mb`, computed on its `active` groups, normalised as if on all of `mb`.
 
-        Returns the scalar loss and metric sums/counts (local; reduced across processes by the caller).
+        Returns the scalar loss and the masked sums of the per-token metrics (`self._sum_names`: "tokens" first,
+        then entropy, ratio, clip fractions, kl; local, reduced across processes by the caller).
         """
         cfg, G = self.cfg, self.G
         n_proc = self.acc.num_processes
@@ -328,27 +331,23 @@ class GRPOTrainer:
                 loss = loss * sub.completion_ids.size(0) / total_rows
         if dummy:
             loss = loss * 0.0
-        tokens = mask.sum() * (0.0 if dummy else 1.0)
-        with torch.no_grad():
-            sums = {
-                "tokens": tokens,
-                "entropy": (entropy_from_logits(logits.detach(), cfg.temperature) * mask).sum(),
-                "ratio": (st["ratio"].detach().expand_as(mask) * mask).sum(),
-                "clip_ratio/low": (st["low_clipped"].float() * mask).sum(),
-                "clip_ratio/high": (st["high_clipped"].float() * mask).sum(),
-                "clip_ratio/region": (st["clipped"].float() * mask).sum(),
-            }
+        with torch.no_grad():  # masked sums of the per-token metrics, in the order of self._sum_names, in one go
+            per_token_metrics = [mask, entropy_from_logits(logits.detach(), cfg.temperature),
+                                 st["ratio"].detach().expand_as(mask),
+                                 torch.stack([st["low_clipped"], st["high_clipped"], st["clipped"]]).float()]
             if kl is not None:
-                sums["kl"] = (kl.detach() * mask).sum()
+                per_token_metrics.append(kl.detach())
+            sums = (torch.cat([t.view(-1, *mask.shape) for t in per_token_metrics]) * mask).sum((1, 2))
             if dummy:
-                sums = {k: v * 0.0 for k, v in sums.items()}
-        return loss, sums
+                sums = sums * 0.0
+        return loss, dict(zip(self._sum_names, sums.unbind(), strict=True))
 
     def _optimize(self, batch: Batch) -> dict[str, float]:
         """num_iterations passes x num_mini_batches optimizer steps over the generated batch."""
         cfg, G = self.cfg, self.G
         n_groups = batch.prompt_ids.size(0)
-        sums: dict[str, torch.Tensor] = {}
+        multi = self.acc.num_processes > 1
+        sums: torch.Tensor | None = None
         grad_norms, losses = [], []
         skipped_updates = 0
         self._set_training(True)
@@ -356,17 +355,19 @@ class GRPOTrainer:
             for chunk in torch.arange(n_groups).tensor_split(cfg.num_mini_batches):
                 mb = batch.groups(chunk, G)
                 active = self._active_groups(mb) if not mb.empty else torch.zeros(0, dtype=torch.long)
-                n_active = torch.tensor(float(active.numel()))
-                if self.acc.num_processes > 1:
-                    n_active = self._reduce(n_active, "sum")
-                if n_active.item() == 0:
+                n_active = active.numel()
+                if multi:
+                    n_active = self._reduce(torch.tensor(float(n_active)), "sum").item()
+                if n_active == 0:
                     # No group with signal on any process: no update (a zero-gradient AdamW step would still
                     # move the weights through its momentum).
                     skipped_updates += 1
                     continue
                 loss, s = self.compute_loss(mb, active)
-                bad = torch.tensor(float(not torch.isfinite(loss)))
-                if self._reduce(bad, "max").item() > 0:
+                bad = not bool(torch.isfinite(loss))
+                if multi:
+                    bad = self._reduce(torch.tensor(float(bad)), "max").item() > 0
+                if bad:
                     self._nonfinite("loss")
                     continue
                 self._opt.zero_grad(set_to_none=True)
@@ -379,22 +380,24 @@ class GRPOTrainer:
                 self.optimizer_step()
                 grad_norms.append(float(gn))
                 losses.append(loss.detach())
-                for k, v in s.items():
-                    sums[k] = sums.get(k, 0.0) + v
+                vec = torch.stack(list(s.values()))  # (len(self._sum_names),)
+                sums = vec if sums is None else sums + vec
         if losses:
             self.scheduler.step()
         else:  # a step without an update still advances the schedule, on purpose
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
                 self.scheduler.step()
-        keys = sorted(sums)
-        total = self._reduce(torch.stack([sums[k] for k in keys]), "sum") if keys else torch.zeros(0)
-        tok = max(float(total[keys.index("tokens")]), 1.0) if keys else 1.0
-        out = {k: float(v) / tok for k, v in zip(keys, total, strict=True) if k != "tokens"}
+        out: dict[str, float] = {}
+        if sums is not None:
+            total = self._reduce(sums, "sum").tolist()
+            tok = max(total[0], 1.0)  # the first sum is the token count
+            out = {k: v / tok for k, v in zip(self._sum_names[1:], total[1:], strict=True)}
         if skipped_updates:
             out["skipped_updates"] = skipped_updates
         if losses:
-            out["loss"] = float(self._reduce(torch.stack(losses).mean(), "mean"))
+            loss_mean = torch.stack(losses).mean()
+            out["loss"] = float(self._reduce(loss_mean, "mean") if multi else loss_mean)
             out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         return out
 
@@ -459,10 +462,11 @@ class GRPOTrainer:
         # Metrics of the generated batch, over all processes.
         all_rewards = info["all_rewards"]
         n_local = batch.completion_ids.size(0)
-        completions_global = int(self._reduce(torch.tensor(float(n_local)), "sum"))
+        completions_global = (int(self._reduce(torch.tensor(float(n_local)), "sum")) if self.acc.num_processes > 1
+                              else n_local)  # fmt: skip
         sampled = info.get("num_sampled", len(all_rewards))  # every sampled completion, refills included
         self.total_completions += sampled
-        lengths = self._gather(info["lengths"])
+        lengths = self._gather(info["lengths"]).tolist()  # a few thousand ints at most: plain Python is cheaper
         truncated = self._gather((~info["is_eos"]).float())
         per_func = self._gather(info["per_func"])
         valid = all_rewards[~all_rewards.isnan()]
@@ -471,9 +475,9 @@ class GRPOTrainer:
             "reward": float(valid.mean()) if valid.numel() else 0.0,
             "reward_std": float(all_rewards.view(-1, G).nan_to_num(0).std(1).mean()),
             "frac_reward_zero_std": float(info["zero_std_global"].float().mean()),
-            "completions/mean_length": float(lengths.float().mean()),
-            "completions/min_length": float(lengths.min()),
-            "completions/max_length": float(lengths.max()),
+            "completions/mean_length": sum(lengths) / len(lengths),
+            "completions/min_length": float(min(lengths)),
+            "completions/max_length": float(max(lengths)),
             "completions/clipped_ratio": float(truncated.mean()),
             "learning_rate": self.scheduler.get_last_lr()[0],
             "num_completions": self.total_completions,
@@ -492,7 +496,7 @@ class GRPOTrainer:
             "time/step": dt, "time/generate": info["time_generate"], "time/reward": info["time_reward"],
             "time/ref_old_logps": t2 - t1, "time/optimize": t3 - t2,
             "throughput/completions_per_s": sampled / dt,
-            "throughput/tokens_per_s": float(lengths.sum()) / dt,
+            "throughput/tokens_per_s": sum(lengths) / dt,
         })  # fmt: skip
         self._last_info = info
         return m
