@@ -51,6 +51,7 @@ def test_analytic_flops_match_the_counter(seed_reference):
     arch = limit.Arch.from_config(tr.model.config)
     Tp = max(len(x) for x in tr.train_prompt_ids)
     expect = limit.step_flops(replace(arch, attention=False), 2, 4, Tp, lengths, beta=0.02)["total"]
+    expect += limit.decoder_prompt_attention_flops(arch, 2, 4, Tp, lengths)
     assert counted == pytest.approx(expect, rel=1e-6)
     # the same step on the generic transformers forward computes every position: strictly more matmul work
     # whenever a completion ended before the longest one

@@ -8,8 +8,8 @@ The same math as `TinyLMForCausalLM.forward` (tests check `allclose` against it)
   token layout of a batch is built once and shared by the reference and policy forwards.
 In scoring, all position-wise work (LayerNorm, the four linears, GELU) runs on ONE flat (tokens, C) matrix of prompt
 and completion tokens together; only attention needs the (prompt, sample, time) structure, and gets it as one
-masked SDPA call per layer over P "group sequences" (a prompt, then its samples' tokens). One-token decoding
-attends with broadcast products and a written-out softmax.
+masked SDPA call per layer over P "group sequences" (a prompt, then its samples' tokens). In decoding, the prompts'
+keys and values stay shared (attended with one batched matmul per prompt); each row caches only its own tokens.
 
 These are fast paths for `tinygrpo.rollout`, which falls back to the generic transformers forward for any other model.
 """
@@ -31,16 +31,6 @@ def _ln(x: torch.Tensor, ln: torch.nn.LayerNorm) -> torch.Tensor:
 def _qkv(block, x: torch.Tensor) -> torch.Tensor:
     """(N, C) -> (N, 3C): q, k, v of LayerNorm'd x in one matmul."""
     return F.linear(_ln(x, block.ln_1), block.attn.c_attn.weight, block.attn.c_attn.bias)
-
-
-def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """Attention of ONE query per row, as broadcast products (measured no slower than SDPA or a batched matmul of
-    1 x hd by hd x S per row and head): (A, nh, 1, hd) scaled q, (A, nh, S, hd) k and v, (A, 1, 1, S) additive bias
-    -> (A, C)."""
-    s = (q * k).sum(-1) + bias[:, :, 0]  # (A, nh, S)
-    e = torch.exp(s - s.amax(-1, keepdim=True))
-    y = ((e / e.sum(-1, keepdim=True)).unsqueeze(-1) * v).sum(-2)  # (A, nh, hd)
-    return y.reshape(y.size(0), -1)
 
 
 def _finish_block(block, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -229,10 +219,14 @@ def _build_group_mask(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tenso
 
 
 class GroupedDecoder:
-    """Incremental decoding of G samples per prompt with a per-row key/value cache that drops finished rows.
+    """Incremental decoding of G samples per prompt: the prompts' keys and values are computed once and shared, each
+    row keeps only its own completion tokens' keys and values, and a finished row leaves the batch.
 
     `logits` (A, V) scores the next token of each of the A live rows (A = P * G at first, grouped by prompt);
     `keep(rows)` drops every other row; `step(tokens)` feeds one token per live row and refreshes `logits`.
+    Attention to the prompt runs on the (P, G) grid of all rows as one batched matmul per prompt (live queries
+    scattered in, dead ones zero); attention to a row's own tokens is a broadcast product over at most
+    max_new_tokens keys. Nothing of size rows x prompt length is ever copied.
     """
 
     @torch.inference_mode()
@@ -244,30 +238,35 @@ class GroupedDecoder:
         self.n_positions = cfg.n_positions
         tr = model.transformer
         P, Tp = prompt_ids.shape
+        self.P, self.G = P, G
         ppos, plen = _prompt_geometry(prompt_mask)
         x = tr.wte(prompt_ids.reshape(-1)) + tr.wpe(ppos.reshape(-1))  # (P*Tp, C)
         mask = _group_mask(prompt_mask, 1, 0)  # (P, 1, Tp, Tp): the prompts alone
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
+        self.kp: list[torch.Tensor] = []  # per layer (P, nh, hd, Tp) keys (transposed), shared by the prompt's G rows
+        self.vp: list[torch.Tensor] = []
         for i, block in enumerate(tr.h):
             q, k, v = _split_heads(_qkv(block, x), (P, Tp), self.nh)  # (P, nh, Tp, hd)
             y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))  # (P * Tp, C)
             if i == len(tr.h) - 1:  # only the last column's output is used (the logits of the first token)
                 x, y = x.view(P, Tp, -1)[:, -1], y.view(P, Tp, -1)[:, -1]
             x = _finish_block(block, x, y)
-            self.k.append(k.repeat_interleave(G, 0))  # (P*G, nh, Tp, hd): each row owns its cache from here on
-            self.v.append(v.repeat_interleave(G, 0))
+            self.kp.append(k.transpose(-1, -2).contiguous())  # (P, nh, hd, Tp): ready for q @ k^T
+            self.vp.append(v)
+        self.kc: list[torch.Tensor | None] = [None] * len(tr.h)  # per layer (A, nh, t, hd): each row's own tokens
+        self.vc: list[torch.Tensor | None] = [None] * len(tr.h)
+        padded = not bool(prompt_mask.all())
+        self.prompt_bias = (torch.zeros(P, 1, 1, Tp, device=x.device).masked_fill(~prompt_mask.bool()[:, None, None, :],
+                            NEG_INF) if padded else None)  # (P, 1, 1, Tp) additive: padding keys hidden  # fmt: skip
+        self.rows = torch.arange(P * G, device=x.device)  # each live row's place in the (P, G) grid
         self.logits = _head(model, x).repeat_interleave(G, 0)  # (P*G, V)
-        key_bias = torch.zeros(P, Tp, device=x.device).masked_fill(~prompt_mask.bool(), NEG_INF)
-        self.bias = key_bias.repeat_interleave(G, 0)[:, None, None, :]  # (P*G, 1, 1, Tp)
         self.pos = plen.repeat_interleave(G)  # (P*G,) position of each row's next token
 
     @torch.inference_mode()
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only `rows` (indices into the current live rows), in that order."""
-        self.k = [k.index_select(0, rows) for k in self.k]
-        self.v = [v.index_select(0, rows) for v in self.v]
-        self.bias, self.pos, self.logits = self.bias[rows], self.pos[rows], self.logits[rows]
+        self.kc = [None if k is None else k.index_select(0, rows) for k in self.kc]
+        self.vc = [None if v is None else v.index_select(0, rows) for v in self.vc]
+        self.rows, self.pos, self.logits = self.rows[rows], self.pos[rows], self.logits[rows]
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -278,12 +277,36 @@ class GroupedDecoder:
         tr = self.model.transformer
         A = tokens.numel()
         x = tr.wte(tokens) + tr.wpe(self.pos)  # (A, C)
-        self.bias = torch.cat([self.bias, self.bias.new_zeros(A, 1, 1, 1)], dim=-1)  # the new token is visible
         for i, block in enumerate(tr.h):
             q, k, v = _split_heads(_qkv(block, x), (A, 1), self.nh)  # (A, nh, 1, hd)
-            self.k[i] = torch.cat([self.k[i], k], dim=2)  # (A, nh, S + 1, hd)
-            self.v[i] = torch.cat([self.v[i], v], dim=2)
-            x = _finish_block(block, x, _attend_one(q * self.scale, self.k[i], self.v[i], self.bias))
+            self.kc[i] = k if self.kc[i] is None else torch.cat([self.kc[i], k], dim=2)  # (A, nh, t + 1, hd)
+            self.vc[i] = v if self.vc[i] is None else torch.cat([self.vc[i], v], dim=2)
+            x = _finish_block(block, x, self._attend(i, q * self.scale))
         self.pos = self.pos + 1
         self.logits = _head(self.model, x)
         return self.logits
+
+    def _attend(self, i: int, q: torch.Tensor) -> torch.Tensor:
+        """(A, nh, 1, hd) scaled queries of the live rows -> (A, C): softmax over [prompt keys; own keys]."""
+        P, G = self.P, self.G
+        A, nh, _, hd = q.shape
+        full = A == P * G  # no row dropped yet: the live rows ARE the (P, G) grid, in order
+        grid = q[:, :, 0] if full else q.new_zeros(P * G, nh, hd).index_copy(0, self.rows, q[:, :, 0])
+        sp = grid.view(P, G, nh, hd).transpose(1, 2) @ self.kp[i]  # (P, nh, G, Tp)
+        if self.prompt_bias is not None:
+            sp = sp + self.prompt_bias
+        sp = sp.transpose(1, 2).reshape(P * G, nh, -1)  # (P*G, nh, Tp)
+        if not full:
+            sp = sp.index_select(0, self.rows)  # (A, nh, Tp)
+        s = torch.cat([sp, (q * self.kc[i]).sum(-1)], dim=-1)  # (A, nh, Tp + t + 1): prompt, then own tokens
+        e = torch.exp(s - s.amax(-1, keepdim=True))
+        p = e / e.sum(-1, keepdim=True)
+        Tp = sp.size(-1)
+        pp = p[..., :Tp]  # (A, nh, Tp)
+        if not full:
+            pp = pp.new_zeros(P * G, nh, Tp).index_copy(0, self.rows, pp)
+        yp = (pp.reshape(P, G, nh, Tp).transpose(1, 2) @ self.vp[i]).transpose(1, 2).reshape(P * G, nh, hd)
+        if not full:
+            yp = yp.index_select(0, self.rows)  # (A, nh, hd)
+        yo = (p[..., Tp:].unsqueeze(-1) * self.vc[i]).sum(-2)  # (A, nh, hd)
+        return (yp + yo).reshape(A, nh * hd)
