@@ -25,3 +25,21 @@ def seed_reference(tmp_path_factory) -> str:
                     batch_size=32, n_embd=32, n_head=2, n_positions=16, log_every=0, seed=0)  # fmt: skip
     train_reference(cfg, verbose=False)
     return str(out)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The character tokenizer (one token per character, <pad> = 0, <eos> = 1, left padding)."""
+    from tiny_lm import build_tokenizer
+
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model():
+    """A random default-size TinyLM in eval mode, seed 0, with a large init range so that greedy paths differ
+    between prompts. One per test module (tests that switch it to train mode switch it back)."""
+    from tiny_lm import TinyLMConfig, TinyLMForCausalLM
+
+    torch.manual_seed(0)
+    return TinyLMForCausalLM(TinyLMConfig(initializer_range=0.3)).eval()

@@ -9,28 +9,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _lm import encode
 
-from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer
+from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tinygrpo.rollout import CacheDecoder, completion_logits, sample_completions
 
 PROMPTS = ["1+2=", "37+48=", "5+55=", "9+0=", "0+0="]
 EOS, PAD, V = 1, 0, 14
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    return TinyLMForCausalLM(TinyLMConfig(initializer_range=0.3)).eval()
-
-
-def encode(tok, prompts):
-    enc = tok(prompts, padding=True, return_tensors="pt")
-    return enc["input_ids"], enc["attention_mask"]
 
 
 def completions_with_eos(P: int, G: int, Tc: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

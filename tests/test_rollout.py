@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _lm import encode
 
-from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer
 from tinygrpo.rollout import (
     completion_logits,
     decode_completions,
@@ -18,22 +18,6 @@ from tinygrpo.rollout import (
 
 PROMPTS = ["1+2=", "37+48=", "5+55=", "9+0="]  # different lengths, so the batch is left-padded
 EOS, PAD = 1, 0
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    return TinyLMForCausalLM(TinyLMConfig(initializer_range=0.3)).eval()
-
-
-def encode(tok, prompts):
-    enc = tok(prompts, padding=True, return_tensors="pt")
-    return enc["input_ids"], enc["attention_mask"]
 
 
 # ---------------------------------------------------------------- sample_completions

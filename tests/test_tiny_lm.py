@@ -14,15 +14,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import DynamicCache
 
 import tiny_lm
-from tiny_lm import EOS_TOKEN, PAD_TOKEN, TinyLMConfig, TinyLMForCausalLM, build_tokenizer, check_text
+from tiny_lm import EOS_TOKEN, PAD_TOKEN, TinyLMConfig, TinyLMForCausalLM, check_text
 from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS
 
 ATOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_tokenizer()
 
 
 def make_model(seed: int = 0, **kw) -> TinyLMForCausalLM:
@@ -30,11 +25,6 @@ def make_model(seed: int = 0, **kw) -> TinyLMForCausalLM:
     cfg = dict(initializer_range=0.3)
     cfg.update(kw)
     return TinyLMForCausalLM(TinyLMConfig(**cfg)).eval()
-
-
-@pytest.fixture(scope="module")
-def model():
-    return make_model()
 
 
 # ---------------------------------------------------------------- tokenizer
