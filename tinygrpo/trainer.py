@@ -125,8 +125,8 @@ class GRPOTrainer:
         self._plain = (self.acc.distributed_type in (DistributedType.NO, DistributedType.MULTI_CPU,
                                                      DistributedType.MULTI_GPU)
                        and self.acc.scaler is None and self.acc.gradient_accumulation_steps == 1)  # fmt: skip
-        # Train/eval switches by a flat list: Module.train() walks the tree, ~0.2 ms a call on this model.
         self.policy = self.acc.unwrap_model(self.scorer).model  # the bare model (unwrapping costs ~0.2 ms a call)
+        # Train/eval switches by a flat list: Module.train() walks the tree, ~0.2 ms a call on this model.
         self._policy_modules = list(self.scorer.modules())
         self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_completions
         self._sum_names = ("tokens", "entropy", "ratio", "clip_ratio/low", "clip_ratio/high", "clip_ratio/region",
@@ -320,7 +320,7 @@ class GRPOTrainer:
             per_token = per_token + cfg.beta * kl
         if cfg.loss_type == "dapo":
             # DDP averages gradients over processes, so each divides by (global tokens / processes).
-            global_tokens = self._reduce(total_tokens.detach().clone(), "sum") if n_proc > 1 else total_tokens
+            global_tokens = self._reduce(total_tokens.detach(), "sum")
             loss = aggregate_loss(per_token, mask, "dapo", num_items_in_batch=(global_tokens / n_proc).clamp(min=1))
         else:
             loss = aggregate_loss(per_token, mask, cfg.loss_type, max_completion_length=cfg.max_completion_length)
@@ -397,7 +397,7 @@ class GRPOTrainer:
             out["skipped_updates"] = skipped_updates
         if losses:
             loss_mean = torch.stack(losses).mean()
-            out["loss"] = float(self._reduce(loss_mean, "mean") if multi else loss_mean)
+            out["loss"] = float(self._reduce(loss_mean, "mean"))
             out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         return out
 
