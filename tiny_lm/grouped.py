@@ -17,6 +17,7 @@ These are fast paths for `tinygrpo.rollout`, which falls back to the generic tra
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -24,25 +25,77 @@ import torch.nn.functional as F
 NEG_INF = float("-inf")
 
 
-def _ln(x: torch.Tensor, ln: torch.nn.LayerNorm) -> torch.Tensor:
-    return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
+# ---------------------------------------------------------------------------------------------------- weights
+class _Layer(NamedTuple):
+    """One block's tensors: (weight, bias) of each linear, (weight, bias, eps) of each LayerNorm."""
+
+    ln_1: tuple
+    c_attn: tuple
+    attn_proj: tuple
+    ln_2: tuple
+    c_fc: tuple
+    mlp_proj: tuple
 
 
-def _qkv(block, x: torch.Tensor) -> torch.Tensor:
+class _Weights(NamedTuple):
+    wte: torch.Tensor  # (V, C)
+    wpe: torch.Tensor  # (n_positions, C)
+    layers: list[_Layer]
+    ln_f: tuple
+    lm_head: torch.Tensor  # (V, C), tied to wte
+    n_head: int
+    n_positions: int
+
+
+def _weights(model) -> _Weights:
+    """Every tensor the grouped forward uses, read from the modules' own parameter dicts.
+
+    Read on every call and never cached, so replaced or reloaded parameters are always the ones used. The dicts
+    are read directly because `module.weight` goes through `nn.Module.__getattr__` (~0.3 us), and a forward made
+    ~80 such lookups.
+    """
+
+    def linear(m) -> tuple:
+        return m._parameters["weight"], m._parameters["bias"]
+
+    def norm(m) -> tuple:
+        return m._parameters["weight"], m._parameters["bias"], m.eps
+
+    tr = model._modules["transformer"]._modules
+    layers = []
+    for block in tr["h"]:
+        b = block._modules
+        attn, mlp = b["attn"]._modules, b["mlp"]._modules
+        layers.append(_Layer(norm(b["ln_1"]), linear(attn["c_attn"]), linear(attn["c_proj"]), norm(b["ln_2"]),
+                             linear(mlp["c_fc"]), linear(mlp["c_proj"])))  # fmt: skip
+    cfg = model.config
+    return _Weights(tr["wte"]._parameters["weight"], tr["wpe"]._parameters["weight"], layers, norm(tr["ln_f"]),
+                    model._modules["lm_head"]._parameters["weight"], cfg.n_head, cfg.n_positions)  # fmt: skip
+
+
+def _ln(x: torch.Tensor, ln: tuple) -> torch.Tensor:
+    return F.layer_norm(x, (x.size(-1),), *ln)
+
+
+def _qkv(layer: _Layer, x: torch.Tensor) -> torch.Tensor:
     """(N, C) -> (N, 3C): q, k, v of LayerNorm'd x in one matmul."""
-    return F.linear(_ln(x, block.ln_1), block.attn.c_attn.weight, block.attn.c_attn.bias)
+    return F.linear(_ln(x, layer.ln_1), *layer.c_attn)
 
 
-def _finish_block(block, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _finish_block(layer: _Layer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Residual attention projection, then the residual GELU MLP: (N, C) -> (N, C)."""
-    x = x + F.linear(y, block.attn.c_proj.weight, block.attn.c_proj.bias)
-    h = F.gelu(F.linear(_ln(x, block.ln_2), block.mlp.c_fc.weight, block.mlp.c_fc.bias))  # (N, 4C)
-    return x + F.linear(h, block.mlp.c_proj.weight, block.mlp.c_proj.bias)
+    x = x + F.linear(y, *layer.attn_proj)
+    h = F.gelu(F.linear(_ln(x, layer.ln_2), *layer.c_fc))  # (N, 4C)
+    return x + F.linear(h, *layer.mlp_proj)
 
 
-def _head(model, x: torch.Tensor) -> torch.Tensor:
+def _embed(w: _Weights, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    return F.embedding(ids, w.wte) + F.embedding(pos, w.wpe)
+
+
+def _head(w: _Weights, x: torch.Tensor) -> torch.Tensor:
     """Final LayerNorm and the (tied) LM head: (N, C) -> (N, V)."""
-    return F.linear(_ln(x, model.transformer.ln_f), model.lm_head.weight)
+    return F.linear(_ln(x, w.ln_f), w.lm_head)
 
 
 def _prompt_geometry(prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,6 +120,22 @@ def _merge_heads(y: torch.Tensor) -> torch.Tensor:
     return y.permute(*range(d), d + 1, d, d + 2).reshape(-1, nh * hd)
 
 
+# ---------------------------------------------------------------------------------------------------- layout
+@dataclass
+class _Frame:
+    """The part of a layout that depends only on the prompts' padding and the shape (P, G, Tc): memoised, since a
+    step asks for it up to three times (decoder, reference, policy) and equal-length prompts give the same one
+    every step. A completion input is indexed (b, t): completion b, its token t < Tq = Tc - 1."""
+
+    mask: torch.Tensor  # (P, 1, L, L) additive attention mask over a group sequence (0 = may attend, -inf)
+    prompt_pos: torch.Tensor  # (P*Tp,) positions of the prompt tokens
+    prompt_slots: torch.Tensor  # (P*Tp,) their slots in the (P * L) group sequences
+    last_cols: torch.Tensor  # (P,) row of each prompt's last column in the flat token matrix
+    first_rows: torch.Tensor  # (B,) b * Tc: where each completion's first logits go in the (B * Tc) result
+    grid: torch.Tensor  # (3, B, Tq) position, slot and result row of every completion input (b, t)
+    max_pos: int  # the largest position a completion input can have
+
+
 @dataclass
 class GroupLayout:
     """Where every token of a grouped scoring forward goes: computed once per batch, shared by the reference and
@@ -80,7 +149,7 @@ class GroupLayout:
     ids: torch.Tensor  # (P*Tp + N,) token ids: every prompt token, then the completion tokens fed
     pos: torch.Tensor  # (P*Tp + N,) their positions
     slots: torch.Tensor  # (P*Tp + N,) their slot in the (P * L) group sequences
-    mask: torch.Tensor  # (P, 1, L, L) bool attention mask over a group sequence
+    mask: torch.Tensor  # (P, 1, L, L) additive attention mask over a group sequence
     out_rows: torch.Tensor  # (P + N,) rows that give logits: each prompt's last column, then the completion tokens
     logit_rows: torch.Tensor  # (B + N,) where those logits go in the (B * Tc) result (the prompt's repeated G times)
 
@@ -92,17 +161,19 @@ def group_layout(
     num_generations: int,
     completion_mask: torch.Tensor | None = None,
     n_positions: int | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> GroupLayout:
     """The layout of `grouped_logits` for these inputs; the last one is reused while its inputs are the same
     tensors, unmodified (the trainer scores one batch with the reference, then with the policy)."""
     inputs = (prompt_ids, prompt_mask, completion_ids, completion_mask)
+    args = (prompt_ids, prompt_mask, completion_ids, num_generations, completion_mask, n_positions, dtype)
     if any(t is not None and t.is_inference() for t in inputs):  # no version counter to tell if they changed
-        return _build_layout(prompt_ids, prompt_mask, completion_ids, num_generations, completion_mask, n_positions)
-    key = (tuple(None if t is None else (id(t), t._version) for t in inputs), num_generations, n_positions)
+        return _build_layout(*args)
+    key = (tuple(None if t is None else (id(t), t._version) for t in inputs), num_generations, n_positions, dtype)
     last = _LAST_LAYOUT[0]  # one read and one write of a single slot: no torn state between threads
     if last is not None and last[0] == key:
         return last[2]
-    layout = _build_layout(prompt_ids, prompt_mask, completion_ids, num_generations, completion_mask, n_positions)
+    layout = _build_layout(*args)
     _LAST_LAYOUT[0] = (key, inputs, layout)  # the inputs are held so that their ids cannot be reused meanwhile
     return layout
 
@@ -111,34 +182,66 @@ _LAST_LAYOUT: list = [None]
 
 
 @torch.inference_mode(False)  # plain tensors even under inference mode: the policy's forward reuses them
-def _build_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, n_positions) -> GroupLayout:
+def _build_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, n_positions, dtype) -> GroupLayout:
     P, Tp = prompt_ids.shape
     B, Tc = completion_ids.shape
     Tq = Tc - 1  # completion tokens that are inputs (the last one predicts nothing that is scored)
-    L = Tp + G * Tq
-    dev = prompt_ids.device
-    ppos, plen = _prompt_geometry(prompt_mask)
+    fr = _frame(prompt_mask, G, Tc, dtype)
+    inputs = completion_ids[:, :Tq]
     if completion_mask is None:
-        need = torch.ones(B, Tq, dtype=torch.bool, device=dev)
+        sel, ids_c = fr.grid.reshape(3, -1), inputs.reshape(-1)
     else:  # feed token t when any token after it is scored
         need = completion_mask[:, 1:].bool().flip(1).cummax(1).values.flip(1)  # (B, Tq)
-    idx = need.reshape(-1).nonzero().squeeze(1)  # (N,) into the (B * Tq) grid of completion inputs
-    N, Np = idx.numel(), P * Tp
-    b, t = idx // Tq, idx % Tq
-    cpos = plen.repeat_interleave(G)[b] + t
-    if n_positions is not None and N and int(cpos.max()) >= n_positions:
-        raise ValueError(f"sequence reaches position {int(cpos.max())}, beyond the model's context "
+        sel, ids_c = fr.grid[:, need], inputs[need]  # (3, N), (N,)
+    pos_c, slot_c, row_c = sel.unbind(0)
+    N, Np = ids_c.numel(), P * Tp
+    if n_positions is not None and fr.max_pos >= n_positions and N and int(pos_c.max()) >= n_positions:
+        raise ValueError(f"sequence reaches position {int(pos_c.max())}, beyond the model's context "
                          f"(n_positions={n_positions})")  # fmt: skip
-    ar_p = torch.arange(P, device=dev)
     return GroupLayout(
         P=P, Tp=Tp, B=B, Tc=Tc, N=N,
-        ids=torch.cat([prompt_ids.reshape(-1), completion_ids[:, :Tq].reshape(-1)[idx]]),
-        pos=torch.cat([ppos.reshape(-1), cpos]),
-        slots=torch.cat([(ar_p[:, None] * L + torch.arange(Tp, device=dev)).reshape(-1),
-                         (b // G) * L + Tp + (b % G) * Tq + t]),  # prompts first, then the samples' inputs
-        mask=_group_mask(prompt_mask, G, Tq),
-        out_rows=torch.cat([ar_p * Tp + Tp - 1, torch.arange(Np, Np + N, device=dev)]),
-        logit_rows=torch.cat([torch.arange(B, device=dev) * Tc, b * Tc + t + 1]),
+        ids=torch.cat([prompt_ids.reshape(-1), ids_c]), pos=torch.cat([fr.prompt_pos, pos_c]),
+        slots=torch.cat([fr.prompt_slots, slot_c]), mask=fr.mask,  # prompts first, then the samples' inputs
+        out_rows=torch.cat([fr.last_cols, torch.arange(Np, Np + N, device=prompt_ids.device)]),
+        logit_rows=torch.cat([fr.first_rows, row_c]),
+    )  # fmt: skip
+
+
+def _frame(prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype) -> _Frame:
+    """Memoised `_build_frame`."""
+    key = (prompt_mask.shape, prompt_mask.bool().cpu().numpy().tobytes(), G, Tc, str(prompt_mask.device), dtype)
+    frame = _FRAMES.get(key)
+    if frame is None:
+        if len(_FRAMES) >= 16:
+            _FRAMES.clear()
+        frame = _FRAMES[key] = _build_frame(prompt_mask, G, Tc, dtype)
+    return frame
+
+
+_FRAMES: dict[tuple, _Frame] = {}
+
+
+@torch.inference_mode(False)  # memoised: may be used with autograd later
+def _build_frame(prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype) -> _Frame:
+    P, Tp = prompt_mask.shape
+    Tq = max(Tc - 1, 0)
+    B, L = P * G, Tp + G * Tq
+    dev = prompt_mask.device
+    ppos, plen = _prompt_geometry(prompt_mask)
+    b = torch.arange(B, device=dev)[:, None]  # (B, 1)
+    t = torch.arange(Tq, device=dev)[None, :]  # (1, Tq)
+    ar_p = torch.arange(P, device=dev)
+    grid = torch.stack(torch.broadcast_tensors(
+        plen.repeat_interleave(G)[:, None] + t,  # position: the prompt's length, then t
+        (b // G) * L + Tp + (b % G) * Tq + t,  # slot: prompt b // G's sequence, after the prompt and earlier samples
+        b * Tc + t + 1,  # result row: input t of completion b gives the logits that score its token t + 1
+    ))  # fmt: skip
+    keep = _group_visibility(prompt_mask, G, Tq)
+    return _Frame(
+        mask=torch.zeros(keep.shape, dtype=dtype, device=dev).masked_fill(~keep, NEG_INF),
+        prompt_pos=ppos.reshape(-1), prompt_slots=(ar_p[:, None] * L + torch.arange(Tp, device=dev)).reshape(-1),
+        last_cols=ar_p * Tp + Tp - 1, first_rows=b.view(-1) * Tc, grid=grid,
+        max_pos=int(plen.max()) + Tq - 1 if P else 0,
     )  # fmt: skip
 
 
@@ -161,47 +264,37 @@ def grouped_logits(
     one attention call over P sequences instead of a prompt pass plus P * G tiny ones.
     """
     G = num_generations
-    cfg, tr = model.config, model.transformer
-    lay = group_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, cfg.n_positions)
+    w = _weights(model)
+    lay = group_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, w.n_positions, w.wte.dtype)
     P = lay.P
     L = lay.mask.size(-1)
-    x = tr.wte(lay.ids) + tr.wpe(lay.pos)  # (P*Tp + N, C)
-    for i, block in enumerate(tr.h):
-        qkv = _qkv(block, x)  # (P*Tp + N, 3C)
+    x = _embed(w, lay.ids, lay.pos)  # (P*Tp + N, C)
+    for i, layer in enumerate(w.layers):
+        qkv = _qkv(layer, x)  # (P*Tp + N, 3C)
         dense = qkv.new_zeros(P * L, qkv.size(1)).index_copy(0, lay.slots, qkv)  # unused slots stay 0, unseen
-        q, k, v = _split_heads(dense, (P, L), cfg.n_head)  # (P, nh, L, hd)
+        q, k, v = _split_heads(dense, (P, L), w.n_head)  # (P, nh, L, hd)
         y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=lay.mask)).index_select(0, lay.slots)
-        if i == len(tr.h) - 1:  # after the last attention only the rows that give logits matter: no projection
+        if i == len(w.layers) - 1:  # after the last attention only the rows that give logits matter: no projection
             x, y = x[lay.out_rows], y[lay.out_rows]  # or MLP for the other prompt tokens  (P + N, C)
-        x = _finish_block(block, x, y)
-    lg = _head(model, x)  # (P + N, V): each prompt's last column, then the completion tokens
+        x = _finish_block(layer, x, y)
+    lg = _head(w, x)  # (P + N, V): each prompt's last column, then the completion tokens
     vals = torch.cat([lg[:P].repeat_interleave(G, 0), lg[P:]])  # the prompt's logits serve its G completions
     return lg.new_zeros(lay.B * lay.Tc, lg.size(1)).index_copy(0, lay.logit_rows, vals).view(lay.B, lay.Tc, -1)
 
 
-def _group_mask(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor:
-    """Memoised `_build_group_mask`: a step asks for the same mask up to three times (decoder, reference, policy),
-    and a batch of equal-length prompts has the same one every step."""
-    key = (prompt_mask.shape, prompt_mask.bool().cpu().numpy().tobytes(), G, Tq, str(prompt_mask.device))
-    mask = _MASKS.get(key)
-    if mask is None:
-        if len(_MASKS) >= 16:
-            _MASKS.clear()
-        mask = _MASKS[key] = _build_group_mask(prompt_mask, G, Tq)
-    return mask
+def _prompt_mask_bias(prompt_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(P, 1, Tp, Tp) additive mask of the prompts alone (the decoder's prefill): memoised like the frames."""
+    return _frame(prompt_mask, 1, 1, dtype).mask
 
 
-_MASKS: dict[tuple, torch.Tensor] = {}
-
-
-@torch.inference_mode(False)  # memoised: may be used with autograd later
-def _build_group_mask(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor:
-    """(P, Tp) left-padded prompt mask -> (P, 1, L, L) boolean attention mask over the group sequence
+@torch.inference_mode(False)
+def _group_visibility(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor:
+    """(P, Tp) left-padded prompt mask -> (P, 1, L, L) boolean visibility over the group sequence
     [prompt (Tp); sample 0's Tq inputs; ...; sample G-1's], True = may attend.
 
     A prompt token sees the real prompt tokens up to itself (and itself: a padding query's output is unused, but an
-    all-False row would make NaN); a completion token sees the real prompt tokens and its own sample's tokens up to
-    itself, never another sample's.
+    all-hidden row would make NaN); a completion token sees the real prompt tokens and its own sample's tokens up
+    to itself, never another sample's.
     """
     P, Tp = prompt_mask.shape
     L = Tp + G * Tq
@@ -232,33 +325,31 @@ class GroupedDecoder:
     @torch.inference_mode()
     def __init__(self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int) -> None:
         G = num_generations
-        self.model, cfg = model, model.config
-        self.nh = cfg.n_head
-        self.scale = (cfg.n_embd // cfg.n_head) ** -0.5
-        self.n_positions = cfg.n_positions
-        tr = model.transformer
+        self.w = w = _weights(model)  # the weights do not change while decoding
+        self.nh = w.n_head
+        self.scale = (w.wte.size(1) // w.n_head) ** -0.5
         P, Tp = prompt_ids.shape
         self.P, self.G = P, G
         ppos, plen = _prompt_geometry(prompt_mask)
-        x = tr.wte(prompt_ids.reshape(-1)) + tr.wpe(ppos.reshape(-1))  # (P*Tp, C)
-        mask = _group_mask(prompt_mask, 1, 0)  # (P, 1, Tp, Tp): the prompts alone
+        x = _embed(w, prompt_ids.reshape(-1), ppos.reshape(-1))  # (P*Tp, C)
+        mask = _prompt_mask_bias(prompt_mask, x.dtype)  # (P, 1, Tp, Tp): the prompts alone
         self.kp: list[torch.Tensor] = []  # per layer (P, nh, hd, Tp) keys (transposed), shared by the prompt's G rows
         self.vp: list[torch.Tensor] = []
-        for i, block in enumerate(tr.h):
-            q, k, v = _split_heads(_qkv(block, x), (P, Tp), self.nh)  # (P, nh, Tp, hd)
+        for i, layer in enumerate(w.layers):
+            q, k, v = _split_heads(_qkv(layer, x), (P, Tp), self.nh)  # (P, nh, Tp, hd)
             y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))  # (P * Tp, C)
-            if i == len(tr.h) - 1:  # only the last column's output is used (the logits of the first token)
+            if i == len(w.layers) - 1:  # only the last column's output is used (the logits of the first token)
                 x, y = x.view(P, Tp, -1)[:, -1], y.view(P, Tp, -1)[:, -1]
-            x = _finish_block(block, x, y)
+            x = _finish_block(layer, x, y)
             self.kp.append(k.transpose(-1, -2).contiguous())  # (P, nh, hd, Tp): ready for q @ k^T
             self.vp.append(v)
-        self.kc: list[torch.Tensor | None] = [None] * len(tr.h)  # per layer (A, nh, t, hd): each row's own tokens
-        self.vc: list[torch.Tensor | None] = [None] * len(tr.h)
+        self.kc: list[torch.Tensor | None] = [None] * len(w.layers)  # per layer (A, nh, t, hd): each row's tokens
+        self.vc: list[torch.Tensor | None] = [None] * len(w.layers)
         padded = not bool(prompt_mask.all())
         self.prompt_bias = (torch.zeros(P, 1, 1, Tp, device=x.device).masked_fill(~prompt_mask.bool()[:, None, None, :],
                             NEG_INF) if padded else None)  # (P, 1, 1, Tp) additive: padding keys hidden  # fmt: skip
         self.rows = torch.arange(P * G, device=x.device)  # each live row's place in the (P, G) grid
-        self.logits = _head(model, x).repeat_interleave(G, 0)  # (P*G, V)
+        self.logits = _head(w, x).repeat_interleave(G, 0)  # (P*G, V)
         self.pos = plen.repeat_interleave(G)  # (P*G,) position of each row's next token
 
     @torch.inference_mode()
@@ -271,19 +362,19 @@ class GroupedDecoder:
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """(A,) next tokens of the live rows -> (A, V) logits for the token after them."""
-        if int(self.pos.max()) >= self.n_positions:
+        w = self.w
+        if int(self.pos.max()) >= w.n_positions:
             raise ValueError(f"sequence reaches position {int(self.pos.max())}, beyond the model's context "
-                             f"(n_positions={self.n_positions})")  # fmt: skip
-        tr = self.model.transformer
+                             f"(n_positions={w.n_positions})")  # fmt: skip
         A = tokens.numel()
-        x = tr.wte(tokens) + tr.wpe(self.pos)  # (A, C)
-        for i, block in enumerate(tr.h):
-            q, k, v = _split_heads(_qkv(block, x), (A, 1), self.nh)  # (A, nh, 1, hd)
+        x = _embed(w, tokens, self.pos)  # (A, C)
+        for i, layer in enumerate(w.layers):
+            q, k, v = _split_heads(_qkv(layer, x), (A, 1), self.nh)  # (A, nh, 1, hd)
             self.kc[i] = k if self.kc[i] is None else torch.cat([self.kc[i], k], dim=2)  # (A, nh, t + 1, hd)
             self.vc[i] = v if self.vc[i] is None else torch.cat([self.vc[i], v], dim=2)
-            x = _finish_block(block, x, self._attend(i, q * self.scale))
+            x = _finish_block(layer, x, self._attend(i, q * self.scale))
         self.pos = self.pos + 1
-        self.logits = _head(self.model, x)
+        self.logits = _head(w, x)
         return self.logits
 
     def _attend(self, i: int, q: torch.Tensor) -> torch.Tensor:
