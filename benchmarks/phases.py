@@ -10,7 +10,7 @@ objects (nothing in the trainer is changed):
   generation: model forwards   the decoder's work inside `sample_completions`: prefill, one-token steps, dropping
                                finished rows (tiny_lm's GroupedDecoder, or CacheDecoder with --grouped_forward false)
   generation: sampling, rest   time/generate minus those (token sampling, bookkeeping, prompt padding)
-  rewards: decode              decode_completions (token ids -> text, <eos> kept)
+  rewards: decode              decode_rows (token ids -> text, <eos> kept)
   rewards: reward functions    compute_rewards (the registered reward functions, with their checks)
   rewards: rest                time/reward minus those two (prompt/column lists, per-row id lists, tensors)
   advantages, batch            time/step - generate - reward - ref - optimize (group advantages, gathers, Batch)
@@ -19,7 +19,7 @@ objects (nothing in the trainer is changed):
   loss math                    compute_loss minus the policy forward (log-softmax, surrogate, KL, aggregation, sums)
   backward                     GRPOTrainer.backward (loss.backward, or accelerate's under DeepSpeed/FSDP/scalers)
   grad clip                    GRPOTrainer.clip_grad_norm
-  optimizer                    GRPOTrainer.optimizer_step + zero_grad
+  optimizer                    GRPOTrainer.optimizer_step + GRPOTrainer.zero_grad
   rest of optimize             time/optimize minus the four above (scheduler, finiteness checks, reductions)
   metrics after the step       training_step() wall time minus time/step (the metrics dict, gathers)
 Each row: the median over steps in ms and the phase's share of the summed step time (shares add up to 100 %; the
@@ -74,8 +74,8 @@ def instrument(trainer, timer: Timer):
     import tinygrpo.rollout as rollout
     import tinygrpo.trainer as tmod
 
-    orig_decode, orig_rewards = tmod.decode_completions, tmod.compute_rewards
-    tmod.decode_completions = timer.wrap("decode", orig_decode)
+    orig_decode, orig_rewards = tmod.decode_rows, tmod.compute_rewards
+    tmod.decode_rows = timer.wrap("decode", orig_decode)
     tmod.compute_rewards = timer.wrap("reward_funcs", orig_rewards)
     # Generation's model work: the decoder's prefill (__init__), its steps and its row drops, on either path.
     saved = [(cls, name, getattr(cls, name)) for cls in (grouped.GroupedDecoder, rollout.CacheDecoder)
@@ -87,10 +87,10 @@ def instrument(trainer, timer: Timer):
     trainer.backward = timer.wrap("backward", trainer.backward)
     trainer.clip_grad_norm = timer.wrap("clip", trainer.clip_grad_norm)
     trainer.optimizer_step = timer.wrap("optimizer", trainer.optimizer_step)
-    trainer._opt.zero_grad = timer.wrap("optimizer", trainer._opt.zero_grad)
+    trainer.zero_grad = timer.wrap("optimizer", trainer.zero_grad)
 
     def undo() -> None:
-        tmod.decode_completions, tmod.compute_rewards = orig_decode, orig_rewards
+        tmod.decode_rows, tmod.compute_rewards = orig_decode, orig_rewards
         for cls, name, fn in saved:
             setattr(cls, name, fn)
 

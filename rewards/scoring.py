@@ -45,11 +45,29 @@ def _show(completion: Any, limit: int = 60) -> str:
     return repr(completion)
 
 
-def _bind(fn: RewardFunc, name: str, available: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-    """Pick the arguments ``fn`` accepts out of ``available`` (all of them if it takes ``**kwargs``)."""
+_SIGNATURES: dict[int, tuple[Any, inspect.Signature | None]] = {}
+
+
+def _signature(fn: RewardFunc) -> inspect.Signature | None:
+    """``inspect.signature(fn)`` (None if it has none), remembered per function object: it costs tens of
+    microseconds and a trainer asks for it every step. The entry holds ``fn``, so its id cannot be reused."""
+    hit = _SIGNATURES.get(id(fn))
+    if hit is not None and hit[0] is fn:
+        return hit[1]
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
+        sig = None
+    if len(_SIGNATURES) >= 256:
+        _SIGNATURES.clear()
+    _SIGNATURES[id(fn)] = (fn, sig)
+    return sig
+
+
+def _bind(fn: RewardFunc, name: str, available: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """Pick the arguments ``fn`` accepts out of ``available`` (all of them if it takes ``**kwargs``)."""
+    sig = _signature(fn)
+    if sig is None:
         # No introspectable signature (some C callables): pass everything, as TRL does.
         return [], dict(available)
     args: list[Any] = []

@@ -93,39 +93,47 @@ def group_advantages(
     if not rewards.is_floating_point():
         rewards = rewards.to(torch.get_default_dtype())
 
-    r = rewards.view(-1, num_generations)  # (P, G)
-    valid = ~torch.isnan(r)  # (P, G)
-    n = valid.sum(-1)  # (P,) valid samples per group
-    r0 = torch.where(valid, r, torch.zeros_like(r))  # NaN -> 0 so sums stay finite
+    G = num_generations
+    r = rewards.view(-1, G)  # (P, G)
+    nan = torch.isnan(r)
+    # Without NaN (the usual case) every masked step below is the identity, and is skipped: the same arithmetic,
+    # fewer operations. `valid` is then None and the per-group count n is the plain number G.
+    valid = ~nan if bool(nan.any()) else None  # (P, G)
+
+    def where_valid(x: Tensor, fill: float) -> Tensor:
+        return x if valid is None else torch.where(valid, x, torch.full_like(x, fill))
+
+    n = G if valid is None else valid.sum(-1, keepdim=True).to(r.dtype)  # (P, 1) valid samples per group
+    r0 = where_valid(r, 0.0)  # NaN -> 0 so sums stay finite
     # "all equal" by exact comparison, not std < tol: a tolerance would silently drop real (tiny) signal.
-    r_max = torch.where(valid, r, torch.full_like(r, -torch.inf)).amax(-1)  # (P,)
-    r_min = torch.where(valid, r, torch.full_like(r, torch.inf)).amin(-1)  # (P,)
-    zero_std = (n < 2) | (r_max == r_min)  # (P,)
+    zero_std = where_valid(r, -torch.inf).amax(-1) == where_valid(r, torch.inf).amin(-1)  # (P,)
+    if valid is not None:
+        zero_std = zero_std | (n.squeeze(-1) < 2)  # (G >= 2, so only NaN can leave fewer than two)
 
     if mode == "reinforce":
         return r0.reshape(-1), zero_std
 
     if mode == "rloo":
         total = r0.sum(-1, keepdim=True)  # (P, 1)
-        others = (n.unsqueeze(-1) - 1).clamp(min=1).to(r.dtype)  # (P, 1); n < 2 is zero_std -> masked below
+        others = n - 1 if valid is None else (n - 1).clamp(min=1)  # n < 2 is zero_std -> masked below
         adv = r0 - (total - r0) / others  # (P, G)
     else:
-        mean = r0.sum(-1, keepdim=True) / n.unsqueeze(-1).clamp(min=1).to(r.dtype)  # (P, 1)
+        mean = r0.sum(-1, keepdim=True) / (n if valid is None else n.clamp(min=1))  # (P, 1)
         adv = r0 - mean  # (P, G)
         if scale_rewards == "group":
-            sq = torch.where(valid, adv, torch.zeros_like(adv)).square().sum(-1, keepdim=True)  # (P, 1)
-            dof = (n.unsqueeze(-1) - std_correction).clamp(min=1).to(r.dtype)
+            sq = where_valid(adv, 0.0).square().sum(-1, keepdim=True)  # (P, 1)
+            dof = max(n - std_correction, 1) if valid is None else (n - std_correction).clamp(min=1)
             adv = adv / ((sq / dof).sqrt() + eps)
         elif scale_rewards == "batch":
             # TRL: the GROUP mean is subtracted, the BATCH std divides.
-            flat = r[valid]  # (n_valid,)
+            flat = r.reshape(-1) if valid is None else r[valid]  # (n_valid,)
             if flat.numel() > std_correction:
                 batch_std = flat.std(correction=std_correction)
             else:
                 batch_std = torch.zeros((), dtype=r.dtype, device=r.device)
             adv = adv / (batch_std + eps)
 
-    keep = valid & ~zero_std.unsqueeze(-1)  # (P, G)
+    keep = ~zero_std.unsqueeze(-1) if valid is None else valid & ~zero_std.unsqueeze(-1)  # (P, G) or (P, 1)
     adv = torch.where(keep, adv, torch.zeros_like(adv))
     return adv.reshape(-1), zero_std
 

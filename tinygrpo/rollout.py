@@ -225,8 +225,13 @@ def decode_completions(
     `cache` (a dict the caller keeps) maps token tuples to text: GRPO samples the same short completions over and
     over, and the tokenizer is only asked for new ones. Exact: equal ids decode to equal text.
     """
+    ids = completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id).tolist()
+    return decode_rows(tokenizer, ids, cache)
+
+
+def decode_rows(tokenizer, ids: list[list[int]], cache: dict | None = None) -> list[str]:
+    """`decode_completions` on token-id lists: <eos> kept, padding ids dropped, `cache` as there."""
     pad = tokenizer.pad_token_id
-    ids = completion_ids.masked_fill(completion_mask == 0, pad).tolist()
     rows = [tuple(t for t in row if t != pad) for row in ids]
     if cache is None:
         return tokenizer.batch_decode([list(r) for r in rows], skip_special_tokens=False)

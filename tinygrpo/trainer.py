@@ -17,6 +17,7 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn as nn
 from accelerate import Accelerator
@@ -42,7 +43,7 @@ from .core import (
 )
 from .evaluation import held_out_metrics
 from .metrics_io import JsonlWriter, plot_metrics, truncate_after_step
-from .rollout import GroupScorer, completion_logits, decode_completions, sample_completions
+from .rollout import GroupScorer, completion_logits, decode_rows, sample_completions
 from .validation import check_inputs
 
 
@@ -128,7 +129,7 @@ class GRPOTrainer:
         self.policy = self.acc.unwrap_model(self.scorer).model  # the bare model (unwrapping costs ~0.2 ms a call)
         # Train/eval switches by a flat list: Module.train() walks the tree, ~0.2 ms a call on this model.
         self._policy_modules = list(self.scorer.modules())
-        self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_completions
+        self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_rows
         self._sum_names = ("tokens", "entropy", "ratio", "clip_ratio/low", "clip_ratio/high", "clip_ratio/region",
                            *(("kl",) if cfg.beta > 0 else ()))  # what compute_loss sums, in order  # fmt: skip
         self._params = [p for p in self.scorer.parameters() if p.requires_grad]
@@ -194,16 +195,15 @@ class GRPOTrainer:
         is_eos = ro.is_eos.clone()
         t1 = time.perf_counter()
 
-        completions = decode_completions(self.tokenizer, completion_ids, completion_mask, self._decoded)
+        lengths = ro.completion_mask.sum(1)  # (N,) tokens per completion, EOS included
+        ids = [row[:n] for row, n in zip(completion_ids.tolist(), lengths.tolist(), strict=True)]
+        completions = decode_rows(self.tokenizer, ids, self._decoded)
         prompts = [self.train_prompts[i] for i in idx for _ in range(G)]
         columns = {c: [self.train_columns[c][i] for i in idx for _ in range(G)] for c in self.columns}
-        per_func = compute_rewards(
-            self.reward_funcs, self.reward_names, prompts, completions,
-            [row[:n] for row, n in zip(completion_ids.tolist(), completion_mask.sum(1).long().tolist(), strict=True)],
-            columns, self._reward_kwargs(),
-        )  # fmt: skip
-        per_func = torch.as_tensor(per_func, dtype=torch.float32)  # (N, F), NaN = None
-        rewards = torch.as_tensor(combine_rewards(per_func, self.reward_weights), dtype=torch.float32)  # (N,)
+        per_func = compute_rewards(self.reward_funcs, self.reward_names, prompts, completions, ids, columns,
+                                   self._reward_kwargs()).astype(np.float32)  # (N, F), NaN = None  # fmt: skip
+        rewards = torch.from_numpy(combine_rewards(per_func, self.reward_weights).astype(np.float32))  # (N,)
+        per_func = torch.from_numpy(per_func)
         t2 = time.perf_counter()
 
         # Advantages on the GLOBAL batch (exact for scale_rewards="batch"); each process keeps its own rows.
@@ -219,7 +219,7 @@ class GRPOTrainer:
             "per_func": per_func, "completions": completions, "prompts": prompts, "is_eos": is_eos,
             "zero_std_global": zero_std, "all_rewards": all_rewards, "idx": idx,
             "has_signal": ~zero_std[r * len(idx) : (r + 1) * len(idx)],  # (P,) this process's groups
-            "lengths": ro.completion_mask.sum(1),  # (N,) tokens per completion, EOS included
+            "lengths": lengths,
             "time_generate": t1 - t0, "time_reward": t2 - t1,
         }  # fmt: skip
         return batch, info
@@ -370,11 +370,11 @@ class GRPOTrainer:
                 if bad:
                     self._nonfinite("loss")
                     continue
-                self._opt.zero_grad(set_to_none=True)
+                self.zero_grad()
                 self.backward(loss)
                 gn = self.clip_grad_norm(cfg.max_grad_norm or float("inf"))
                 if not torch.isfinite(gn):
-                    self._opt.zero_grad(set_to_none=True)
+                    self.zero_grad()
                     self._nonfinite("gradient norm")
                     continue
                 self.optimizer_step()
@@ -422,8 +422,25 @@ class GRPOTrainer:
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         """Clip the policy's gradients to `max_norm` (inf: measure only); returns the norm before clipping."""
         if self._plain:
-            return torch.nn.utils.clip_grad_norm_(self._params, max_norm, foreach=True)
+            # torch.nn.utils.clip_grad_norm_'s math (norm of the per-tensor norms, coefficient max / (norm + 1e-6)),
+            # without its per-call grouping, and with no multiply when the coefficient is >= 1 (torch multiplies by
+            # the clamped 1.0): half its time here (~0.14 ms a step).
+            grads = [p.grad for p in self._params if p.grad is not None]
+            if not grads:
+                return torch.tensor(0.0)
+            norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+            coef = max_norm / (norm + 1e-6)
+            if coef < 1:
+                torch._foreach_mul_(grads, coef)
+            return norm
         return self.acc.clip_grad_norm_(self.scorer.parameters(), max_norm)
+
+    def zero_grad(self) -> None:
+        if self._plain:
+            for p in self._params:  # what zero_grad(set_to_none=True) does, without its per-call machinery
+                p.grad = None
+        else:
+            self._opt.zero_grad(set_to_none=True)
 
     def optimizer_step(self) -> None:
         self._opt.step()
