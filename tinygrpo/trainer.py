@@ -43,6 +43,7 @@ from .core import (
 )
 from .evaluation import held_out_metrics
 from .metrics_io import JsonlWriter, plot_metrics, truncate_after_step
+from .optim import lean_adamw_step, lean_adamw_supported
 from .rollout import GroupScorer, completion_logits, decode_rows, sample_completions
 from .validation import check_inputs
 
@@ -134,6 +135,7 @@ class GRPOTrainer:
                            *(("kl",) if cfg.beta > 0 else ()))  # what compute_loss sums, in order  # fmt: skip
         self._params = [p for p in self.scorer.parameters() if p.requires_grad]
         self._opt = self.optimizer.optimizer if self._plain else self.optimizer
+        self._lean_step = self._plain and lean_adamw_supported(self._opt)  # see tinygrpo/optim.py
         # Sampling randomness: one generator per process, saved in checkpoints (exact resume).
         self.sample_gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.acc.process_index)
 
@@ -443,7 +445,10 @@ class GRPOTrainer:
             self._opt.zero_grad(set_to_none=True)
 
     def optimizer_step(self) -> None:
-        self._opt.step()
+        if self._lean_step:
+            lean_adamw_step(self._opt)  # the fused AdamW's own kernels on its own state, ~0.3 ms a step less
+        else:
+            self._opt.step()
 
     def _nonfinite(self, what: str) -> None:
         if self.cfg.on_nonfinite == "stop":
