@@ -91,6 +91,11 @@ class GRPOTrainer:
         self.train_prompts: list[str] = table["prompt"]
         self.train_columns = {c: table[c] for c in self.columns}
         self.train_prompt_ids = tokenizer(self.train_prompts)["input_ids"]
+        # Every train prompt left-padded once (when that table is small), so that a batch is a row selection.
+        self._padded_train: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        if len(self.train_prompt_ids) * max(map(len, self.train_prompt_ids)) <= 1 << 24:
+            ids, mask = self._pad_prompts(self.train_prompt_ids)
+            self._padded_train = (ids, mask, mask.sum(1))
         self.eval_rows = eval_dataset.to_dict() if eval_dataset is not None else None
         self._eval_ids: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -178,20 +183,34 @@ class GRPOTrainer:
         prompt_mask = torch.tensor([[0] * (T - len(x)) + [1] * len(x) for x in ids])
         return prompt_ids, prompt_mask  # (P, T) each, left-padded
 
+    def _batch_prompts(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Train prompts `idx`, left-padded to the longest of them: (P, T) ids and mask."""
+        if self._padded_train is None:
+            return self._pad_prompts([self.train_prompt_ids[i] for i in idx])
+        ids, mask, lengths = self._padded_train
+        rows = torch.tensor(idx)
+        T = int(lengths[rows].max())
+        return ids[rows, -T:], mask[rows, -T:]
+
     # ------------------------------------------------------------------ one step
     def _generate_and_score(self, idx: list[int]) -> tuple[Batch, dict]:
         """Rollout G completions for each prompt, score them, and compute advantages over the global batch."""
         cfg, G = self.cfg, self.G
         t0 = time.perf_counter()
-        prompt_ids, prompt_mask = self._pad_prompts([self.train_prompt_ids[i] for i in idx])
+        prompt_ids, prompt_mask = self._batch_prompts(idx)
         model = self.policy
+        # Sampling runs in eval mode; the grouped fast path, when the model supports it now, has no dropout and
+        # computes the same in either mode, so the switch (a walk over every module) is not needed.
+        switch = not (self.grouped and getattr(model, "supports_grouped", False))
         was_training = model.training
-        self._set_training(False)
+        if switch:
+            self._set_training(False)
         ro = sample_completions(
             model, prompt_ids, prompt_mask, G, cfg.max_completion_length, self.tokenizer.eos_token_id,
             self.tokenizer.pad_token_id, cfg.temperature, cfg.top_k, cfg.top_p, self.sample_gen, self.grouped,
         )  # fmt: skip
-        self._set_training(was_training)
+        if switch:
+            self._set_training(was_training)
         completion_ids = ro.completion_ids.clone()  # out of inference mode: autograd may save it
         completion_mask = ro.completion_mask.float()
         is_eos = ro.is_eos.clone()
