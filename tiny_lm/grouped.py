@@ -351,6 +351,7 @@ class GroupedDecoder:
         self.rows = torch.arange(P * G, device=x.device)  # each live row's place in the (P, G) grid
         self.logits = _head(w, x).repeat_interleave(G, 0)  # (P*G, V)
         self.pos = plen.repeat_interleave(G)  # (P*G,) position of each row's next token
+        self.pos_bound = int(plen.max()) if P else 0  # >= every live row's next position
 
     @torch.inference_mode()
     def keep(self, rows: torch.Tensor) -> None:
@@ -363,7 +364,7 @@ class GroupedDecoder:
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """(A,) next tokens of the live rows -> (A, V) logits for the token after them."""
         w = self.w
-        if int(self.pos.max()) >= w.n_positions:
+        if self.pos_bound >= w.n_positions and int(self.pos.max()) >= w.n_positions:  # exact check only near it
             raise ValueError(f"sequence reaches position {int(self.pos.max())}, beyond the model's context "
                              f"(n_positions={w.n_positions})")  # fmt: skip
         A = tokens.numel()
@@ -373,7 +374,7 @@ class GroupedDecoder:
             self.kc[i] = k if self.kc[i] is None else torch.cat([self.kc[i], k], dim=2)  # (A, nh, t + 1, hd)
             self.vc[i] = v if self.vc[i] is None else torch.cat([self.vc[i], v], dim=2)
             x = _finish_block(layer, x, self._attend(i, q * self.scale))
-        self.pos = self.pos + 1
+        self.pos, self.pos_bound = self.pos + 1, self.pos_bound + 1
         self.logits = _head(w, x)
         return self.logits
 

@@ -26,7 +26,7 @@ class Batch:
     def groups(self, idx: torch.Tensor, G: int) -> Batch:
         """The sub-batch of the given group indices (the batch itself when they are all of its groups, in order)."""
         n = self.prompt_ids.size(0)
-        if idx.numel() == n and bool((idx == torch.arange(n)).all()):
+        if idx.numel() == n and idx.tolist() == list(range(n)):  # (a list compare: one tensor op, not four)
             return self
         rows = (idx[:, None] * G + torch.arange(G)).reshape(-1)
 

@@ -60,7 +60,7 @@ def sample_from_logits(
         ) >= top_p  # keep the smallest set reaching top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
-    weights = torch.exp(logits - logits.max(-1, keepdim=True).values)  # (B, V), unnormalised
+    weights = torch.exp(logits - logits.amax(-1, keepdim=True))  # (B, V), unnormalised
     cdf = weights.cumsum(-1)
     u = torch.rand(logits.size(0), 1, generator=generator, device=logits.device) * cdf[:, -1:]
     return (cdf <= u).sum(-1).clamp(max=logits.size(-1) - 1)  # first index whose cdf exceeds u

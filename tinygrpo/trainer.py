@@ -385,7 +385,7 @@ class GRPOTrainer:
                     skipped_updates += 1
                     continue
                 loss, s = self.compute_loss(mb, active)
-                bad = not bool(torch.isfinite(loss))
+                bad = not math.isfinite(loss.item())
                 if multi:
                     bad = self._reduce(torch.tensor(float(bad)), "max").item() > 0
                 if bad:
@@ -393,13 +393,13 @@ class GRPOTrainer:
                     continue
                 self.zero_grad()
                 self.backward(loss)
-                gn = self.clip_grad_norm(cfg.max_grad_norm or float("inf"))
-                if not torch.isfinite(gn):
+                gn = float(self.clip_grad_norm(cfg.max_grad_norm or float("inf")))
+                if not math.isfinite(gn):
                     self.zero_grad()
                     self._nonfinite("gradient norm")
                     continue
                 self.optimizer_step()
-                grad_norms.append(float(gn))
+                grad_norms.append(gn)
                 losses.append(loss.detach())
                 vec = torch.stack(list(s.values()))  # (len(self._sum_names),)
                 sums = vec if sums is None else sums + vec
@@ -417,7 +417,7 @@ class GRPOTrainer:
         if skipped_updates:
             out["skipped_updates"] = skipped_updates
         if losses:
-            loss_mean = torch.stack(losses).mean()
+            loss_mean = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
             out["loss"] = float(self._reduce(loss_mean, "mean"))
             out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         return out
