@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from tinygrpo.optim import lean_adamw_step, lean_adamw_supported
 
@@ -74,4 +75,15 @@ def test_falls_back_to_step_when_it_cannot_be_exact():
         opt_a.step()
         lean_adamw_step(opt_b)
     assert len(calls) == 2
+    assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+    # A global optimizer hook too.
+    a, b, opt_a, opt_b = _twins()
+    handle = register_optimizer_step_pre_hook(lambda *args: calls.append(2))
+    try:
+        _set_grads(a, b, 0)
+        opt_a.step()  # (the hook runs here too)
+        lean_adamw_step(opt_b)
+    finally:
+        handle.remove()
+    assert calls[2:] == [2, 2]
     assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))

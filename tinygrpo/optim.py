@@ -13,6 +13,7 @@ tests/test_optim.py checks the parameters and state against `step()` bit for bit
 from __future__ import annotations
 
 import torch
+import torch.optim.optimizer as _torch_optimizer
 
 _UNSUPPORTED = ("amsgrad", "maximize", "capturable", "differentiable")
 
@@ -28,7 +29,10 @@ def lean_adamw_supported(optimizer: torch.optim.Optimizer) -> bool:
 
 def lean_adamw_step(optimizer: torch.optim.AdamW) -> None:
     """`optimizer.step()` for a fused AdamW that `lean_adamw_supported` accepted."""
-    if optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks:
+    hooks = (optimizer._optimizer_step_pre_hooks, optimizer._optimizer_step_post_hooks,
+             getattr(_torch_optimizer, "_global_optimizer_pre_hooks", None),
+             getattr(_torch_optimizer, "_global_optimizer_post_hooks", None))  # fmt: skip
+    if any(hooks):  # step() runs them
         optimizer.step()
         return
     state = optimizer.state
