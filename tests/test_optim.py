@@ -76,14 +76,17 @@ def test_falls_back_to_step_when_it_cannot_be_exact():
         lean_adamw_step(opt_b)
     assert len(calls) == 2
     assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
-    # A global optimizer hook too.
+    # A global optimizer hook too (registered after the first step, which always goes through step()).
     a, b, opt_a, opt_b = _twins()
-    handle = register_optimizer_step_pre_hook(lambda *args: calls.append(2))
+    _set_grads(a, b, 0)
+    opt_a.step()
+    lean_adamw_step(opt_b)
+    handle = register_optimizer_step_pre_hook(lambda opt, *args: calls.append(opt is opt_b))
     try:
-        _set_grads(a, b, 0)
-        opt_a.step()  # (the hook runs here too)
+        _set_grads(a, b, 1)
+        opt_a.step()
         lean_adamw_step(opt_b)
     finally:
         handle.remove()
-    assert calls[2:] == [2, 2]
+    assert calls[2:] == [False, True]  # the hook ran for opt_a's step() and for opt_b's
     assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
