@@ -386,6 +386,37 @@ def test_delta_clamps_the_unclipped_ratio():
         clipped_surrogate(logp, old, adv, mask, importance_sampling_level="sequence_token")
 
 
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},  # GRPO's clip
+        {"epsilon_low": 0.0, "epsilon_high": 0.0},  # r == 1 sits on both clip edges
+        {"epsilon_high": 0.28, "delta": 1.5},  # clip-higher, two-sided
+        {"delta": 0.5},  # delta below 1 binds even at r == 1: the general path
+        {"importance_sampling_level": "sequence"},  # GSPO: a row's ratio spreads its gradient over its tokens
+    ],
+)
+def test_on_policy_old_logp_none_equals_passing_logp_detached(kw):
+    """old_logp=None (num_iterations 1) against the general computation with old_logp = logp.detach(): the same
+    per-token loss, statistics and gradient."""
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    adv = torch.randn(5, generator=g, dtype=torch.float64)
+    mask = torch.rand(5, 4, generator=g) < 0.7
+    results = []
+    for on_policy in (True, False):
+        logp = base.clone().requires_grad_(True)
+        loss, stats = clipped_surrogate(logp, None if on_policy else logp.detach(), adv, mask, **kw)
+        (grad,) = torch.autograd.grad((loss * mask).sum(), logp)
+        results.append((loss.detach(), stats, grad))
+    (loss_a, st_a, grad_a), (loss_b, st_b, grad_b) = results
+    assert torch.equal(loss_a, loss_b)
+    assert torch.equal(grad_a, grad_b)
+    assert grad_a.abs().sum() > 0
+    for key in ("ratio", "low_clipped", "high_clipped", "clipped"):
+        assert torch.equal(st_a[key], st_b[key]), key
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # log-probs, entropy, full KL
 

@@ -227,7 +227,7 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor
 
 def clipped_surrogate(
     logp: Tensor,
-    old_logp: Tensor,
+    old_logp: Tensor | None,
     advantages: Tensor,
     mask: Tensor,
     *,
@@ -244,6 +244,11 @@ def clipped_surrogate(
     DAPO's clip-higher). delta (two-sided GRPO, as in TRL): the unclipped ratio of the first term is clamped to
     max=delta, bounding the loss of negative-advantage tokens whose ratio explodes.
 
+    old_logp None means on-policy (num_iterations 1: the samples came from this very policy): old_logp is
+    logp.detach(), so r = exp(logp - logp.detach()) is exactly 1, nothing is clipped, and the loss is -r * A with
+    the plain policy gradient -A * grad(logp). For the token level without a delta below 1 that is computed
+    directly, with the same value and gradient and a third of the operations; otherwise logp.detach() is used.
+
     Returns (per_token_loss (B, T), stats) with stats tensors, not reduced: "ratio" (B, T) (before the delta
     clamp), "low_clipped" = (r < 1 - eps_low) & (A < 0), "high_clipped" = (r > 1 + eps_high) & (A > 0),
     "clipped" = either; these are exactly the tokens whose gradient the clip zeroes. Masked positions may hold
@@ -258,6 +263,9 @@ def clipped_surrogate(
         raise ValueError(f"epsilon_high must be >= 0, got {epsilon_high!r}")
     if delta is not None and not delta > 0:
         raise ValueError(f"delta must be > 0 (TRL recommends > 1 + epsilon), got {delta!r}")
+    on_policy = old_logp is None
+    if on_policy:
+        old_logp = logp.detach()
     if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
         raise ValueError(
             "logp, old_logp and mask must share one (B, T) shape, got "
@@ -267,6 +275,13 @@ def clipped_surrogate(
         raise ValueError(
             f"advantages must have shape (B,)={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}"
         )
+    if on_policy and importance_sampling_level == "token" and (delta is None or delta >= 1):
+        # r == 1 lies inside [1 - eps_low, 1 + eps_high] and below delta: min(r * A, clip(r) * A) is r * A in value
+        # and in gradient (torch's min splits the gradient of a tie, and both sides have derivative A).
+        ratio = torch.exp(logp - old_logp)  # (B, T), exactly 1
+        never = torch.zeros_like(logp, dtype=torch.bool)
+        per_token_loss = -(ratio * advantages.unsqueeze(-1).to(ratio.dtype))  # (B, T)
+        return per_token_loss, {"ratio": ratio.detach(), "low_clipped": never, "high_clipped": never, "clipped": never}
 
     log_ratio = logp - old_logp  # (B, T)
     if importance_sampling_level == "sequence":

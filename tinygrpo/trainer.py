@@ -326,7 +326,7 @@ class GRPOTrainer:
         logits = self.scorer(sub.prompt_ids, sub.prompt_mask, sub.completion_ids, G, sub.completion_mask,
                              self.grouped)  # (n, Tc, V); 0 at positions the mask leaves out  # fmt: skip
         logp = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)  # (n, Tc)
-        old = sub.old_logps if sub.old_logps is not None else logp.detach()
+        old = sub.old_logps  # None: on-policy (the ratio is exactly 1, see clipped_surrogate)
         mask = sub.completion_mask
         per_token, st = clipped_surrogate(
             logp, old, sub.advantages, mask, epsilon_low=cfg.epsilon, epsilon_high=cfg.epsilon_high,
