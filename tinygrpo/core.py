@@ -329,11 +329,11 @@ def aggregate_loss(
         )
     m = mask.bool()
     masked = torch.where(m, per_token_loss, torch.zeros_like(per_token_loss))  # (B, T)
-    count = m.sum(-1).to(per_token_loss.dtype)  # (B,) tokens per row
     if loss_type == "grpo":
+        count = m.sum(-1).to(per_token_loss.dtype)  # (B,) tokens per row
         return (masked.sum(-1) / count.clamp(min=1)).mean()
     if loss_type == "bnpo":
-        return masked.sum() / count.sum().clamp(min=1)
+        return masked.sum() / m.sum().to(per_token_loss.dtype).clamp(min=1)
     if loss_type == "dr_grpo":
         if (
             isinstance(max_completion_length, bool)
@@ -346,7 +346,7 @@ def aggregate_loss(
         return masked.sum() / (per_token_loss.shape[0] * max_completion_length)
     # dapo
     if num_items_in_batch is None:
-        return masked.sum() / count.sum().clamp(min=1)
+        return masked.sum() / m.sum().to(per_token_loss.dtype).clamp(min=1)
     # a tensor count is not checked: reading it would force a device sync on every micro-batch
     if not isinstance(num_items_in_batch, Tensor) and not num_items_in_batch > 0:
         raise ValueError(f"num_items_in_batch must be > 0, got {num_items_in_batch!r}")
