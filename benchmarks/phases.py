@@ -126,7 +126,7 @@ def run_shape(path: str, prompts: int, G: int, args) -> dict:
                                 grouped_forward=args.grouped_forward)  # fmt: skip
     timer = Timer()
     undo = instrument(trainer, timer)
-    rows = []
+    rows, lengths = [], []
     try:
         for i in range(args.warmup + args.steps):
             timer.reset()
@@ -136,9 +136,11 @@ def run_shape(path: str, prompts: int, G: int, args) -> dict:
             trainer.step += 1
             if i >= args.warmup:
                 rows.append(phase_row(m, dict(timer.acc), wall))
+                lengths.append(m["completions/mean_length"])
     finally:
         undo()
-    return {"shape": f"{prompts}x{G}", "completions_per_step": prompts * G, "steps": rows}
+    return {"shape": f"{prompts}x{G}", "completions_per_step": prompts * G, "steps": rows,
+            "mean_length": sum(lengths) / len(lengths)}  # fmt: skip
 
 
 def report(results: list[dict], args) -> str:
@@ -159,7 +161,9 @@ def report(results: list[dict], args) -> str:
     extra = []
     for r in results:
         med = statistics.median(s["whole step"] for s in r["steps"])
-        extra.append(f"{r['shape']}: {r['completions_per_step'] / med:,.0f} completions/s at the median step")
+        extra.append(f"{r['shape']}: {r['completions_per_step'] / med:,.0f} completions/s at the median step "
+                     f"(completions of {r['mean_length']:.2f} tokens on average: the work follows the lengths the "
+                     f"policy samples, and runs that learn differently sample differently)")  # fmt: skip
     parts.append(md_table(head, table))
     parts.append("\n" + "; ".join(extra) + ".")
     return "\n".join(parts)
