@@ -22,6 +22,7 @@ objects (nothing in the trainer is changed):
   optimizer                    GRPOTrainer.optimizer_step + GRPOTrainer.zero_grad
   rest of optimize             time/optimize minus the four above (scheduler, finiteness checks, reductions)
   metrics after the step       training_step() wall time minus time/step (the metrics dict, gathers)
+Then --count_steps further steps (untimed) are run under a TorchDispatchMode that counts every ATen operation.
 Each row: the median over steps in ms and the phase's share of the summed step time (shares add up to 100 %; the
 medians need not add up to the median step).
 """
@@ -64,7 +65,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--loss_type", default="dapo")
     p.add_argument("--max_completion_length", type=int, default=4)
+    p.add_argument("--count_steps", type=int, default=5,
+                   help="Further steps per shape whose tensor operations are counted (0: none).")  # fmt: skip
     return p
+
+
+def count_ops(trainer, steps: int) -> float:
+    """ATen operations per training step (forward, backward, optimizer, bookkeeping), as torch's dispatcher sees
+    them, averaged over `steps` untimed steps. At small shapes a step costs roughly what its operations cost to
+    dispatch, so this is the number to bring down there."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    counter = Counter()
+    with counter:
+        for _ in range(steps):
+            trainer.training_step()
+            trainer.step += 1
+    return counter.n / steps
 
 
 def instrument(trainer, timer: Timer):
@@ -139,8 +163,9 @@ def run_shape(path: str, prompts: int, G: int, args) -> dict:
                 lengths.append(m["completions/mean_length"])
     finally:
         undo()
+    ops = count_ops(trainer, args.count_steps) if args.count_steps > 0 else None
     return {"shape": f"{prompts}x{G}", "completions_per_step": prompts * G, "steps": rows,
-            "mean_length": sum(lengths) / len(lengths)}  # fmt: skip
+            "mean_length": sum(lengths) / len(lengths), "ops_per_step": ops}  # fmt: skip
 
 
 def report(results: list[dict], args) -> str:
@@ -161,9 +186,10 @@ def report(results: list[dict], args) -> str:
     extra = []
     for r in results:
         med = statistics.median(s["whole step"] for s in r["steps"])
+        ops = "" if r["ops_per_step"] is None else f", {r['ops_per_step']:,.0f} tensor operations per step"
         extra.append(f"{r['shape']}: {r['completions_per_step'] / med:,.0f} completions/s at the median step "
                      f"(completions of {r['mean_length']:.2f} tokens on average: the work follows the lengths the "
-                     f"policy samples, and runs that learn differently sample differently)")  # fmt: skip
+                     f"policy samples, and runs that learn differently sample differently){ops}")  # fmt: skip
     parts.append(md_table(head, table))
     parts.append("\n" + "; ".join(extra) + ".")
     return "\n".join(parts)

@@ -70,6 +70,7 @@ def test_phases_one_step(seed_reference, capsys):
     phases.main(["--shapes", "2x4", "--steps", "1", "--warmup", "0", "--model_name_or_path", seed_reference])
     out = capsys.readouterr().out
     assert "| **whole step** |" in out and "reference forward" in out
+    assert "tensor operations per step" in out
 
 
 def test_time_to_accuracy_dry_run(capsys):
