@@ -131,8 +131,13 @@ class _Frame:
     prompt_pos: torch.Tensor  # (P*Tp,) positions of the prompt tokens
     prompt_slots: torch.Tensor  # (P*Tp,) their slots in the (P * L) group sequences
     last_cols: torch.Tensor  # (P,) row of each prompt's last column in the flat token matrix
+    last_slots: torch.Tensor  # (P,) and its slot in the group sequences
     first_rows: torch.Tensor  # (B,) b * Tc: where each completion's first logits go in the (B * Tc) result
+    first_src: torch.Tensor  # (B,) b // G: the prompt whose last column gives them
     grid: torch.Tensor  # (3, B, Tq) position, slot and result row of every completion input (b, t)
+    prompt_len: torch.Tensor  # (P,) real tokens per prompt: the position of its first completion token
+    longest: int  # the longest prompt
+    padded: bool  # some prompt is shorter than Tp
     max_pos: int  # the largest position a completion input can have
 
 
@@ -151,7 +156,8 @@ class GroupLayout:
     slots: torch.Tensor  # (P*Tp + N,) their slot in the (P * L) group sequences
     mask: torch.Tensor  # (P, 1, L, L) additive attention mask over a group sequence
     out_rows: torch.Tensor  # (P + N,) rows that give logits: each prompt's last column, then the completion tokens
-    logit_rows: torch.Tensor  # (B + N,) where those logits go in the (B * Tc) result (the prompt's repeated G times)
+    out_slots: torch.Tensor  # (P + N,) their slots in the group sequences
+    source: torch.Tensor  # (B * Tc,) row of [those P + N logits; a zero row] that each result position takes
 
 
 def group_layout(
@@ -198,12 +204,16 @@ def _build_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, n
     if n_positions is not None and fr.max_pos >= n_positions and N and int(pos_c.max()) >= n_positions:
         raise ValueError(f"sequence reaches position {int(pos_c.max())}, beyond the model's context "
                          f"(n_positions={n_positions})")  # fmt: skip
+    dev = prompt_ids.device
+    source = torch.full((B * Tc,), P + N, device=dev)  # positions nothing scores take the zero row
+    source[fr.first_rows] = fr.first_src  # token 0 of completion b: its prompt's last column
+    source[row_c] = torch.arange(P, P + N, device=dev)  # token t + 1: completion input t
     return GroupLayout(
         P=P, Tp=Tp, B=B, Tc=Tc, N=N,
         ids=torch.cat([prompt_ids.reshape(-1), ids_c]), pos=torch.cat([fr.prompt_pos, pos_c]),
         slots=torch.cat([fr.prompt_slots, slot_c]), mask=fr.mask,  # prompts first, then the samples' inputs
-        out_rows=torch.cat([fr.last_cols, torch.arange(Np, Np + N, device=prompt_ids.device)]),
-        logit_rows=torch.cat([fr.first_rows, row_c]),
+        out_rows=torch.cat([fr.last_cols, torch.arange(Np, Np + N, device=dev)]),
+        out_slots=torch.cat([fr.last_slots, slot_c]), source=source,
     )  # fmt: skip
 
 
@@ -240,7 +250,8 @@ def _build_frame(prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype)
     return _Frame(
         mask=torch.zeros(keep.shape, dtype=dtype, device=dev).masked_fill(~keep, NEG_INF),
         prompt_pos=ppos.reshape(-1), prompt_slots=(ar_p[:, None] * L + torch.arange(Tp, device=dev)).reshape(-1),
-        last_cols=ar_p * Tp + Tp - 1, first_rows=b.view(-1) * Tc, grid=grid,
+        last_cols=ar_p * Tp + Tp - 1, last_slots=ar_p * L + Tp - 1, first_rows=b.view(-1) * Tc, first_src=b.view(-1) // G, grid=grid,
+        prompt_len=plen, longest=int(plen.max()) if P else 0, padded=not bool(prompt_mask.all()),
         max_pos=int(plen.max()) + Tq - 1 if P else 0,
     )  # fmt: skip
 
@@ -269,22 +280,20 @@ def grouped_logits(
     P = lay.P
     L = lay.mask.size(-1)
     x = _embed(w, lay.ids, lay.pos)  # (P*Tp + N, C)
+    last = len(w.layers) - 1
     for i, layer in enumerate(w.layers):
         qkv = _qkv(layer, x)  # (P*Tp + N, 3C)
         dense = qkv.new_zeros(P * L, qkv.size(1)).index_copy(0, lay.slots, qkv)  # unused slots stay 0, unseen
         q, k, v = _split_heads(dense, (P, L), w.n_head)  # (P, nh, L, hd)
-        y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=lay.mask)).index_select(0, lay.slots)
-        if i == len(w.layers) - 1:  # after the last attention only the rows that give logits matter: no projection
-            x, y = x[lay.out_rows], y[lay.out_rows]  # or MLP for the other prompt tokens  (P + N, C)
+        y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=lay.mask))  # (P * L, C)
+        if i == last:  # after the last attention only the rows that give logits matter: no projection or MLP for
+            x, y = x[lay.out_rows], y.index_select(0, lay.out_slots)  # the other prompt tokens  (P + N, C)
+        else:
+            y = y.index_select(0, lay.slots)  # (P*Tp + N, C)
         x = _finish_block(layer, x, y)
     lg = _head(w, x)  # (P + N, V): each prompt's last column, then the completion tokens
-    vals = torch.cat([lg[:P].repeat_interleave(G, 0), lg[P:]])  # the prompt's logits serve its G completions
-    return lg.new_zeros(lay.B * lay.Tc, lg.size(1)).index_copy(0, lay.logit_rows, vals).view(lay.B, lay.Tc, -1)
-
-
-def _prompt_mask_bias(prompt_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(P, 1, Tp, Tp) additive mask of the prompts alone (the decoder's prefill): memoised like the frames."""
-    return _frame(prompt_mask, 1, 1, dtype).mask
+    lg = torch.cat([lg, lg.new_zeros(1, lg.size(1))])  # and a zero row for the positions nothing scores
+    return lg.index_select(0, lay.source).view(lay.B, lay.Tc, -1)  # a prompt's logits serve its G completions
 
 
 @torch.inference_mode(False)
@@ -330,9 +339,9 @@ class GroupedDecoder:
         self.scale = (w.wte.size(1) // w.n_head) ** -0.5
         P, Tp = prompt_ids.shape
         self.P, self.G = P, G
-        ppos, plen = _prompt_geometry(prompt_mask)
-        x = _embed(w, prompt_ids.reshape(-1), ppos.reshape(-1))  # (P*Tp, C)
-        mask = _prompt_mask_bias(prompt_mask, x.dtype)  # (P, 1, Tp, Tp): the prompts alone
+        fr = _frame(prompt_mask, 1, 1, w.wte.dtype)  # the prompts alone: positions, lengths, (P, 1, Tp, Tp) mask
+        x = _embed(w, prompt_ids.reshape(-1), fr.prompt_pos)  # (P*Tp, C)
+        mask = fr.mask
         self.kp: list[torch.Tensor] = []  # per layer (P, nh, hd, Tp) keys (transposed), shared by the prompt's G rows
         self.vp: list[torch.Tensor] = []
         for i, layer in enumerate(w.layers):
@@ -345,13 +354,12 @@ class GroupedDecoder:
             self.vp.append(v)
         self.kc: list[torch.Tensor | None] = [None] * len(w.layers)  # per layer (A, nh, t, hd): each row's tokens
         self.vc: list[torch.Tensor | None] = [None] * len(w.layers)
-        padded = not bool(prompt_mask.all())
-        self.prompt_bias = (torch.zeros(P, 1, 1, Tp, device=x.device).masked_fill(~prompt_mask.bool()[:, None, None, :],
-                            NEG_INF) if padded else None)  # (P, 1, 1, Tp) additive: padding keys hidden  # fmt: skip
+        # (P, 1, 1, Tp) additive: padding keys hidden. The prompt's last row of the mask sees every real prompt token.
+        self.prompt_bias = mask[:, :, -1:] if fr.padded else None
         self.rows = torch.arange(P * G, device=x.device)  # each live row's place in the (P, G) grid
         self.logits = _head(w, x).repeat_interleave(G, 0)  # (P*G, V)
-        self.pos = plen.repeat_interleave(G)  # (P*G,) position of each row's next token
-        self.pos_bound = int(plen.max()) if P else 0  # >= every live row's next position
+        self.pos = fr.prompt_len.repeat_interleave(G)  # (P*G,) position of each row's next token
+        self.pos_bound = fr.longest  # >= every live row's next position
 
     @torch.inference_mode()
     def keep(self, rows: torch.Tensor) -> None:
