@@ -133,7 +133,6 @@ class _Frame:
     last_cols: torch.Tensor  # (P,) row of each prompt's last column in the flat token matrix
     last_slots: torch.Tensor  # (P,) and its slot in the group sequences
     first_rows: torch.Tensor  # (B,) b * Tc: where each completion's first logits go in the (B * Tc) result
-    first_src: torch.Tensor  # (B,) b // G: the prompt whose last column gives them
     grid: torch.Tensor  # (3, B, Tq) position, slot and result row of every completion input (b, t)
     prompt_len: torch.Tensor  # (P,) real tokens per prompt: the position of its first completion token
     longest: int  # the longest prompt
@@ -157,7 +156,7 @@ class GroupLayout:
     mask: torch.Tensor  # (P, 1, L, L) additive attention mask over a group sequence
     out_rows: torch.Tensor  # (P + N,) rows that give logits: each prompt's last column, then the completion tokens
     out_slots: torch.Tensor  # (P + N,) their slots in the group sequences
-    source: torch.Tensor  # (B * Tc,) row of [those P + N logits; a zero row] that each result position takes
+    logit_rows: torch.Tensor  # (B + N,) where those logits go in the (B * Tc) result (the prompt's repeated G times)
 
 
 def group_layout(
@@ -205,15 +204,12 @@ def _build_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, n
         raise ValueError(f"sequence reaches position {int(pos_c.max())}, beyond the model's context "
                          f"(n_positions={n_positions})")  # fmt: skip
     dev = prompt_ids.device
-    source = torch.full((B * Tc,), P + N, device=dev)  # positions nothing scores take the zero row
-    source[fr.first_rows] = fr.first_src  # token 0 of completion b: its prompt's last column
-    source[row_c] = torch.arange(P, P + N, device=dev)  # token t + 1: completion input t
     return GroupLayout(
         P=P, Tp=Tp, B=B, Tc=Tc, N=N,
         ids=torch.cat([prompt_ids.reshape(-1), ids_c]), pos=torch.cat([fr.prompt_pos, pos_c]),
         slots=torch.cat([fr.prompt_slots, slot_c]), mask=fr.mask,  # prompts first, then the samples' inputs
         out_rows=torch.cat([fr.last_cols, torch.arange(Np, Np + N, device=dev)]),
-        out_slots=torch.cat([fr.last_slots, slot_c]), source=source,
+        out_slots=torch.cat([fr.last_slots, slot_c]), logit_rows=torch.cat([fr.first_rows, row_c]),
     )  # fmt: skip
 
 
@@ -250,7 +246,7 @@ def _build_frame(prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype)
     return _Frame(
         mask=torch.zeros(keep.shape, dtype=dtype, device=dev).masked_fill(~keep, NEG_INF),
         prompt_pos=ppos.reshape(-1), prompt_slots=(ar_p[:, None] * L + torch.arange(Tp, device=dev)).reshape(-1),
-        last_cols=ar_p * Tp + Tp - 1, last_slots=ar_p * L + Tp - 1, first_rows=b.view(-1) * Tc, first_src=b.view(-1) // G, grid=grid,
+        last_cols=ar_p * Tp + Tp - 1, last_slots=ar_p * L + Tp - 1, first_rows=b.view(-1) * Tc, grid=grid,
         prompt_len=plen, longest=int(plen.max()) if P else 0, padded=not bool(prompt_mask.all()),
         max_pos=int(plen.max()) + Tq - 1 if P else 0,
     )  # fmt: skip
@@ -292,8 +288,10 @@ def grouped_logits(
             y = y.index_select(0, lay.slots)  # (P*Tp + N, C)
         x = _finish_block(layer, x, y)
     lg = _head(w, x)  # (P + N, V): each prompt's last column, then the completion tokens
-    lg = torch.cat([lg, lg.new_zeros(1, lg.size(1))])  # and a zero row for the positions nothing scores
-    return lg.index_select(0, lay.source).view(lay.B, lay.Tc, -1)  # a prompt's logits serve its G completions
+    # The prompt's logits serve its G completions. (repeat_interleave, not an index_select: its backward sums the G
+    # gradients in the order the published runs used; an index_add order changes training in the last bits.)
+    vals = torch.cat([lg[:P].repeat_interleave(G, 0), lg[P:]])
+    return lg.new_zeros(lay.B * lay.Tc, lg.size(1)).index_copy(0, lay.logit_rows, vals).view(lay.B, lay.Tc, -1)
 
 
 @torch.inference_mode(False)
