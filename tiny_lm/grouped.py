@@ -137,7 +137,6 @@ class _Frame:
     prompt_len: torch.Tensor  # (P,) real tokens per prompt: the position of its first completion token
     longest: int  # the longest prompt
     padded: bool  # some prompt is shorter than Tp
-    max_pos: int  # the largest position a completion input can have
 
 
 @dataclass
@@ -200,7 +199,8 @@ def _build_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, n
         sel, ids_c = fr.grid[:, need], inputs[need]  # (3, N), (N,)
     pos_c, slot_c, row_c = sel.unbind(0)
     N, Np = ids_c.numel(), P * Tp
-    if n_positions is not None and fr.max_pos >= n_positions and N and int(pos_c.max()) >= n_positions:
+    # The last input of the longest prompt's completions is at position longest + Tq - 1: check exactly only then.
+    if n_positions is not None and fr.longest + Tq - 1 >= n_positions and N and int(pos_c.max()) >= n_positions:
         raise ValueError(f"sequence reaches position {int(pos_c.max())}, beyond the model's context "
                          f"(n_positions={n_positions})")  # fmt: skip
     dev = prompt_ids.device
@@ -248,7 +248,6 @@ def _build_frame(prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype)
         prompt_pos=ppos.reshape(-1), prompt_slots=(ar_p[:, None] * L + torch.arange(Tp, device=dev)).reshape(-1),
         last_cols=ar_p * Tp + Tp - 1, last_slots=ar_p * L + Tp - 1, first_rows=b.view(-1) * Tc, grid=grid,
         prompt_len=plen, longest=int(plen.max()) if P else 0, padded=not bool(prompt_mask.all()),
-        max_pos=int(plen.max()) + Tq - 1 if P else 0,
     )  # fmt: skip
 
 
@@ -294,7 +293,6 @@ def grouped_logits(
     return lg.new_zeros(lay.B * lay.Tc, lg.size(1)).index_copy(0, lay.logit_rows, vals).view(lay.B, lay.Tc, -1)
 
 
-@torch.inference_mode(False)
 def _group_visibility(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor:
     """(P, Tp) left-padded prompt mask -> (P, 1, L, L) boolean visibility over the group sequence
     [prompt (Tp); sample 0's Tq inputs; ...; sample G-1's], True = may attend.

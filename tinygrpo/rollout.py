@@ -95,7 +95,7 @@ class CacheDecoder:
         return self.logits
 
 
-def _grouped(model: torch.nn.Module, grouped: bool) -> bool:
+def uses_grouped_path(model: torch.nn.Module, grouped: bool) -> bool:
     """Use the model's grouped fast path (tiny_lm has one) if asked for and the model can compute it exactly now."""
     return grouped and bool(getattr(model, "supports_grouped", False))
 
@@ -121,7 +121,7 @@ def sample_completions(
     (masked), and it leaves the batch, so each step computes only the rows still running; decoding ends when
     none is left or at max_new_tokens. `grouped=False` forces the generic transformers forward.
     """
-    if _grouped(model, grouped):
+    if uses_grouped_path(model, grouped):
         dec = model.grouped_decoder(prompt_ids, prompt_mask, num_generations)
     else:
         dec = CacheDecoder(model, prompt_ids, prompt_mask, num_generations)
@@ -170,7 +170,7 @@ def completion_logits(
     after EOS; causality keeps them from touching earlier positions.
     """
     G = num_generations
-    if _grouped(model, grouped):
+    if uses_grouped_path(model, grouped):
         return model.grouped_logits(prompt_ids, prompt_mask, completion_ids, G, completion_mask)
     cache = DynamicCache()
     out = model(

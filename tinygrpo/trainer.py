@@ -36,7 +36,7 @@ from .core import group_advantages, selective_log_softmax
 from .evaluation import held_out_metrics
 from .metrics_io import JsonlWriter, plot_metrics, truncate_after_step
 from .optim import lean_adamw_supported
-from .rollout import GroupScorer, completion_logits, decode_rows, sample_completions
+from .rollout import GroupScorer, completion_logits, decode_rows, sample_completions, uses_grouped_path
 from .update import NonFiniteError, PolicyUpdate
 from .validation import check_inputs
 
@@ -192,7 +192,7 @@ class GRPOTrainer(PolicyUpdate):
         model = self.policy
         # Sampling runs in eval mode; the grouped fast path, when the model supports it now, has no dropout and
         # computes the same in either mode, so the switch (a walk over every module) is not needed.
-        switch = not (self.grouped and getattr(model, "supports_grouped", False))
+        switch = not uses_grouped_path(model, self.grouped)
         was_training = model.training
         if switch:
             self._set_training(False)
