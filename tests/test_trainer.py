@@ -554,3 +554,83 @@ def test_grouped_fast_path_trains_like_the_generic_forward(seed_reference, tmp_p
             # the query and value biases only.
             x, y = torch.cat([x[:C], x[2 * C :]]), torch.cat([y[:C], y[2 * C :]])
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=k)
+
+
+# ================================================================================================ pinned invariants
+# Each of these caught a one-line mutation of the update that the rest of the suite let through.
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_skipping_zero_advantage_groups_is_exact(seed_reference, tmp_path, loss_type):
+    # With beta == 0 a group whose advantages are all 0 adds exactly 0 to the loss and its gradient, so leaving it
+    # out of the forward/backward must not change either: the loss of the active groups is rescaled to the whole
+    # mini-batch (its rows, or its tokens for bnpo). Two mini-batches, so that the rescale is per mini-batch.
+    runs = {}
+    for skip in ("true", "false"):
+        out = tmp_path / skip
+        assert run_main(seed_reference, out, "--loss_type", loss_type, "--skip_zero_advantage_groups", skip,
+                        "--num_mini_batches", "2", "--max_steps", "2") == 0  # fmt: skip
+        runs[skip] = metric_rows(out)
+    on, off = runs["true"], runs["false"]
+    assert 0 < on[0]["frac_reward_zero_std"] < 1  # some groups are skipped, some are not
+    for a, b in zip(on, off, strict=True):
+        assert a["reward"] == b["reward"]  # the same samples
+        for k in ("loss", "grad_norm"):  # (per-token statistics such as entropy cover the forwarded tokens only)
+            assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), k
+
+
+def test_mask_truncated_completions_leaves_truncated_rows_out_of_the_gradient(seed_reference, tmp_path):
+    # One-token completions: "<eos>" (finished) or a character (truncated). The reward is None for finished rows
+    # (advantage exactly 0) and varies among truncated ones, so every bit of signal sits on truncated rows. With
+    # mask_truncated_completions those rows are masked: the gradient is exactly 0 and the weights do not move.
+    # Without it they train.
+    (tmp_path / "trunc.py").write_text(
+        "def parity(completions, **kw):\n"
+        "    return [None if c.endswith('<eos>') else float(sum(map(ord, c)) % 2) for c in completions]\n"
+    )
+    grads = {}
+    for masked in ("true", "false"):
+        out = tmp_path / masked
+        assert run_main(seed_reference, out, "--reward_funcs", f"{tmp_path / 'trunc.py'}:parity",
+                        "--max_completion_length", "1", "--mask_truncated_completions", masked, "--max_steps", "1",
+                        "--temperature", "2.0") == 0  # fmt: skip
+        (row,) = metric_rows(out)
+        assert row["frac_reward_zero_std"] < 1  # some groups carry signal
+        grads[masked] = row["grad_norm"]
+        before = load_file(str(Path(seed_reference) / "model.safetensors"))
+        after = load_file(str(out / "final" / "model.safetensors"))
+        moved = [k for k in before if not torch.equal(before[k], after[k])]
+        assert (moved == []) == (masked == "true"), moved
+    assert grads["true"] == 0.0 and grads["false"] > 0
+
+
+@pytest.mark.slow
+def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path):
+    # The same global batch on 1 and on 2 processes gives the same gradient. Greedy sampling (top_k 1) makes the
+    # completions independent of each process's generator; a reward that alternates with the row index, taken as
+    # the advantage (advantage_mode reinforce: identical completions with centred advantages would cancel), gives
+    # every group the same non-zero signal. DDP averages gradients over processes, so the dapo normaliser must be
+    # the global token count divided by the number of processes: without the division the gradient halves.
+    (tmp_path / "alt.py").write_text("def alternate(completions, **kw):\n"
+                                     "    return [float(i % 2) for i in range(len(completions))]\n")  # fmt: skip
+    common = ["--model_name_or_path", seed_reference, "--dataset", "seed_bank", "--eval_split", "",
+              "--num_generations", "4", "--max_completion_length", "3", "--max_steps", "1", "--logging_steps", "1",
+              "--save_steps", "0", "--disable_tqdm", "true", "--make_plots", "false", "--dynamic_sampling", "false",
+              "--top_k", "1", "--reward_funcs", f"{tmp_path / 'alt.py'}:alternate", "--loss_type", "dapo",
+              "--advantage_mode", "reinforce",
+              "--torch_num_threads", "1"]  # fmt: skip
+    one = tmp_path / "one"
+    assert train_grpo.main([*common, "--per_device_train_batch_size", "32", "--output_dir", str(one)]) == 0
+    two = tmp_path / "two"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
+           "train_grpo.py", *common, "--per_device_train_batch_size", "16", "--output_dir", str(two)]  # fmt: skip
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (a,), (b,) = metric_rows(one), metric_rows(two)
+    assert a["reward"] == b["reward"] == 0.5 and a["trained_completions"] == b["trained_completions"] == 32
+    assert a["completions/mean_length"] == b["completions/mean_length"]
+    assert a["grad_norm"] > 1e-3
+    for k in ("grad_norm", "loss", "entropy"):
+        assert b[k] == pytest.approx(a[k], rel=1e-5, abs=1e-7), k
