@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         acc.wait_for_everyone()
         if cfg.model_name_or_path == DEFAULT_REFERENCE and not Path(DEFAULT_REFERENCE, "config.json").is_file():
             if acc.is_main_process:
-                print(f"no reference at {DEFAULT_REFERENCE}: training it first (python -m tiny_lm.pretrain)")
-                from tiny_lm.pretrain import SFTConfig, train_reference
+                print(f"no reference at {DEFAULT_REFERENCE}: training it first (python train_sft.py)")
+                from tinygrpo.sft import SFTConfig, train_reference
 
                 train_reference(SFTConfig(output_dir=DEFAULT_REFERENCE))
             acc.wait_for_everyone()

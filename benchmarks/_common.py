@@ -126,7 +126,7 @@ def ensure_seed_reference(path: str | None, workdir: Path = DEFAULT_BENCH_DIR, s
     out = Path(workdir) / "seed_reference"
     if (out / "config.json").is_file():
         return str(out)
-    from tiny_lm.pretrain import SFTConfig, train_reference
+    from tinygrpo.sft import SFTConfig, train_reference
 
     t = time.perf_counter()
     cfg = SFTConfig(output_dir=str(out), dataset="seed_bank", eval_split="", train_size=0, max_steps=sft_steps,

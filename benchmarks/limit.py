@@ -106,14 +106,13 @@ def step_flops(a: Arch, P: int, G: int, Tp: int, lengths: list[int], beta: float
     return out
 
 
-def counted_flops(trainer) -> tuple[float, dict]:
-    """FLOPs FlopCounterMode sees in one real training step, and that step's metrics."""
+def counted_flops(trainer):
+    """FLOPs FlopCounterMode sees in one real training step, and that step's output (metrics, samples)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as fc:
-        m = trainer.training_step()
-    trainer.step += 1
-    return float(fc.get_total_flops()), m
+        out = trainer.training_step()
+    return float(fc.get_total_flops()), out
 
 
 # ---------------------------------------------------------------------------------------------------- throughput
@@ -168,22 +167,19 @@ def run_shape(path: str, P: int, G: int, args) -> dict:
     trainer = build_our_trainer(path, P, G, args.threads, dataset=args.dataset, beta=args.beta,
                                 max_completion_length=args.max_completion_length,
                                 grouped_forward=args.grouped_forward)  # fmt: skip
-    model = trainer.acc.unwrap_model(trainer.scorer).model
-    arch = Arch.from_config(model.config)
-    Tp = max(len(x) for x in trainer.train_prompt_ids)  # padded width (every batch of the seed bank; ~all of addition)
+    arch = Arch.from_config(trainer.model.config)
+    Tp = max(map(len, trainer.prompts.token_ids))  # padded width (every batch of the seed bank; ~all of addition)
     for _ in range(args.warmup):
         trainer.training_step()
-        trainer.step += 1
-    counted, m = counted_flops(trainer)
-    counted_lengths = trainer._last_info["lengths"].tolist()
+    counted, out = counted_flops(trainer)
+    counted_lengths = out.scored.first.lengths.tolist()
     times, per_completion, per_completion_unshared, mean_len = [], [], [], []
     N = P * G
     for _ in range(args.steps):
         t = time.perf_counter()
-        trainer.training_step()
+        out = trainer.training_step()
         times.append(time.perf_counter() - t)
-        trainer.step += 1
-        lengths = trainer._last_info["lengths"].tolist()
+        lengths = out.scored.first.lengths.tolist()
         mean_len.append(sum(lengths) / N)
         per_completion.append(step_flops(arch, P, G, Tp, lengths, args.beta))
         per_completion_unshared.append(step_flops(arch, P, G, Tp, lengths, args.beta, shared=False)["total"])

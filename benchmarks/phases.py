@@ -14,12 +14,13 @@ objects (nothing in the trainer is changed):
   rewards: reward functions    compute_rewards (the registered reward functions, with their checks)
   rewards: rest                time/reward minus those two (prompt/column lists, per-row id lists, tensors)
   advantages, batch            time/step - generate - reward - ref - optimize (group advantages, gathers, Batch)
-  reference forward            time/ref_old_logps (reference forward + selective log-softmax)
-  policy forward               the GroupScorer forward inside compute_loss (prompt once + completions)
-  loss math                    compute_loss minus the policy forward (log-softmax, surrogate, KL, aggregation, sums)
-  backward                     GRPOTrainer.backward (loss.backward, or accelerate's under DeepSpeed/FSDP/scalers)
-  grad clip                    GRPOTrainer.clip_grad_norm
-  optimizer                    GRPOTrainer.optimizer_step + GRPOTrainer.zero_grad
+  layouts, reference forward   time/ref_old_logps (the batch's layouts, reference forward + selective log-softmax)
+  policy forward               the PolicyForward call inside PolicyUpdate.loss (prompt once + completions)
+  loss math                    PolicyUpdate.loss minus the policy forward (grpo_loss: log-softmax, surrogate, KL,
+                               aggregation, sums)
+  backward                     OptimizerStep.backward (loss.backward, or accelerate's under DeepSpeed/FSDP/scalers)
+  grad clip                    OptimizerStep.clip
+  optimizer                    OptimizerStep.step + OptimizerStep.zero_grad
   rest of optimize             time/optimize minus the four above (scheduler, finiteness checks, reductions)
   metrics after the step       training_step() wall time minus time/step (the metrics dict, gathers)
 Then --count_steps further steps (untimed) are run under a TorchDispatchMode that counts every ATen operation.
@@ -49,7 +50,7 @@ from _common import (  # noqa: E402
 PHASES = (
     "generation: model forwards", "generation: sampling, rest", "rewards: decode", "rewards: reward functions",
     "rewards: rest", "advantages, batch",
-    "reference forward", "policy forward", "loss math", "backward", "grad clip", "optimizer", "rest of optimize",
+    "layouts, reference forward", "policy forward", "loss math", "backward", "grad clip", "optimizer", "rest of optimize",
     "metrics after the step",
 )  # fmt: skip
 
@@ -87,34 +88,34 @@ def count_ops(trainer, steps: int) -> float:
     with counter:
         for _ in range(steps):
             trainer.training_step()
-            trainer.step += 1
     return counter.n / steps
 
 
 def instrument(trainer, timer: Timer):
-    """Timing wrappers on the trainer's instance, the trainer module's reward helpers and the two decoder classes
-    (restored by the returned undo function); nothing else is touched."""
+    """Timing wrappers on the trainer's parts (its update and optimizer-step objects, the generation module's reward
+    helpers, the two decoder classes), restored by the returned undo function; nothing else is touched."""
     import tiny_lm.grouped as grouped
-    import tinygrpo.rollout as rollout
-    import tinygrpo.trainer as tmod
+    import tinygrpo.backend as backend
+    import tinygrpo.generation as gmod
 
-    orig_decode, orig_rewards = tmod.decode_rows, tmod.compute_rewards
-    tmod.decode_rows = timer.wrap("decode", orig_decode)
-    tmod.compute_rewards = timer.wrap("reward_funcs", orig_rewards)
+    orig_decode, orig_rewards = gmod.decode_rows, gmod.compute_rewards
+    gmod.decode_rows = timer.wrap("decode", orig_decode)
+    gmod.compute_rewards = timer.wrap("reward_funcs", orig_rewards)
     # Generation's model work: the decoder's prefill (__init__), its steps and its row drops, on either path.
-    saved = [(cls, name, getattr(cls, name)) for cls in (grouped.GroupedDecoder, rollout.CacheDecoder)
+    saved = [(cls, name, getattr(cls, name)) for cls in (grouped.GroupedDecoder, backend.CacheDecoder)
              for name in ("__init__", "step", "keep")]  # fmt: skip
     for cls, name, fn in saved:
         setattr(cls, name, timer.wrap("gen_forward", fn))
-    trainer.scorer.forward = timer.wrap("policy_forward", trainer.scorer.forward)
-    trainer.compute_loss = timer.wrap("compute_loss", trainer.compute_loss)
-    trainer.backward = timer.wrap("backward", trainer.backward)
-    trainer.clip_grad_norm = timer.wrap("clip", trainer.clip_grad_norm)
-    trainer.optimizer_step = timer.wrap("optimizer", trainer.optimizer_step)
-    trainer.zero_grad = timer.wrap("optimizer", trainer.zero_grad)
+    update, opt = trainer.update, trainer.optim
+    update.policy.forward = timer.wrap("policy_forward", update.policy.forward)
+    update.loss = timer.wrap("compute_loss", update.loss)
+    opt.backward = timer.wrap("backward", opt.backward)
+    opt.clip = timer.wrap("clip", opt.clip)
+    opt.step = timer.wrap("optimizer", opt.step)
+    opt.zero_grad = timer.wrap("optimizer", opt.zero_grad)
 
     def undo() -> None:
-        tmod.decode_rows, tmod.compute_rewards = orig_decode, orig_rewards
+        gmod.decode_rows, gmod.compute_rewards = orig_decode, orig_rewards
         for cls, name, fn in saved:
             setattr(cls, name, fn)
 
@@ -132,7 +133,7 @@ def phase_row(m: dict, t: dict, wall: float) -> dict[str, float]:
         "rewards: rest": m["time/reward"] - g("decode") - g("reward_funcs"),
         "advantages, batch": m["time/step"] - m["time/generate"] - m["time/reward"] - m["time/ref_old_logps"]
         - m["time/optimize"],
-        "reference forward": m["time/ref_old_logps"],
+        "layouts, reference forward": m["time/ref_old_logps"],
         "policy forward": g("policy_forward"),
         "loss math": g("compute_loss") - g("policy_forward"),
         "backward": g("backward"),
@@ -155,9 +156,8 @@ def run_shape(path: str, prompts: int, G: int, args) -> dict:
         for i in range(args.warmup + args.steps):
             timer.reset()
             t = time.perf_counter()
-            m = trainer.training_step()
+            m = trainer.training_step().metrics
             wall = time.perf_counter() - t
-            trainer.step += 1
             if i >= args.warmup:
                 rows.append(phase_row(m, dict(timer.acc), wall))
                 lengths.append(m["completions/mean_length"])

@@ -165,9 +165,8 @@ def run_shape(model_path: str, prompts: int, G: int, args) -> dict:
         ts = []
         for _ in range(k):
             t = time.perf_counter()
-            m = ours.training_step()
+            m = ours.training_step().metrics
             ts.append(time.perf_counter() - t)
-            ours.step += 1
             if record:
                 ours_len.append((m["completions/mean_length"], m["completions/max_length"]))
         return ts

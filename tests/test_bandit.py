@@ -16,6 +16,7 @@ import torch.nn as nn
 from torch.distributions import Categorical
 
 from tinygrpo import bandit
+from tinygrpo.studies import bandit as bandit_study
 
 # ---- transcription of demo.py ----
 N_A, N_B = 6, 6
@@ -163,7 +164,7 @@ def test_demo_learns_and_run_demo_is_history():
 
 def test_demo_cli_writes_outputs(tmp_path, capsys):
     out = tmp_path / "demo"
-    summary = bandit.main(["demo", "--steps", "20", "--output-dir", str(out)])
+    summary = bandit_study.main(["demo", "--steps", "20", "--output-dir", str(out)])
     for name in ("config.json", "metrics.jsonl", "summary.json", "bandit_demo.png"):
         assert (out / name).is_file(), name
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -186,7 +187,7 @@ def test_demo_rejects_bad_kind():
 
 def test_chapter_cli_writes_outputs(tmp_path, capsys):
     out = tmp_path / "chapter"
-    bandit.main(["chapter", "--epochs", "3", "--group-size", "4", "--output-dir", str(out)])
+    bandit_study.main(["chapter", "--epochs", "3", "--group-size", "4", "--output-dir", str(out)])
     for name in ("config.json", "metrics.jsonl", "summary.json"):
         assert (out / name).is_file(), name
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -46,18 +46,18 @@ def test_analytic_flops_match_the_counter(seed_reference):
     limit = _load("limit")
 
     tr = build_our_trainer(seed_reference, 2, 4, 1, max_completion_length=3)
-    counted, m = limit.counted_flops(tr)
-    lengths = tr._last_info["lengths"].tolist()
+    counted, out = limit.counted_flops(tr)
+    lengths = out.scored.first.lengths.tolist()
     arch = limit.Arch.from_config(tr.model.config)
-    Tp = max(len(x) for x in tr.train_prompt_ids)
+    Tp = max(len(x) for x in tr.prompts.token_ids)
     expect = limit.step_flops(replace(arch, attention=False), 2, 4, Tp, lengths, beta=0.02)["total"]
     expect += limit.decoder_prompt_attention_flops(arch, 2, 4, Tp, lengths)
     assert counted == pytest.approx(expect, rel=1e-6)
     # the same step on the generic transformers forward computes every position: strictly more matmul work
     # whenever a completion ended before the longest one
     tr2 = build_our_trainer(seed_reference, 2, 4, 1, max_completion_length=3, grouped_forward=False)
-    counted2, _ = limit.counted_flops(tr2)
-    lengths2 = tr2._last_info["lengths"].tolist()
+    counted2, out2 = limit.counted_flops(tr2)
+    lengths2 = out2.scored.first.lengths.tolist()
     if min(lengths2) < max(lengths2):
         assert counted2 > limit.step_flops(replace(arch, attention=False), 2, 4, Tp, lengths2, beta=0.02)["total"]
     # sharing the prompt across the group never costs more

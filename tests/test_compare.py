@@ -1,4 +1,4 @@
-"""`python -m tinygrpo.compare --quick`: every output exists, comparison.md says what results.json says, the
+"""`python -m tinygrpo.studies.compare --quick`: every output exists, comparison.md says what results.json says, the
 format-only reference is near chance, and the tabular rows match `tinygrpo.bandit.run_demo` recomputed here."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from tinygrpo import bandit, compare
+from tinygrpo import bandit
+from tinygrpo.studies.compare import cli, settings
 
 pytestmark = pytest.mark.slow  # ~20-40 s: trains 4 tiny references and 8 short token-level runs
 
@@ -19,7 +20,7 @@ OUTPUTS = ("comparison.md", "results.json", "accuracy_vs_completions.png", "skip
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare")
-    compare.main(["--quick", "--output-dir", str(out)])
+    cli.main(["--quick", "--output-dir", str(out)])
     return out, json.loads((out / "results.json").read_text()), (out / "comparison.md").read_text()
 
 
@@ -60,8 +61,8 @@ def test_every_output_exists(quick_run):
 def test_markdown_table_matches_results(quick_run):
     _, res, md = quick_run
     rows = _main_table(md)
-    assert list(rows) == [label for (_, _, _, label) in compare.METHODS.values()]  # one row per method
-    for method, (_, _, _, label) in compare.METHODS.items():
+    assert list(rows) == [label for (_, _, _, label) in settings.METHODS.values()]  # one row per method
+    for method, (_, _, _, label) in settings.METHODS.items():
         s = res["methods"][method]["summary"]
         start, final, r90, r100, zero_var = rows[label]
         _check_cell(start, s["start_acc"], 3)

@@ -1,7 +1,7 @@
 """tiny_lm.grouped, the GRPO fast path, against the model's own generic transformers forward (minGPT-style parity).
 
-The oracle is `TinyLMForCausalLM.forward` with a DynamicCache (`grouped=False` in tinygrpo.rollout), itself checked
-against one-row-at-a-time forwards in test_rollout.py. Models are random with a large init range, prompts have
+The oracle is `TinyLMForCausalLM.forward` with a DynamicCache (tinygrpo's `GenericBackend`), itself checked against
+one-row-at-a-time forwards in test_rollout.py. Models are random with a large init range, prompts have
 different lengths (left padding), completions end at different places.
 """
 
@@ -12,7 +12,11 @@ import torch
 from _lm import encode
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
-from tinygrpo.rollout import CacheDecoder, completion_logits, sample_completions
+from tiny_lm.grouped_layout import FrameCache
+from tinygrpo.backend import CacheDecoder, GenericBackend, GroupedBackend, select_backend
+from tinygrpo.rollout import completion_logits, sample_completions
+
+BACKENDS = {True: GroupedBackend, False: GenericBackend}
 
 PROMPTS = ["1+2=", "37+48=", "5+55=", "9+0=", "0+0="]
 EOS, PAD, V = 1, 0, 14
@@ -41,10 +45,10 @@ def completions_with_eos(P: int, G: int, Tc: int, seed: int) -> tuple[torch.Tens
 def test_grouped_logits_equal_the_generic_forward(model, tok, P, G, Tc):
     ids, pmask = encode(tok, PROMPTS[:P])
     comp, cmask = completions_with_eos(P, G, Tc, seed=P * 100 + G * 10 + Tc)
-    want = completion_logits(model, ids, pmask, comp, G, grouped=False)
-    full = completion_logits(model, ids, pmask, comp, G, grouped=True)  # no mask: every position computed
+    want = completion_logits(model, ids, pmask, comp, G, backend=GenericBackend())
+    full = completion_logits(model, ids, pmask, comp, G, backend=GroupedBackend())  # no mask: every position
     torch.testing.assert_close(full, want, atol=1e-5, rtol=0)
-    packed = completion_logits(model, ids, pmask, comp, G, cmask, grouped=True)
+    packed = completion_logits(model, ids, pmask, comp, G, cmask, backend=GroupedBackend())
     m = cmask[..., None].bool()
     torch.testing.assert_close(packed[m.expand_as(packed)], want[m.expand_as(want)], atol=1e-5, rtol=0)
     assert packed[~m.expand_as(packed)].abs().sum() == 0  # positions the mask leaves out are not computed
@@ -62,7 +66,7 @@ def test_grouped_gradients_equal_the_generic_forward(model, tok):
     model.train()
     try:
         for grouped in (True, False):
-            logits = completion_logits(model, ids, pmask, comp, G, cmask, grouped=grouped)
+            logits = completion_logits(model, ids, pmask, comp, G, cmask, backend=BACKENDS[grouped]())
             logp = torch.log_softmax(logits, -1).gather(-1, comp[..., None])[..., 0]
             grads.append(torch.autograd.grad((logp * w * cmask).sum(), params))
     finally:
@@ -100,7 +104,9 @@ def test_sampling_is_the_same_on_both_paths(model, tok, temperature):
     outs = []
     for grouped in (True, False):
         g = torch.Generator().manual_seed(11)
-        outs.append(sample_completions(model, ids, pmask, 6, 7, EOS, PAD, temperature, generator=g, grouped=grouped))
+        outs.append(
+            sample_completions(model, ids, pmask, 6, 7, EOS, PAD, temperature, generator=g, backend=BACKENDS[grouped]())
+        )
     a, b = outs
     assert torch.equal(a.completion_ids, b.completion_ids)
     assert torch.equal(a.completion_mask, b.completion_mask) and torch.equal(a.is_eos, b.is_eos)
@@ -115,29 +121,41 @@ def test_context_overflow_is_a_clear_error(tok):
     ids, pmask = encode(tok, ["37+48="])  # 6 tokens: positions 0..5, the first completion token is position 6
     comp = torch.full((2, 3), 5)
     with pytest.raises(ValueError, match="beyond the model's context"):
-        completion_logits(small, ids, pmask, comp, 2, grouped=True)
+        completion_logits(small, ids, pmask, comp, 2, backend=GroupedBackend())
     with pytest.raises(ValueError, match="beyond the model's context"):
         small.grouped_decoder(ids, pmask, 2).step(torch.tensor([5, 5]))
 
 
-def test_dropout_in_training_falls_back_to_the_generic_forward():
+def test_a_model_with_dropout_gets_the_generic_backend(model):
+    # The grouped path has no dropout: it is exact for a model without dropout, in either mode, and only then chosen.
     torch.manual_seed(0)
-    m = TinyLMForCausalLM(TinyLMConfig(dropout=0.1))
-    assert m.eval().supports_grouped
-    assert not m.train().supports_grouped  # the fast path has no dropout
+    dropped = TinyLMForCausalLM(TinyLMConfig(dropout=0.1))
+    assert not dropped.supports_grouped and model.supports_grouped
+    assert isinstance(select_backend(dropped), GenericBackend)
+    assert isinstance(select_backend(model), GroupedBackend)
+    assert isinstance(select_backend(model, dropped), GenericBackend)  # one backend serves both models
+    assert isinstance(select_backend(model, prefer_grouped=False), GenericBackend)
 
 
-def test_layout_is_shared_while_inputs_are_unchanged_and_rebuilt_after_an_in_place_change(model, tok):
-    from tiny_lm.grouped import group_layout
-
+def test_one_layout_serves_every_forward_and_follows_its_inputs(model, tok):
+    """A layout is built once per batch and scores it with any model; frames come from the caller's cache."""
     ids, pmask = encode(tok, PROMPTS)
     comp, cmask = completions_with_eos(len(PROMPTS), 2, 4, seed=6)
-    first = group_layout(ids, pmask, comp, 2, cmask)
-    assert group_layout(ids, pmask, comp, 2, cmask) is first  # reference then policy: built once
-    cmask[:, 2:] = 0  # in place: the version counter moves, so the layout is rebuilt and the logits follow
-    assert group_layout(ids, pmask, comp, 2, cmask) is not first
-    want = completion_logits(model, ids, pmask, comp, 2, grouped=False)
-    got = completion_logits(model, ids, pmask, comp, 2, cmask, grouped=True)
-    m = cmask[..., None].bool().expand_as(got)
-    torch.testing.assert_close(got[m], want[m], atol=1e-5, rtol=0)
-    assert got[~m].abs().sum() == 0
+    frames = FrameCache()
+    layout = model.grouped_layout(ids, pmask, comp, 2, cmask, frames)
+    assert model.grouped_layout(ids, pmask, comp, 2, cmask, frames).mask is layout.mask  # the frame was reused
+    want = completion_logits(model, ids, pmask, comp, 2, backend=GenericBackend())
+    torch.manual_seed(1)
+    other = TinyLMForCausalLM(TinyLMConfig(initializer_range=0.3)).eval()  # e.g. a reference of the same config
+    for m in (model, other):
+        got = m.grouped_logits(layout)
+        ref = want if m is model else completion_logits(other, ids, pmask, comp, 2, backend=GenericBackend())
+        keep = cmask[..., None].bool().expand_as(got)
+        torch.testing.assert_close(got[keep], ref[keep], atol=1e-5, rtol=0)
+        assert got[~keep].abs().sum() == 0
+    shorter = cmask.clone()
+    shorter[:, 2:] = 0  # a different mask: a new layout, and the logits follow it
+    got = model.grouped_logits(model.grouped_layout(ids, pmask, comp, 2, shorter, frames))
+    keep = shorter[..., None].bool().expand_as(got)
+    torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=0)
+    assert got[~keep].abs().sum() == 0

@@ -1,92 +1,104 @@
-"""lean_adamw_step against torch's own AdamW(fused=True).step(): the same parameters and state, bit for bit."""
+"""tinygrpo.optim: AdamW's parameter groups, the schedule, and OptimizerStep's clip against torch's clip_grad_norm_."""
+
+import warnings
 
 import pytest
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+from accelerate import Accelerator
 
-from tinygrpo.optim import lean_adamw_step, lean_adamw_supported
+from tiny_lm import TinyLMConfig, TinyLMForCausalLM
+from tinygrpo.config import GRPOConfig
+from tinygrpo.optim import OptimizerStep, build_optimizer
 
 
-def _twins(weight_decay: float = 0.0, **kw) -> tuple[list, list, torch.optim.AdamW, torch.optim.AdamW]:
+def _model() -> TinyLMForCausalLM:
     torch.manual_seed(0)
-    shapes = [(5, 3), (3,), (4, 5), (7,)]
-    a = [torch.randn(s, requires_grad=True) for s in shapes]
-    b = [p.detach().clone().requires_grad_(True) for p in a]
-
-    def groups(ps):  # two groups, as the trainer makes when weight decay is on
-        return [{"params": ps[:2], "weight_decay": weight_decay}, {"params": ps[2:], "weight_decay": 0.0}]
-
-    opt_a = torch.optim.AdamW(groups(a), lr=1e-2, betas=(0.9, 0.99), fused=True, **kw)
-    opt_b = torch.optim.AdamW(groups(b), lr=1e-2, betas=(0.9, 0.99), fused=True, **kw)
-    return a, b, opt_a, opt_b
+    return TinyLMForCausalLM(TinyLMConfig(n_embd=16, n_head=2))
 
 
-def _set_grads(a: list, b: list, step: int) -> None:
-    g = torch.Generator().manual_seed(100 + step)
-    for p, q in zip(a, b, strict=True):
-        grad = torch.randn(p.shape, generator=g)
-        p.grad, q.grad = grad.clone(), grad.clone()
+def _step(model, **cfg) -> OptimizerStep:
+    config = GRPOConfig(output_dir="unused", **cfg)
+    optimizer, scheduler = build_optimizer(model, config)
+    acc = Accelerator(cpu=True)
+    module, optimizer = acc.prepare(model, optimizer)
+    return OptimizerStep(module, optimizer, scheduler, acc)
+
+
+def _set_grads(models, scale: float, seed: int = 0) -> None:
+    g = torch.Generator().manual_seed(seed)
+    for ps in zip(*(m.parameters() for m in models), strict=True):
+        grad = scale * torch.randn(ps[0].shape, generator=g)
+        for p in ps:
+            p.grad = grad.clone()
+
+
+@pytest.mark.parametrize("scale, max_norm", [(1.0, 1.0), (1e-4, 1.0), (1.0, float("inf"))])
+def test_clip_equals_torch_clip_grad_norm_bit_for_bit(scale, max_norm):
+    ours, theirs = _model(), _model()
+    _set_grads([ours, theirs], scale)
+    norm = _step(ours).clip(max_norm)
+    want = torch.nn.utils.clip_grad_norm_(theirs.parameters(), max_norm)
+    assert norm == float(want)
+    clipped = max_norm / (float(want) + 1e-6) < 1
+    assert clipped == (scale == 1.0 and max_norm == 1.0)  # both branches are exercised
+    for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
+        assert torch.equal(p.grad, q.grad)
+
+
+def test_weight_decay_spares_biases_and_layernorms_and_one_group_without_it():
+    model = _model()
+    optimizer, _ = build_optimizer(model, GRPOConfig(output_dir="unused", weight_decay=0.1))
+    decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    for name, p in model.named_parameters():
+        assert (id(p) in decayed) == (p.ndim >= 2 and "ln" not in name), name
+    assert all(g["fused"] for g in optimizer.param_groups)
+    optimizer, _ = build_optimizer(model, GRPOConfig(output_dir="unused"))
+    assert len(optimizer.param_groups) == 1
+
+
+def test_a_step_without_update_still_advances_the_schedule_quietly():
+    model = _model()
+    opt = _step(model, learning_rate=1e-3, lr_scheduler_type="linear", max_steps=4)
+    lrs = [opt.learning_rate]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.schedule(updated=False)
+    lrs.append(opt.learning_rate)
+    _set_grads([model], 1.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt.step()
+    opt.schedule(updated=True)
+    lrs.append(opt.learning_rate)
+    assert lrs == pytest.approx([1e-3, 7.5e-4, 5e-4])
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
-def test_same_parameters_and_state_as_step_over_several_steps_and_learning_rates(weight_decay):
-    a, b, opt_a, opt_b = _twins(weight_decay)
-    assert lean_adamw_supported(opt_b)
+def test_functional_step_equals_step_bit_for_bit(weight_decay):
+    # OptimizerStep (FUNCTIONAL_ADAMW: torch's functional AdamW on the optimizer's own state) against a twin that
+    # calls AdamW.step(), over several steps with a learning-rate change and a parameter without gradient.
+    from tinygrpo import optim
+
+    assert optim.FUNCTIONAL_ADAMW
+    ours, theirs = _model(), _model()
+    opt = _step(ours, weight_decay=weight_decay, learning_rate=1e-2)
+    assert opt.functional
+    twin, _ = build_optimizer(theirs, GRPOConfig(output_dir="unused", weight_decay=weight_decay, learning_rate=1e-2))
+    functional_steps = 0
     for step in range(5):
-        _set_grads(a, b, step)
+        _set_grads([ours, theirs], 1.0, seed=step)
+        if step == 2:  # a parameter without a gradient this step: left alone by both
+            ours.transformer.wpe.weight.grad = theirs.transformer.wpe.weight.grad = None
         if step == 3:  # a scheduler changes the learning rate between steps
-            for o in (opt_a, opt_b):
+            for o in (opt.optimizer, twin):
                 for group in o.param_groups:
                     group["lr"] = 3e-3
-        opt_a.step()
-        lean_adamw_step(opt_b)
-        for p, q in zip(a, b, strict=True):
+        functional_steps += optim.functional_adamw_step(opt.optimizer) if step else 0
+        if not step:
+            opt.step()  # the first step creates the state (step() itself)
+        twin.step()
+        for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
             assert torch.equal(p, q)
-            for key in ("step", "exp_avg", "exp_avg_sq"):
-                assert torch.equal(opt_a.state[p][key], opt_b.state[q][key]), key
-    assert float(opt_b.state[b[0]]["step"]) == 5
-
-
-def test_parameters_without_gradient_are_left_alone_as_step_does():
-    a, b, opt_a, opt_b = _twins()
-    for step in range(3):
-        _set_grads(a, b, step)
-        if step == 2:
-            a[1].grad = b[1].grad = None
-        opt_a.step()
-        lean_adamw_step(opt_b)
-    for p, q in zip(a, b, strict=True):
-        assert torch.equal(p, q)
-    assert float(opt_b.state[b[1]]["step"]) == 2  # skipped at the third step, like step() does
-
-
-def test_falls_back_to_step_when_it_cannot_be_exact():
-    # Not fused, or amsgrad: not supported at all (the trainer then calls step()).
-    p = torch.zeros(2, requires_grad=True)
-    assert not lean_adamw_supported(torch.optim.AdamW([p], fused=False))
-    assert not lean_adamw_supported(torch.optim.AdamW([p], fused=True, amsgrad=True))
-    assert not lean_adamw_supported(torch.optim.Adam([p], fused=True))
-    # A step hook: step() runs, so the hook runs.
-    a, b, opt_a, opt_b = _twins()
-    calls = []
-    opt_b.register_step_post_hook(lambda *args: calls.append(1))
-    for step in range(2):
-        _set_grads(a, b, step)
-        opt_a.step()
-        lean_adamw_step(opt_b)
-    assert len(calls) == 2
-    assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
-    # A global optimizer hook too (registered after the first step, which always goes through step()).
-    a, b, opt_a, opt_b = _twins()
-    _set_grads(a, b, 0)
-    opt_a.step()
-    lean_adamw_step(opt_b)
-    handle = register_optimizer_step_pre_hook(lambda opt, *args: calls.append(opt is opt_b))
-    try:
-        _set_grads(a, b, 1)
-        opt_a.step()
-        lean_adamw_step(opt_b)
-    finally:
-        handle.remove()
-    assert calls[2:] == [False, True]  # the hook ran for opt_a's step() and for opt_b's
-    assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+            for k in ("exp_avg", "exp_avg_sq", "step"):
+                assert torch.equal(opt.optimizer.state[p][k], twin.state[q][k]), k
+    assert functional_steps == 4

@@ -9,6 +9,7 @@ import pytest
 import torch
 from _lm import encode
 
+from tinygrpo.backend import GenericBackend, GroupedBackend
 from tinygrpo.rollout import (
     completion_logits,
     decode_completions,
@@ -23,11 +24,11 @@ EOS, PAD = 1, 0
 # ---------------------------------------------------------------- sample_completions
 
 
-@pytest.mark.parametrize("grouped", [True, False])  # tiny_lm's fast path and the generic transformers forward
+@pytest.mark.parametrize("backend", [GroupedBackend, GenericBackend])  # tiny_lm's fast path and the generic transformers forward
 @pytest.mark.parametrize("G", [1, 3])  # G = 1 skips the cache repeat; G = 3 exercises it
-def test_greedy_rows_equal_generate(model, tok, G, grouped):
+def test_greedy_rows_equal_generate(model, tok, G, backend):
     ids, mask = encode(tok, PROMPTS)
-    ro = sample_completions(model, ids, mask, G, 8, EOS, PAD, temperature=0.0, grouped=grouped)
+    ro = sample_completions(model, ids, mask, G, 8, EOS, PAD, temperature=0.0, backend=backend())
     P = len(PROMPTS)
     assert ro.completion_ids.shape[0] == P * G and ro.completion_ids.shape[1] <= 8
     ref = model.generate(
@@ -49,11 +50,11 @@ def test_greedy_rows_equal_generate(model, tok, G, grouped):
     assert len({tuple(r) for r in ref.tolist()}) > 1
 
 
-@pytest.mark.parametrize("grouped", [True, False])
-def test_sampled_mask_and_padding(model, tok, grouped):
+@pytest.mark.parametrize("backend", [GroupedBackend, GenericBackend])
+def test_sampled_mask_and_padding(model, tok, backend):
     ids, mask = encode(tok, PROMPTS)
     gen = torch.Generator().manual_seed(0)
-    ro = sample_completions(model, ids, mask, 16, 10, EOS, PAD, temperature=3.0, generator=gen, grouped=grouped)
+    ro = sample_completions(model, ids, mask, 16, 10, EOS, PAD, temperature=3.0, generator=gen, backend=backend())
     c, m = ro.completion_ids, ro.completion_mask
     assert c.shape == m.shape and c.size(0) == len(PROMPTS) * 16
     n_eos = 0
@@ -71,15 +72,15 @@ def test_sampled_mask_and_padding(model, tok, grouped):
     assert 0 < n_eos < c.size(0)
 
 
-@pytest.mark.parametrize("grouped", [True, False])
-def test_stops_when_all_rows_finished(model, tok, grouped):
+@pytest.mark.parametrize("backend", [GroupedBackend, GenericBackend])
+def test_stops_when_all_rows_finished(model, tok, backend):
     # Declare as "EOS" the token every prompt emits first: every row finishes at step 1.
     ids, mask = encode(tok, PROMPTS)
     first = model(ids, attention_mask=mask).logits[:, -1].argmax(-1)
     fake_eos = int(first[0])
     prompts = [p for p, f in zip(PROMPTS, first.tolist(), strict=True) if f == fake_eos]
     ids, mask = encode(tok, prompts)
-    ro = sample_completions(model, ids, mask, 2, 10, fake_eos, PAD, temperature=0.0, grouped=grouped)
+    ro = sample_completions(model, ids, mask, 2, 10, fake_eos, PAD, temperature=0.0, backend=backend())
     assert ro.completion_ids.shape == (2 * len(prompts), 1)
     assert ro.is_eos.all() and ro.completion_mask.eq(1).all()
 
@@ -112,7 +113,7 @@ def full_forward_logits(model, tok, prompts, completion_ids, G):
     return torch.cat(rows, 0)
 
 
-@pytest.mark.parametrize("grouped", [True, False])  # tiny_lm's fast path and the generic transformers forward
+@pytest.mark.parametrize("backend", [GroupedBackend, GenericBackend])  # tiny_lm's fast path and the generic transformers forward
 @pytest.mark.parametrize(
     "P, G, Tc",
     [
@@ -121,14 +122,14 @@ def full_forward_logits(model, tok, prompts, completion_ids, G):
         (2, 2, 1),  # a one-token completion: only the prompt forward is used
     ],
 )
-def test_completion_logits_match_full_forward(model, tok, P, G, Tc, grouped):
+def test_completion_logits_match_full_forward(model, tok, P, G, Tc, backend):
     prompts = PROMPTS[:P]
     ids, mask = encode(tok, prompts)
     g = torch.Generator().manual_seed(P * 100 + G * 10 + Tc)
     comp = torch.randint(0, 14, (P * G, Tc), generator=g)  # any tokens, EOS and pad included
     model.train()  # gradients as in training; dropout is 0
     try:
-        got = completion_logits(model, ids, mask, comp, G, grouped=grouped)
+        got = completion_logits(model, ids, mask, comp, G, backend=backend())
         want = full_forward_logits(model, tok, prompts, comp, G)
         assert got.shape == want.shape == (P * G, Tc, 14)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

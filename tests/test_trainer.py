@@ -19,11 +19,12 @@ from safetensors.torch import load_file
 from torch.distributions import Categorical
 
 import train_grpo
+from tinygrpo.batch import Batch
 from tinygrpo.config import GRPOConfig
 from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
 from tinygrpo.problems import load_split
 from tinygrpo.rollout import sample_completions
-from tinygrpo.trainer import Batch, GRPOTrainer
+from tinygrpo.trainer import GRPOTrainer
 
 REPO = Path(train_grpo.__file__).resolve().parent
 
@@ -199,7 +200,7 @@ def _first_eos(ids: torch.Tensor, eos: int) -> torch.Tensor:
 def test_loss_ignores_tokens_after_eos(seed_reference, tmp_path):
     trainer = _reference_trainer(seed_reference, tmp_path)
     eos, V = trainer.tokenizer.eos_token_id, len(trainer.tokenizer)
-    batch, _ = trainer._collect_batch()
+    batch = trainer.generator.generate().batch
     first = _first_eos(batch.completion_ids, eos)
     T = batch.completion_ids.size(1)
     pos = torch.arange(T).expand_as(batch.completion_ids)
@@ -211,15 +212,15 @@ def test_loss_ignores_tokens_after_eos(seed_reference, tmp_path):
 
     # With num_iterations = 1 the loss VALUE is -mean(A) whatever the tokens (the ratio is exp(logp - logp.detach())),
     # so the property is checked on the gradient, where the log-probs of the kept tokens enter.
-    model = trainer.acc.unwrap_model(trainer.scorer).model
-    all_groups = torch.arange(batch.prompt_ids.size(0))
+    model = trainer.model
 
     def loss_and_grad(b: Batch):
         model.zero_grad(set_to_none=True)
-        loss, sums = trainer.compute_loss(b, all_groups)
+        (mb,) = trainer.update.prepare(b)
+        loss, stats = trainer.update.loss(mb)
         loss.backward()
         grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-        return loss.detach(), grad, sums
+        return loss.detach(), grad, dict(zip(stats.names, stats.sums, strict=True))
 
     loss, grad, sums = loss_and_grad(batch)
     garbage = torch.randint(2, V, batch.completion_ids.shape, generator=torch.Generator().manual_seed(0))
@@ -376,15 +377,17 @@ def _batch_with_signal(trainer):
     (and old) log-probs filled in as training_step does; plus the question, the answers and the advantages
     recomputed independently."""
     for _ in range(20):
-        batch, info = trainer._collect_batch()
-        if batch.rewards.std() > 0:
+        scored = trainer.generator.generate()
+        if scored.batch.rewards.std() > 0:
             break
     else:
         pytest.fail("no group with reward variance in 20 batches")
-    trainer._add_ref_and_old_logps(batch, trainer._active_groups(batch))
-    row = trainer.train_dataset[info["idx"][0]]
-    q, gold = row["a"] * N_B + row["b"], row["a"] + row["b"]
-    assert trainer.tokenizer.decode(batch.prompt_ids[0]) == row["prompt"] == f"{row['a']}+{row['b']}="
+    batch = scored.batch
+    (mb,) = trainer.update.prepare(batch)  # the reference (and old) log-probs, as training_step computes them
+    prompt = scored.first.prompts[0]
+    a, b = (int(x) for x in prompt.rstrip("=").split("+"))
+    q, gold = a * N_B + b, a + b
+    assert trainer.tokenizer.decode(batch.prompt_ids[0]) == prompt
     answer_of = {trainer.tokenizer.convert_tokens_to_ids(a): int(a) for a in ANSWERS}
     assert batch.completion_ids.shape == (8, 1)
     answers = torch.tensor([answer_of[int(t)] for t in batch.completion_ids[:, 0]])
@@ -392,17 +395,18 @@ def _batch_with_signal(trainer):
     adv = (r - r.mean()) / (r.std() + 1e-4)  # TRL's z-score: unbiased std + 1e-4
     torch.testing.assert_close(batch.rewards, r)
     torch.testing.assert_close(batch.advantages, adv)
-    return batch, q, answers, adv
+    return mb, q, answers, adv
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])  # all equal on 1-token completions
 def test_table_policy_step_matches_seed_demo(tmp_path, loss_type):
     trainer, table, ref_table = _table_trainer(tmp_path, loss_type)
-    batch, q, answers, adv = _batch_with_signal(trainer)
-    model = trainer.acc.unwrap_model(trainer.scorer).model
+    mb, q, answers, adv = _batch_with_signal(trainer)
+    model = trainer.model
     model.zero_grad(set_to_none=True)
-    loss, sums = trainer.compute_loss(batch, torch.arange(1))
+    loss, stats = trainer.update.loss(mb)
     loss.backward()
+    sums = dict(zip(stats.names, stats.sums, strict=True))
 
     oracle_table = table.clone().requires_grad_(True)
     oracle_loss, ratio = _seed_grpo_loss(oracle_table, q, answers, adv, ref_table)
@@ -424,9 +428,9 @@ def test_table_policy_clipped_second_pass_matches_seed_demo(tmp_path, loss_type)
     # num_iterations = 2: the old log-probs are taken before the policy moves; the table is then moved by hand so
     # that ratios land on both sides of [0.8, 1.2] with advantages of both signs, some clipped and some not.
     trainer, table, ref_table = _table_trainer(tmp_path, loss_type, num_iterations=2)
-    batch, q, answers, adv = _batch_with_signal(trainer)
-    assert batch.old_logps is not None
-    torch.testing.assert_close(batch.old_logps[:, 0], Categorical(logits=table[q]).log_prob(answers))
+    mb, q, answers, adv = _batch_with_signal(trainer)
+    assert mb.inputs.old_logps is not None
+    torch.testing.assert_close(mb.inputs.old_logps[:, 0], Categorical(logits=table[q]).log_prob(answers))
 
     # Move row q to chosen ratios pi_new / pi_old: the right answer 1.3 (A > 0: clipped), one wrong answer 0.5
     # (A < 0: clipped), another wrong one 1.4 (A < 0: NOT clipped, the min keeps r * A); the answers nobody sampled
@@ -444,12 +448,13 @@ def test_table_policy_clipped_second_pass_matches_seed_demo(tmp_path, loss_type)
     rho[unsampled] = rest / p_old[unsampled].sum()
     moved = table.clone()
     moved[q] = p_old.log() + rho.log()
-    model = trainer.acc.unwrap_model(trainer.scorer).model
+    model = trainer.model
     with torch.no_grad():
         model.table.copy_(moved)
     model.zero_grad(set_to_none=True)
-    loss, sums = trainer.compute_loss(batch, torch.arange(1))
+    loss, stats = trainer.update.loss(mb)
     loss.backward()
+    sums = dict(zip(stats.names, stats.sums, strict=True))
 
     oracle_table = moved.clone().requires_grad_(True)
     oracle_loss, ratio = _seed_grpo_loss(oracle_table, q, answers, adv, ref_table, old_table=table)
@@ -472,28 +477,31 @@ def test_dynamic_sampling_trains_only_on_groups_with_signal(seed_reference, tmp_
     # (the cursor moves past one batch) and rounds of different completion widths concatenate.
     tr = _reference_trainer(seed_reference, tmp_path, dynamic_sampling=True, max_dynamic_sampling_rounds=3,
                             temperature=1.5)  # fmt: skip
-    per_step = tr.cfg.per_device_train_batch_size // tr.G
-    batch, info = tr._collect_batch()
-    rewards = batch.rewards.view(-1, tr.G)
+    G = tr.cfg.num_generations
+    per_step = tr.cfg.per_device_train_batch_size // G
+    scored = tr.generator.generate()
+    batch = scored.batch
+    rewards = batch.rewards.view(-1, G)
     assert rewards.std(1).gt(0).all(), "a zero-variance group was kept"
     assert batch.prompt_ids.size(0) <= per_step
     assert batch.completion_ids.shape == batch.completion_mask.shape
-    rounds = info["dynamic_sampling_rounds"]
-    assert tr.prompt_cursor == per_step * (rounds + 1)
-    assert info["num_sampled"] == per_step * tr.G * (rounds + 1)
+    rounds = scored.refill_rounds
+    assert tr.prompts.cursor == per_step * (rounds + 1)
+    assert scored.num_sampled == per_step * G * (rounds + 1)
     # the mask still ends at the first EOS on every kept row
     for row, m in zip(batch.completion_ids, batch.completion_mask, strict=True):
         n = int(m.sum())
         assert n >= 1 and (n == row.numel() or row[n - 1] == tr.tokenizer.eos_token_id)
-    loss, _ = tr.compute_loss(batch, torch.arange(batch.prompt_ids.size(0)))
+    (mb,) = tr.update.prepare(batch)
+    loss, _ = tr.update.loss(mb)
     assert torch.isfinite(loss)
 
 
 def test_dynamic_sampling_off_keeps_the_whole_batch(seed_reference, tmp_path):
     tr = _reference_trainer(seed_reference, tmp_path, dynamic_sampling=False)
-    batch, info = tr._collect_batch()
-    assert batch.prompt_ids.size(0) == tr.cfg.per_device_train_batch_size // tr.G
-    assert "dynamic_sampling_rounds" not in info
+    scored = tr.generator.generate()
+    assert scored.batch.num_groups == tr.cfg.per_device_train_batch_size // tr.cfg.num_generations
+    assert scored.refill_rounds is None
 
 
 @pytest.mark.parametrize("dynamic_sampling", [True, False])

@@ -4,29 +4,29 @@ The same math as `TinyLMForCausalLM.forward` (tests check `allclose` against it)
 - every prompt's tokens go through the network once, not G times; its keys and values serve its G completions;
 - only the tokens that are needed are computed: in scoring, a completion token is fed only when a later token of its
   row is scored (nothing after EOS); in decoding, a row that has finished is dropped from the batch;
-- the layers are called as plain functions on the module's own parameters (no module hooks or cache objects), and the
-  token layout of a batch is built once and shared by the reference and policy forwards.
+- the layers are plain functions on the weights (no module hooks, no cache objects).
 In scoring, all position-wise work (LayerNorm, the four linears, GELU) runs on ONE flat (tokens, C) matrix of prompt
 and completion tokens together; only attention needs the (prompt, sample, time) structure, and gets it as one
-masked SDPA call per layer over P "group sequences" (a prompt, then its samples' tokens). In decoding, the prompts'
-keys and values stay shared (attended with one batched matmul per prompt); each row caches only its own tokens.
+masked SDPA call per layer over P "group sequences" (a prompt, then its samples' tokens), laid out by a
+`GroupLayout` (tiny_lm/grouped_layout.py) that the caller builds once per batch. In decoding, the prompts' keys
+and values stay shared (attended with one batched matmul per prompt); each row caches only its own tokens.
 
-These are fast paths for `tinygrpo.rollout`, which falls back to the generic transformers forward for any other model.
+The model exposes these as `grouped_layout`, `grouped_logits` and `grouped_decoder`; tinygrpo uses them when a
+model has them and falls back to the generic transformers forward for any other model.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-NEG_INF = float("-inf")
+from .grouped_layout import FrameCache, GroupLayout, prompt_frame
 
 
 # ---------------------------------------------------------------------------------------------------- weights
-class _Layer(NamedTuple):
+class LayerWeights(NamedTuple):
     """One block's tensors: (weight, bias) of each linear, (weight, bias, eps) of each LayerNorm."""
 
     ln_1: tuple
@@ -37,71 +37,74 @@ class _Layer(NamedTuple):
     mlp_proj: tuple
 
 
-class _Weights(NamedTuple):
+class GroupedWeights(NamedTuple):
     wte: torch.Tensor  # (V, C)
     wpe: torch.Tensor  # (n_positions, C)
-    layers: list[_Layer]
+    layers: list[LayerWeights]
     ln_f: tuple
     lm_head: torch.Tensor  # (V, C), tied to wte
     n_head: int
     n_positions: int
 
 
-def _weights(model) -> _Weights:
-    """Every tensor the grouped forward uses, read from the modules' own parameter dicts.
+def read_weights(model) -> GroupedWeights:
+    """Every tensor the grouped forward uses, looked up by name (one `named_parameters()` walk is cheaper than ~80
+    attribute lookups). The tensors are the parameters themselves: updates in place show through."""
+    p = dict(model.named_parameters(remove_duplicate=False))
+    eps = model.config.layer_norm_epsilon
 
-    Read on every call and never cached, so replaced or reloaded parameters are always the ones used. The dicts
-    are read directly because `module.weight` goes through `nn.Module.__getattr__` (~0.3 us), and a forward made
-    ~80 such lookups.
-    """
+    def linear(name: str) -> tuple:
+        return p[name + ".weight"], p[name + ".bias"]
 
-    def linear(m) -> tuple:
-        return m._parameters["weight"], m._parameters["bias"]
+    def norm(name: str) -> tuple:
+        return p[name + ".weight"], p[name + ".bias"], eps
 
-    def norm(m) -> tuple:
-        return m._parameters["weight"], m._parameters["bias"], m.eps
-
-    tr = model._modules["transformer"]._modules
-    layers = []
-    for block in tr["h"]:
-        b = block._modules
-        attn, mlp = b["attn"]._modules, b["mlp"]._modules
-        layers.append(_Layer(norm(b["ln_1"]), linear(attn["c_attn"]), linear(attn["c_proj"]), norm(b["ln_2"]),
-                             linear(mlp["c_fc"]), linear(mlp["c_proj"])))  # fmt: skip
+    layers = [
+        LayerWeights(
+            norm(f"transformer.h.{i}.ln_1"),
+            linear(f"transformer.h.{i}.attn.c_attn"),
+            linear(f"transformer.h.{i}.attn.c_proj"),
+            norm(f"transformer.h.{i}.ln_2"),
+            linear(f"transformer.h.{i}.mlp.c_fc"),
+            linear(f"transformer.h.{i}.mlp.c_proj"),
+        )
+        for i in range(model.config.n_layer)
+    ]
     cfg = model.config
-    return _Weights(tr["wte"]._parameters["weight"], tr["wpe"]._parameters["weight"], layers, norm(tr["ln_f"]),
-                    model._modules["lm_head"]._parameters["weight"], cfg.n_head, cfg.n_positions)  # fmt: skip
+    return GroupedWeights(
+        p["transformer.wte.weight"],
+        p["transformer.wpe.weight"],
+        layers,
+        norm("transformer.ln_f"),
+        p["lm_head.weight"],
+        cfg.n_head,
+        cfg.n_positions,
+    )
 
 
 def _ln(x: torch.Tensor, ln: tuple) -> torch.Tensor:
     return F.layer_norm(x, (x.size(-1),), *ln)
 
 
-def _qkv(layer: _Layer, x: torch.Tensor) -> torch.Tensor:
+def _qkv(layer: LayerWeights, x: torch.Tensor) -> torch.Tensor:
     """(N, C) -> (N, 3C): q, k, v of LayerNorm'd x in one matmul."""
     return F.linear(_ln(x, layer.ln_1), *layer.c_attn)
 
 
-def _finish_block(layer: _Layer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _finish_block(layer: LayerWeights, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Residual attention projection, then the residual GELU MLP: (N, C) -> (N, C)."""
     x = x + F.linear(y, *layer.attn_proj)
     h = F.gelu(F.linear(_ln(x, layer.ln_2), *layer.c_fc))  # (N, 4C)
     return x + F.linear(h, *layer.mlp_proj)
 
 
-def _embed(w: _Weights, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+def _embed(w: GroupedWeights, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     return F.embedding(ids, w.wte) + F.embedding(pos, w.wpe)
 
 
-def _head(w: _Weights, x: torch.Tensor) -> torch.Tensor:
+def _head(w: GroupedWeights, x: torch.Tensor) -> torch.Tensor:
     """Final LayerNorm and the (tied) LM head: (N, C) -> (N, V)."""
     return F.linear(_ln(x, w.ln_f), w.lm_head)
-
-
-def _prompt_geometry(prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded (P, Tp) mask -> positions (P, Tp) (a sequence's first real token is position 0), lengths (P,)."""
-    m = prompt_mask.long()
-    return (m.cumsum(1) - 1).clamp(min=0), m.sum(1)
 
 
 def _split_heads(qkv: torch.Tensor, shape: tuple[int, ...], n_head: int) -> tuple[torch.Tensor, ...]:
@@ -120,158 +123,13 @@ def _merge_heads(y: torch.Tensor) -> torch.Tensor:
     return y.permute(*range(d), d + 1, d, d + 2).reshape(-1, nh * hd)
 
 
-# ---------------------------------------------------------------------------------------------------- layout
-@dataclass
-class _Frame:
-    """The part of a layout that depends only on the prompts' padding and the shape (P, G, Tc): memoised, since a
-    step asks for it up to three times (decoder, reference, policy) and equal-length prompts give the same one
-    every step. A completion input is indexed (b, t): completion b, its token t < Tq = Tc - 1."""
+def grouped_logits(w: GroupedWeights, lay: GroupLayout) -> torch.Tensor:
+    """Logits scoring each completion token of a layout's batch: (P*G, Tc, V).
 
-    mask: torch.Tensor  # (P, 1, L, L) additive attention mask over a group sequence (0 = may attend, -inf)
-    prompt_pos: torch.Tensor  # (P*Tp,) positions of the prompt tokens
-    prompt_slots: torch.Tensor  # (P*Tp,) their slots in the (P * L) group sequences
-    last_cols: torch.Tensor  # (P,) row of each prompt's last column in the flat token matrix
-    last_slots: torch.Tensor  # (P,) and its slot in the group sequences
-    first_rows: torch.Tensor  # (B,) b * Tc: where each completion's first logits go in the (B * Tc) result
-    grid: torch.Tensor  # (3, B, Tq) position, slot and result row of every completion input (b, t)
-    prompt_len: torch.Tensor  # (P,) real tokens per prompt: the position of its first completion token
-    longest: int  # the longest prompt
-    padded: bool  # some prompt is shorter than Tp
-
-
-@dataclass
-class GroupLayout:
-    """Where every token of a grouped scoring forward goes: computed once per batch, shared by the reference and
-    the policy forward (they score the same completions)."""
-
-    P: int  # prompts
-    Tp: int  # prompt width (left-padded)
-    B: int  # completions, P * G
-    Tc: int  # completion width
-    N: int  # completion tokens fed
-    ids: torch.Tensor  # (P*Tp + N,) token ids: every prompt token, then the completion tokens fed
-    pos: torch.Tensor  # (P*Tp + N,) their positions
-    slots: torch.Tensor  # (P*Tp + N,) their slot in the (P * L) group sequences
-    mask: torch.Tensor  # (P, 1, L, L) additive attention mask over a group sequence
-    out_rows: torch.Tensor  # (P + N,) rows that give logits: each prompt's last column, then the completion tokens
-    out_slots: torch.Tensor  # (P + N,) their slots in the group sequences
-    logit_rows: torch.Tensor  # (B + N,) where those logits go in the (B * Tc) result (the prompt's repeated G times)
-
-
-def group_layout(
-    prompt_ids: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    completion_ids: torch.Tensor,
-    num_generations: int,
-    completion_mask: torch.Tensor | None = None,
-    n_positions: int | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> GroupLayout:
-    """The layout of `grouped_logits` for these inputs; the last one is reused while its inputs are the same
-    tensors, unmodified (the trainer scores one batch with the reference, then with the policy)."""
-    inputs = (prompt_ids, prompt_mask, completion_ids, completion_mask)
-    args = (prompt_ids, prompt_mask, completion_ids, num_generations, completion_mask, n_positions, dtype)
-    if any(t is not None and t.is_inference() for t in inputs):  # no version counter to tell if they changed
-        return _build_layout(*args)
-    key = (tuple(None if t is None else (id(t), t._version) for t in inputs), num_generations, n_positions, dtype)
-    last = _LAST_LAYOUT[0]  # one read and one write of a single slot: no torn state between threads
-    if last is not None and last[0] == key:
-        return last[2]
-    layout = _build_layout(*args)
-    _LAST_LAYOUT[0] = (key, inputs, layout)  # the inputs are held so that their ids cannot be reused meanwhile
-    return layout
-
-
-_LAST_LAYOUT: list = [None]
-
-
-@torch.inference_mode(False)  # plain tensors even under inference mode: the policy's forward reuses them
-def _build_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, n_positions, dtype) -> GroupLayout:
-    P, Tp = prompt_ids.shape
-    B, Tc = completion_ids.shape
-    Tq = Tc - 1  # completion tokens that are inputs (the last one predicts nothing that is scored)
-    fr = _frame(prompt_mask, G, Tc, dtype)
-    inputs = completion_ids[:, :Tq]
-    if completion_mask is None:
-        sel, ids_c = fr.grid.reshape(3, -1), inputs.reshape(-1)
-    else:  # feed token t when any token after it is scored
-        need = completion_mask[:, 1:].bool().flip(1).cummax(1).values.flip(1)  # (B, Tq)
-        sel, ids_c = fr.grid[:, need], inputs[need]  # (3, N), (N,)
-    pos_c, slot_c, row_c = sel.unbind(0)
-    N, Np = ids_c.numel(), P * Tp
-    # The last input of the longest prompt's completions is at position longest + Tq - 1: check exactly only then.
-    if n_positions is not None and fr.longest + Tq - 1 >= n_positions and N and int(pos_c.max()) >= n_positions:
-        raise ValueError(f"sequence reaches position {int(pos_c.max())}, beyond the model's context "
-                         f"(n_positions={n_positions})")  # fmt: skip
-    dev = prompt_ids.device
-    return GroupLayout(
-        P=P, Tp=Tp, B=B, Tc=Tc, N=N,
-        ids=torch.cat([prompt_ids.reshape(-1), ids_c]), pos=torch.cat([fr.prompt_pos, pos_c]),
-        slots=torch.cat([fr.prompt_slots, slot_c]), mask=fr.mask,  # prompts first, then the samples' inputs
-        out_rows=torch.cat([fr.last_cols, torch.arange(Np, Np + N, device=dev)]),
-        out_slots=torch.cat([fr.last_slots, slot_c]), logit_rows=torch.cat([fr.first_rows, row_c]),
-    )  # fmt: skip
-
-
-def _frame(prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype) -> _Frame:
-    """Memoised `_build_frame`."""
-    key = (prompt_mask.shape, prompt_mask.bool().cpu().numpy().tobytes(), G, Tc, str(prompt_mask.device), dtype)
-    frame = _FRAMES.get(key)
-    if frame is None:
-        if len(_FRAMES) >= 16:
-            _FRAMES.clear()
-        frame = _FRAMES[key] = _build_frame(prompt_mask, G, Tc, dtype)
-    return frame
-
-
-_FRAMES: dict[tuple, _Frame] = {}
-
-
-@torch.inference_mode(False)  # memoised: may be used with autograd later
-def _build_frame(prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype) -> _Frame:
-    P, Tp = prompt_mask.shape
-    Tq = max(Tc - 1, 0)
-    B, L = P * G, Tp + G * Tq
-    dev = prompt_mask.device
-    ppos, plen = _prompt_geometry(prompt_mask)
-    b = torch.arange(B, device=dev)[:, None]  # (B, 1)
-    t = torch.arange(Tq, device=dev)[None, :]  # (1, Tq)
-    ar_p = torch.arange(P, device=dev)
-    grid = torch.stack(torch.broadcast_tensors(
-        plen.repeat_interleave(G)[:, None] + t,  # position: the prompt's length, then t
-        (b // G) * L + Tp + (b % G) * Tq + t,  # slot: prompt b // G's sequence, after the prompt and earlier samples
-        b * Tc + t + 1,  # result row: input t of completion b gives the logits that score its token t + 1
-    ))  # fmt: skip
-    keep = _group_visibility(prompt_mask, G, Tq)
-    return _Frame(
-        mask=torch.zeros(keep.shape, dtype=dtype, device=dev).masked_fill(~keep, NEG_INF),
-        prompt_pos=ppos.reshape(-1), prompt_slots=(ar_p[:, None] * L + torch.arange(Tp, device=dev)).reshape(-1),
-        last_cols=ar_p * Tp + Tp - 1, last_slots=ar_p * L + Tp - 1, first_rows=b.view(-1) * Tc, grid=grid,
-        prompt_len=plen, longest=int(plen.max()) if P else 0, padded=not bool(prompt_mask.all()),
-    )  # fmt: skip
-
-
-def grouped_logits(
-    model,
-    prompt_ids: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    completion_ids: torch.Tensor,
-    num_generations: int,
-    completion_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Logits scoring each completion token: (P, Tp) prompts, (P*G, Tc) completions -> (P*G, Tc, V).
-
-    Position t holds the distribution the model gave completion token t (as `completion_logits` in tinygrpo).
-    With `completion_mask` (P*G, Tc), only the positions it marks are computed and the rest of the result is 0;
-    a completion token is fed only if a later token of its row is marked.
-
-    Attention runs per prompt on one "group sequence" of L = Tp + G * Tq slots: the prompt, then each sample's
-    input tokens; a mask lets a completion token see its prompt's real tokens and its own earlier tokens. That is
+    Position t holds the distribution the model gave completion token t. Positions the layout does not feed (after
+    a row's last scored token) are 0. Attention runs per prompt on one "group sequence" of L = Tp + G * Tq slots:
     one attention call over P sequences instead of a prompt pass plus P * G tiny ones.
     """
-    G = num_generations
-    w = _weights(model)
-    lay = group_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, w.n_positions, w.wte.dtype)
     P = lay.P
     L = lay.mask.size(-1)
     x = _embed(w, lay.ids, lay.pos)  # (P*Tp + N, C)
@@ -287,33 +145,11 @@ def grouped_logits(
             y = y.index_select(0, lay.slots)  # (P*Tp + N, C)
         x = _finish_block(layer, x, y)
     lg = _head(w, x)  # (P + N, V): each prompt's last column, then the completion tokens
-    # The prompt's logits serve its G completions. (repeat_interleave, not an index_select: its backward sums the G
-    # gradients in the order the published runs used; an index_add order changes training in the last bits.)
-    vals = torch.cat([lg[:P].repeat_interleave(G, 0), lg[P:]])
+    # The prompt's logits serve its G completions. repeat_interleave, then index_copy: the backward of this pair
+    # sums each prompt's G gradients in a fixed order (an index_select from the P rows would sum them in another,
+    # and trainings that differ in the last bits drift apart over hundreds of steps).
+    vals = torch.cat([lg[:P].repeat_interleave(lay.G, 0), lg[P:]])
     return lg.new_zeros(lay.B * lay.Tc, lg.size(1)).index_copy(0, lay.logit_rows, vals).view(lay.B, lay.Tc, -1)
-
-
-def _group_visibility(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor:
-    """(P, Tp) left-padded prompt mask -> (P, 1, L, L) boolean visibility over the group sequence
-    [prompt (Tp); sample 0's Tq inputs; ...; sample G-1's], True = may attend.
-
-    A prompt token sees the real prompt tokens up to itself (and itself: a padding query's output is unused, but an
-    all-hidden row would make NaN); a completion token sees the real prompt tokens and its own sample's tokens up
-    to itself, never another sample's.
-    """
-    P, Tp = prompt_mask.shape
-    L = Tp + G * Tq
-    dev = prompt_mask.device
-    real = prompt_mask.bool()
-    ar = torch.arange(L, device=dev)
-    is_prompt = ar < Tp
-    sample = torch.where(is_prompt, -1, (ar - Tp).div(Tq, rounding_mode="floor") if Tq else ar)  # (L,)
-    same_sample = (sample[:, None] == sample[None, :]) & ~is_prompt[:, None]  # both in one sample
-    own = same_sample & (ar[None, :] <= ar[:, None])  # own earlier tokens and itself
-    prompt_key = is_prompt[None, :] & ((ar[None, :] <= ar[:, None]) | ~is_prompt[:, None])  # (L, L)
-    key_real = torch.cat([real, torch.ones(P, L - Tp, dtype=torch.bool, device=dev)], dim=1)  # (P, L)
-    keep = (prompt_key[None] & key_real[:, None, :]) | own[None] | torch.eye(L, dtype=torch.bool, device=dev)
-    return keep[:, None]  # (P, 1, L, L)
 
 
 class GroupedDecoder:
@@ -328,14 +164,22 @@ class GroupedDecoder:
     """
 
     @torch.inference_mode()
-    def __init__(self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int) -> None:
+    def __init__(
+        self,
+        w: GroupedWeights,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        num_generations: int,
+        frames: FrameCache | None = None,
+    ) -> None:
         G = num_generations
-        self.w = w = _weights(model)  # the weights do not change while decoding
+        self.w = w  # the weights do not change while decoding
         self.nh = w.n_head
         self.scale = (w.wte.size(1) // w.n_head) ** -0.5
         P, Tp = prompt_ids.shape
         self.P, self.G = P, G
-        fr = _frame(prompt_mask, 1, 1, w.wte.dtype)  # the prompts alone: positions, lengths, (P, 1, Tp, Tp) mask
+        # The prompts alone (G = 1, no completion inputs): positions, lengths, the (P, 1, Tp, Tp) mask.
+        fr = (frames or prompt_frame)(prompt_mask, 1, 1, w.wte.dtype)
         x = _embed(w, prompt_ids.reshape(-1), fr.prompt_pos)  # (P*Tp, C)
         mask = fr.mask
         self.kp: list[torch.Tensor] = []  # per layer (P, nh, hd, Tp) keys (transposed), shared by the prompt's G rows

@@ -18,7 +18,8 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_tiny_lm import TinyLMConfig
-from .grouped import GroupedDecoder, grouped_logits
+from .grouped import GroupedDecoder, GroupedWeights, grouped_logits, read_weights
+from .grouped_layout import FrameCache, GroupLayout, group_layout
 
 
 class CausalSelfAttention(nn.Module):
@@ -154,17 +155,51 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
     # ---- GRPO's grouped fast path (tiny_lm/grouped.py): G completions per prompt, each prompt encoded once.
     @property
     def supports_grouped(self) -> bool:
-        """The grouped path computes exactly what `forward` does (it has no dropout)."""
-        return not (self.training and self.config.dropout > 0)
+        """Whether the grouped path computes exactly what `forward` does, in either mode: it has no dropout."""
+        return self.config.dropout == 0
 
-    def grouped_logits(self, prompt_ids, prompt_mask, completion_ids, num_generations: int,
-                       completion_mask=None) -> torch.Tensor:  # fmt: skip
-        """(P, Tp) prompts, (P*G, Tc) completions -> (P*G, Tc, V) logits scoring each completion token."""
-        return grouped_logits(self, prompt_ids, prompt_mask, completion_ids, num_generations, completion_mask)
+    def grouped_layout(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        completion_ids: torch.Tensor,
+        num_generations: int,
+        completion_mask: torch.Tensor | None = None,
+        frames: FrameCache | None = None,
+    ) -> GroupLayout:
+        """The token layout of (P, Tp) prompts and their (P*G, Tc) completions: build once per batch, then score it
+        with `grouped_logits` (with this model, or another of the same config, such as a reference)."""
+        return group_layout(
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            num_generations,
+            completion_mask,
+            n_positions=self.config.n_positions,
+            dtype=self.transformer.wte.weight.dtype,
+            frames=frames,
+        )
 
-    def grouped_decoder(self, prompt_ids, prompt_mask, num_generations: int) -> GroupedDecoder:
+    def grouped_weights(self) -> GroupedWeights:
+        """The tensors the grouped path uses, looked up by name (a caller that runs it often may keep them: the
+        parameters are updated in place)."""
+        return read_weights(self)
+
+    def grouped_logits(self, layout: GroupLayout, weights: GroupedWeights | None = None) -> torch.Tensor:
+        """(P*G, Tc, V) logits scoring each completion token of the layout's batch (0 where nothing is scored)."""
+        return grouped_logits(read_weights(self) if weights is None else weights, layout)
+
+    def grouped_decoder(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        num_generations: int,
+        frames: FrameCache | None = None,
+        weights: GroupedWeights | None = None,
+    ) -> GroupedDecoder:
         """An incremental decoder for G samples per prompt that drops finished rows."""
-        return GroupedDecoder(self, prompt_ids, prompt_mask, num_generations)
+        w = read_weights(self) if weights is None else weights
+        return GroupedDecoder(w, prompt_ids, prompt_mask, num_generations, frames)
 
     def forward(
         self,

@@ -10,34 +10,40 @@ import torch.nn.functional as F
 
 @dataclass
 class Batch:
-    """One process's share of a generated batch; rows are grouped by prompt (G consecutive rows)."""
+    """One process's generated completions and their advantages; rows are grouped by prompt (G consecutive rows)."""
 
     prompt_ids: torch.Tensor  # (P, Tp) left-padded
     prompt_mask: torch.Tensor  # (P, Tp)
     completion_ids: torch.Tensor  # (P*G, Tc)
-    completion_mask: torch.Tensor  # (P*G, Tc) float; 0 after EOS (and for truncated rows if masked)
+    completion_mask: torch.Tensor  # (P*G, Tc) float; 0 after EOS (and for truncated rows if they are masked)
     advantages: torch.Tensor  # (P*G,)
     rewards: torch.Tensor  # (P*G,) combined (NaN = no applicable reward)
-    ref_logps: torch.Tensor | None = None  # (P*G, Tc)
-    ref_logits: torch.Tensor | None = None  # (P*G, Tc, V), only for kl_estimator="full"
-    old_logps: torch.Tensor | None = None  # (P*G, Tc), only when the policy moves within a batch
-    empty: bool = False  # a placeholder group kept only so that every process runs a forward (weight 0)
+    placeholder: bool = False  # no group with signal was found: kept only so that every process runs a forward
 
-    def groups(self, idx: torch.Tensor, G: int) -> Batch:
+    @property
+    def num_groups(self) -> int:
+        return self.prompt_ids.size(0)
+
+    def groups(self, idx: torch.Tensor) -> Batch:
         """The sub-batch of the given group indices (the batch itself when they are all of its groups, in order)."""
-        n = self.prompt_ids.size(0)
+        n = self.num_groups
         if idx.numel() == n and idx.tolist() == list(range(n)):  # (a list compare: one tensor op, not four)
             return self
-        rows = (idx[:, None] * G + torch.arange(G)).reshape(-1)
-
-        def pick(t, by):
-            return None if t is None else t[by]
-
+        rows = group_rows(idx, self.completion_ids.size(0) // max(n, 1))
         return Batch(
-            self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[rows], self.completion_mask[rows],
-            self.advantages[rows], self.rewards[rows], pick(self.ref_logps, rows), pick(self.ref_logits, rows),
-            pick(self.old_logps, rows), self.empty,
-        )  # fmt: skip
+            self.prompt_ids[idx],
+            self.prompt_mask[idx],
+            self.completion_ids[rows],
+            self.completion_mask[rows],
+            self.advantages[rows],
+            self.rewards[rows],
+            self.placeholder,
+        )
+
+
+def group_rows(groups: torch.Tensor, G: int) -> torch.Tensor:
+    """(k,) group indices -> (k*G,) their completion rows."""
+    return (groups[:, None] * G + torch.arange(G)).reshape(-1)
 
 
 def concat_batches(parts: list[Batch], pad_id: int) -> Batch:
@@ -55,8 +61,10 @@ def concat_batches(parts: list[Batch], pad_id: int) -> Batch:
         return F.pad(t, (0, Tc - t.size(1)), value=value)
 
     return Batch(
-        torch.cat([left(p.prompt_ids, pad_id) for p in parts]), torch.cat([left(p.prompt_mask, 0) for p in parts]),
+        torch.cat([left(p.prompt_ids, pad_id) for p in parts]),
+        torch.cat([left(p.prompt_mask, 0) for p in parts]),
         torch.cat([right(p.completion_ids, pad_id) for p in parts]),
         torch.cat([right(p.completion_mask, 0.0) for p in parts]),
-        torch.cat([p.advantages for p in parts]), torch.cat([p.rewards for p in parts]),
-    )  # fmt: skip
+        torch.cat([p.advantages for p in parts]),
+        torch.cat([p.rewards for p in parts]),
+    )

@@ -34,7 +34,7 @@ class GRPOConfig:
         default="checkpoints/reference",
         metadata={
             "help": "Directory of the initial policy (save_pretrained format). The default experiment trains "
-            "it first (python -m tiny_lm.pretrain) when it is missing."
+            "it first (python train_sft.py) when it is missing."
         },
     )
     ref_model_name_or_path: str | None = field(

@@ -1,4 +1,5 @@
-"""Held-out evaluation: greedy accuracy and pass@k with the strict verifier."""
+"""Held-out evaluation with one correctness rule, the strict verifier's (`rewards.accuracy`): greedy accuracy and
+pass@k. The SFT script, the trainer and the studies all evaluate through here."""
 
 from __future__ import annotations
 
@@ -6,7 +7,41 @@ import torch
 
 from rewards import accuracy
 
+from .backend import Backend
 from .rollout import decode_completions, sample_completions
+
+
+def accuracy_rate(completions: list[str], answers: list) -> float:
+    """Fraction of completions the strict verifier accepts (the answer as an integer, then <eos>)."""
+    return sum(accuracy(completions=completions, answer=answers)) / max(1, len(answers))
+
+
+@torch.inference_mode()
+def greedy_completions(
+    model: torch.nn.Module,
+    tokenizer,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    max_new_tokens: int,
+    backend: Backend | None = None,
+) -> list[str]:
+    """Greedy completions of (P, Tp) left-padded prompts, decoded with <eos> kept ("85<eos>"; truncated: no <eos>)."""
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    ro = sample_completions(
+        model, prompt_ids, prompt_mask, 1, max_new_tokens, eos, pad, temperature=0.0, backend=backend
+    )
+    return decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
+
+
+def greedy_accuracy(
+    model: torch.nn.Module, tokenizer, prompts: list[str], answers: list, max_new_tokens: int, batch_size: int = 1024
+) -> tuple[float, list[str]]:
+    """Greedy accuracy of a list of prompt texts (tokenized in batches), and the completions themselves."""
+    outs: list[str] = []
+    for i in range(0, len(prompts), batch_size):
+        enc = tokenizer(prompts[i : i + batch_size], padding=True, return_tensors="pt")
+        outs += greedy_completions(model, tokenizer, enc["input_ids"], enc["attention_mask"], max_new_tokens)
+    return accuracy_rate(outs, answers), outs
 
 
 @torch.inference_mode()
@@ -23,26 +58,21 @@ def held_out_metrics(
     top_k: int = 0,
     top_p: float = 1.0,
     seed: int = 0,
-    grouped: bool = True,
+    backend: Backend | None = None,
 ) -> dict[str, float]:
     """(P, Tp) left-padded prompts -> {"eval/accuracy": greedy exact-match rate, "eval/pass@k": any of k samples}.
 
     pass@k samples with its own generator seeded by `seed`, so evaluating never moves the training RNG.
     """
-    was_training = model.training
-    model.eval()
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    ro = sample_completions(model, prompt_ids, prompt_mask, 1, max_new_tokens, eos, pad, temperature=0.0,
-                            grouped=grouped)  # fmt: skip
-    outs = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
-    res = {"eval/accuracy": sum(accuracy(completions=outs, answer=answers)) / len(answers)}
+    outs = greedy_completions(model, tokenizer, prompt_ids, prompt_mask, max_new_tokens, backend)
+    res = {"eval/accuracy": accuracy_rate(outs, answers)}
     if pass_k:
+        eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
         gen = torch.Generator().manual_seed(seed)
         ro = sample_completions(
-            model, prompt_ids, prompt_mask, pass_k, max_new_tokens, eos, pad, temperature, top_k, top_p, gen, grouped
+            model, prompt_ids, prompt_mask, pass_k, max_new_tokens, eos, pad, temperature, top_k, top_p, gen, backend
         )
         outs = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
         hits = torch.tensor(accuracy(completions=outs, answer=[a for a in answers for _ in range(pass_k)]))
         res[f"eval/pass@{pass_k}"] = float(hits.view(-1, pass_k).amax(1).sum()) / len(answers)
-    model.train(was_training)
     return res

@@ -1,4 +1,4 @@
-"""tiny_lm.pretrain: the SFT recipe for the reference policy."""
+"""tinygrpo.sft and train_sft.py: the SFT recipe for the reference policy."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,9 +14,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import tiny_lm  # noqa: F401 - registers the model with the Auto classes
 from tiny_lm import build_tokenizer
-from tiny_lm.pretrain import SFTConfig, encode_examples, train_reference
 from tinygrpo.problems import build_seed_bank
+from tinygrpo.sft import SFTConfig, encode_examples, train_reference
 
+REPO = Path(__file__).resolve().parent.parent
 CHANCE = 1 / 13  # the seed bank's answers are one of the 11 sums 0..10; ~1/13 allows for format errors
 
 
@@ -109,7 +111,8 @@ def test_sft_rejects_too_short_context(tmp_path):
 
 def test_cli_rejects_bad_value():
     r = subprocess.run(
-        [sys.executable, "-m", "tiny_lm.pretrain", "--max_steps", "0"],
+        [sys.executable, "train_sft.py", "--max_steps", "0"],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
@@ -120,6 +123,12 @@ def test_cli_rejects_bad_value():
     assert len(lines) == 1, r.stderr
     assert "max_steps" in lines[0]
     assert "Traceback" not in r.stderr
+
+
+def test_cli_help_lists_the_options():
+    r = subprocess.run([sys.executable, "train_sft.py", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "--cosine_decay" in r.stdout and "--train_size" in r.stdout
 
 
 def test_encode_examples_match_model_loss():

@@ -1,7 +1,7 @@
-"""Supervised training of the reference policy on "a+b=c<eos>" strings.
+"""Supervised training of the reference policy on "a+b=c<eos>" strings (the CLI is train_sft.py).
 
-    python -m tiny_lm.pretrain                                   # the default, deliberately imperfect reference
-    python -m tiny_lm.pretrain --train_size 0 --max_steps 3000 --cosine_decay true   # whole train split: 100 %
+    python train_sft.py                                                    # the default, deliberately imperfect reference
+    python train_sft.py --train_size 0 --max_steps 3000 --cosine_decay true   # the whole train split: 100 %
 
 The default recipe's budget is explicit: 400 training problems (a fixed sample of the train split), 1000 steps of
 batch 128, AdamW 3e-3. That gives a reference that has learnt the format (digits then <eos>) and about two thirds
@@ -13,22 +13,18 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import HfArgumentParser
-from transformers.utils import logging as hf_logging
 
-from tinygrpo.problems import load_split
-from tinygrpo.rollout import greedy_answers
+from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer, check_text
+from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN
 
-from .configuration_tiny_lm import TinyLMConfig
-from .modeling_tiny_lm import TinyLMForCausalLM
-from .tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN, build_tokenizer, check_text
+from .evaluation import greedy_accuracy
+from .problems import load_split
 
 
 @dataclass
@@ -55,8 +51,10 @@ class SFTConfig:
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     cosine_decay: bool = field(
         default=False,
-        metadata={"help": "Cosine-decay the learning rate to 10% (default: constant). A decayed run memorises its "
-                  "400 problems (loss ~0.002) into a sharper reference that GRPO improves more slowly."},
+        metadata={
+            "help": "Cosine-decay the learning rate to a tenth (default: constant). A decayed run memorises its "
+            "400 problems (loss ~0.002) into a sharper reference that GRPO improves more slowly."
+        },
     )
     n_layer: int = field(default=2, metadata={"help": "Transformer blocks."})
     n_embd: int = field(default=64, metadata={"help": "Model width."})
@@ -91,12 +89,6 @@ def encode_examples(
     pos_from_end = torch.arange(ids.size(1) - 1, -1, -1)[None]  # (1, T): distance from the last column
     labels = ids.masked_fill(pos_from_end >= answer_len[:, None], -100)
     return ids, mask, labels
-
-
-def held_out_accuracy(model, tokenizer, prompts: list[str], answers: list[str], max_new_tokens: int) -> float:
-    """Greedy exact-match accuracy: the completion must be the answer followed by <eos>."""
-    outs = greedy_answers(model, tokenizer, prompts, max_new_tokens)
-    return sum(o == a + EOS_TOKEN for o, a in zip(outs, answers, strict=True)) / max(1, len(answers))
 
 
 def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
@@ -169,9 +161,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     if cfg.eval_split:
         test = load_split(cfg.dataset, cfg.eval_split)
         summary["eval_split"] = cfg.eval_split
-        summary["eval_accuracy"] = held_out_accuracy(
-            model, tokenizer, test["prompt"], test["answer"], max_new
-        )
+        summary["eval_accuracy"], _ = greedy_accuracy(model, tokenizer, test["prompt"], test["answer"], max_new)
         summary["eval_problems"] = len(test)
     out = Path(cfg.output_dir)
     model.save_pretrained(out)
@@ -190,16 +180,3 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             f"{cfg.max_steps} steps in {train_time:.1f}s, loss {first_loss:.3f} -> {last_loss:.3f}{acc_s}"
         )
     return summary
-
-
-def main(argv: list[str] | None = None) -> None:
-    hf_logging.disable_progress_bar()
-    try:
-        (cfg,) = HfArgumentParser(SFTConfig).parse_args_into_dataclasses(args=argv)
-    except ValueError as e:
-        sys.exit(f"error: {e}")
-    train_reference(cfg)
-
-
-if __name__ == "__main__":
-    main()

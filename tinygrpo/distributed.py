@@ -1,0 +1,39 @@
+"""The few collective operations GRPO needs, on one process or many (accelerate): gather, reduce, any.
+
+Each process holds whole groups. Rewards are gathered so that advantages are computed on the global batch, counts
+are summed, and "stop" or "nobody has signal" decisions are taken by every process alike. On one process every
+operation is the identity, without accelerate's per-call checks.
+"""
+
+from __future__ import annotations
+
+import torch
+from accelerate import Accelerator
+
+
+class Processes:
+    """This process's place among the training processes, and the collectives between them."""
+
+    def __init__(self, accelerator: Accelerator) -> None:
+        self.acc = accelerator
+        self.num = accelerator.num_processes
+        self.rank = accelerator.process_index
+        self.is_main = accelerator.is_main_process
+
+    def gather(self, t: torch.Tensor) -> torch.Tensor:
+        """Concatenation over processes, in rank order."""
+        return self.acc.gather(t) if self.num > 1 else t
+
+    def reduce(self, t: torch.Tensor, op: str) -> torch.Tensor:
+        """"sum", "mean" or "max" over processes."""
+        return self.acc.reduce(t, op) if self.num > 1 else t
+
+    def sum(self, x: float) -> float:
+        return float(self.reduce(torch.tensor(float(x)), "sum")) if self.num > 1 else x
+
+    def any(self, flag: bool) -> bool:
+        """True on every process if it is True on any."""
+        return bool(self.reduce(torch.tensor(float(flag)), "max").item() > 0) if self.num > 1 else flag
+
+    def wait(self) -> None:
+        self.acc.wait_for_everyone()

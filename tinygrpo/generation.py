@@ -1,0 +1,188 @@
+"""One step's generated batch: sample G completions per prompt, score them, turn rewards into advantages.
+
+    prompts (PromptSource) -> sample_completions -> decode -> reward functions -> weighted sum
+        -> group_advantages over the GLOBAL batch (rewards gathered from every process) -> Batch
+    [dynamic sampling (DAPO): drop zero-variance groups, refill from fresh prompts, at most N extra rounds]
+
+The result is a `ScoredBatch`: the groups the update trains on, plus the first round's samples and rewards, which
+describe the step (its prompts were drawn uniformly; refills are biased towards groups with signal).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from rewards import EOS, combine_rewards, compute_rewards
+
+from .backend import Backend
+from .batch import Batch, concat_batches
+from .config import GRPOConfig
+from .core import group_advantages
+from .distributed import Processes
+from .prompts import PromptSource
+from .rollout import decode_rows, sample_completions
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """Resolved reward functions (TRL's calling convention), their names and weights, and the trainer keywords
+    every function may ask for."""
+
+    funcs: list
+    names: list[str]
+    weights: list[float]
+    kwargs: dict
+
+
+@dataclass
+class Round:
+    """One generation round on this process: G completions of each of its P prompts, scored."""
+
+    batch: Batch  # (P groups) with advantages over the global batch
+    prompts: list[str]  # (n,) the prompt of each completion, n = P * G
+    completions: list[str]  # (n,) decoded, <eos> kept
+    rewards_per_func: torch.Tensor  # (n, F) float32, NaN = the function returned None
+    is_eos: torch.Tensor  # (n,) bool: ended with EOS (not truncated)
+    lengths: torch.Tensor  # (n,) tokens per completion, EOS included
+    all_rewards: torch.Tensor  # (N,) combined rewards of every process's completions
+    zero_std: torch.Tensor  # (N / G,) every process's groups: all valid rewards equal (no signal)
+    has_signal: torch.Tensor  # (P,) this process's groups that are not zero_std
+    seconds_generate: float
+    seconds_reward: float
+
+
+@dataclass
+class ScoredBatch:
+    """What one step trains on, and what it sampled to get there."""
+
+    batch: Batch  # the groups the update trains on (after dynamic sampling's refills)
+    first: Round  # the first round: the step's sample statistics
+    num_sampled: int  # completions sampled in every round, over all processes
+    refill_rounds: int | None  # dynamic sampling's extra rounds (None when it is off)
+    seconds_generate: float  # over all rounds
+    seconds_reward: float
+
+
+class BatchGenerator:
+    """Generates and scores one step's batch; owns the sampling generator (one per process, checkpointed)."""
+
+    def __init__(
+        self,
+        cfg: GRPOConfig,
+        model: nn.Module,
+        backend: Backend,
+        tokenizer,
+        prompts: PromptSource,
+        rewards: RewardSpec,
+        processes: Processes,
+    ) -> None:
+        self.cfg, self.model, self.backend, self.tokenizer = cfg, model, backend, tokenizer
+        self.prompts, self.rewards, self.procs = prompts, rewards, processes
+        self.G = cfg.num_generations
+        self.generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + processes.rank)
+        self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_rows
+
+    def generate(self) -> ScoredBatch:
+        """One batch; with dynamic sampling, zero-variance groups are dropped and refilled (bounded)."""
+        cfg = self.cfg
+        first = self.round()
+        rounds = [first]
+        batch = first.batch
+        if cfg.dynamic_sampling:
+            target = first.batch.num_groups
+            kept = first.batch.groups(torch.nonzero(first.has_signal).flatten())
+            parts, have = [kept], kept.num_groups
+            for _ in range(cfg.max_dynamic_sampling_rounds):
+                if not self.procs.any(have < target):  # every process is full
+                    break
+                r = self.round()
+                rounds.append(r)
+                sel = torch.nonzero(r.has_signal).flatten()[: max(0, target - have)]
+                parts.append(r.batch.groups(sel))
+                have += sel.numel()
+            if have == 0:  # nothing with signal in any round: one group, marked as a placeholder
+                parts = [first.batch.groups(torch.zeros(1, dtype=torch.long))]
+                parts[0].placeholder = True
+            batch = concat_batches(parts, self.tokenizer.pad_token_id)
+        return ScoredBatch(
+            batch=batch,
+            first=first,
+            num_sampled=sum(len(r.all_rewards) for r in rounds),
+            refill_rounds=len(rounds) - 1 if cfg.dynamic_sampling else None,
+            seconds_generate=sum(r.seconds_generate for r in rounds),
+            seconds_reward=sum(r.seconds_reward for r in rounds),
+        )
+
+    def round(self) -> Round:
+        """G completions of this process's share of the next global prompts; advantages on the global batch."""
+        cfg, G = self.cfg, self.G
+        idx = self._local_prompts()
+        t0 = time.perf_counter()
+        prompt_ids, prompt_mask = self.prompts.batch(idx)
+        ro = sample_completions(
+            self.model,
+            prompt_ids,
+            prompt_mask,
+            G,
+            cfg.max_completion_length,
+            self.tokenizer.eos_token_id,
+            self.tokenizer.pad_token_id,
+            cfg.temperature,
+            cfg.top_k,
+            cfg.top_p,
+            self.generator,
+            self.backend,
+        )
+        completion_ids = ro.completion_ids.clone()  # out of inference mode: autograd may save it
+        completion_mask = ro.completion_mask.float()
+        is_eos = ro.is_eos.clone()
+        t1 = time.perf_counter()
+
+        lengths = ro.completion_mask.sum(1)  # (n,) tokens per completion, EOS included
+        ids = [row[:n] for row, n in zip(completion_ids.tolist(), lengths.tolist(), strict=True)]
+        completions = decode_rows(self.tokenizer, ids, self._decoded)
+        prompts = [self.prompts.texts[i] for i in idx for _ in range(G)]
+        columns = {c: [v[i] for i in idx for _ in range(G)] for c, v in self.prompts.columns.items()}
+        rw = self.rewards
+        per_func = compute_rewards(rw.funcs, rw.names, prompts, completions, ids, columns, rw.kwargs)
+        per_func = per_func.astype(np.float32)  # (n, F), NaN = None
+        rewards = torch.from_numpy(combine_rewards(per_func, rw.weights).astype(np.float32))  # (n,)
+        t2 = time.perf_counter()
+
+        # Advantages on the GLOBAL batch (exact for scale_rewards="batch"); each process keeps its own rows.
+        all_rewards = self.procs.gather(rewards)
+        adv, zero_std = group_advantages(all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards)
+        n, r = rewards.numel(), self.procs.rank
+        advantages = adv[r * n : (r + 1) * n].contiguous()
+        if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer
+            completion_mask = completion_mask * is_eos[:, None]
+        return Round(
+            batch=Batch(prompt_ids, prompt_mask, completion_ids, completion_mask, advantages, rewards),
+            prompts=prompts,
+            completions=completions,
+            rewards_per_func=torch.from_numpy(per_func),
+            is_eos=is_eos,
+            lengths=lengths,
+            all_rewards=all_rewards,
+            zero_std=zero_std,
+            has_signal=~zero_std[r * len(idx) : (r + 1) * len(idx)],
+            seconds_generate=t1 - t0,
+            seconds_reward=t2 - t1,
+        )
+
+    def _local_prompts(self) -> list[int]:
+        """This process's share (whole groups) of the next global batch of prompts."""
+        per_proc = self.cfg.per_device_train_batch_size // self.G
+        idx = self.prompts.take(per_proc * self.procs.num)
+        r = self.procs.rank
+        return idx[r * per_proc : (r + 1) * per_proc]
+
+
+def reward_spec(funcs: list, names: list[str], weights: list[float], cfg: GRPOConfig) -> RewardSpec:
+    """The trainer keywords passed to every reward function: max_completion_length and the EOS text."""
+    return RewardSpec(funcs, names, weights, {"max_completion_length": cfg.max_completion_length, "eos": EOS})

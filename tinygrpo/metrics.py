@@ -1,0 +1,87 @@
+"""The metrics of one training step (TRL's names where TRL has the metric), over all processes.
+
+Sample statistics (reward, its spread, zero-variance groups, lengths, truncation) describe the step's first
+generation round, whose prompts were drawn uniformly: dynamic sampling's refills are chosen for their signal and
+would bias them. Counts (`num_completions`, `throughput/*`) include every round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rewards import reward_metrics
+
+from .distributed import Processes
+from .generation import ScoredBatch
+from .update import UpdateStats
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Wall-clock seconds of a step's phases."""
+
+    collect: float  # generation and rewards, refills included
+    ref_old: float  # layouts, reference and old log-probs
+    update: float  # the update passes, schedule included
+
+    @property
+    def step(self) -> float:
+        return self.collect + self.ref_old + self.update
+
+
+def step_metrics(
+    scored: ScoredBatch,
+    update: UpdateStats,
+    times: StepTimes,
+    procs: Processes,
+    reward_names: list[str],
+    *,
+    learning_rate: float,
+    num_completions: int,
+) -> dict[str, float]:
+    """metrics.jsonl's row for one step (everything but the trainer's own counters)."""
+    first = scored.first
+    G = first.batch.completion_ids.size(0) // first.batch.num_groups
+    all_rewards = first.all_rewards
+    lengths = procs.gather(first.lengths).tolist()  # a few thousand ints at most: plain Python is cheaper
+    truncated = procs.gather((~first.is_eos).float())
+    per_func = procs.gather(first.rewards_per_func)
+    valid = all_rewards[~all_rewards.isnan()]
+    m: dict[str, float] = dict(update.token_means)
+    if update.skipped_updates:
+        m["skipped_updates"] = update.skipped_updates
+    if update.loss is not None:
+        m["loss"] = update.loss
+        m["grad_norm"] = update.grad_norm
+    m.update(reward_metrics(per_func.numpy(), reward_names))
+    m.update(
+        {
+            "reward": float(valid.mean()) if valid.numel() else 0.0,
+            "reward_std": float(all_rewards.view(-1, G).nan_to_num(0).std(1).mean()),
+            "frac_reward_zero_std": float(first.zero_std.float().mean()),
+            "completions/mean_length": sum(lengths) / len(lengths),
+            "completions/min_length": float(min(lengths)),
+            "completions/max_length": float(max(lengths)),
+            "completions/clipped_ratio": float(truncated.mean()),
+            "learning_rate": learning_rate,
+            "num_completions": num_completions,
+            "trained_completions": int(procs.sum(scored.batch.completion_ids.size(0))),
+        }
+    )
+    if "accuracy" in reward_names:
+        m["accuracy"] = m["rewards/accuracy/mean"]
+    if scored.refill_rounds is not None:
+        m["dynamic_sampling_rounds"] = scored.refill_rounds
+    dt = times.step
+    m.update(
+        {
+            "time/step": dt,
+            "time/generate": scored.seconds_generate,
+            "time/reward": scored.seconds_reward,
+            "time/ref_old_logps": times.ref_old,
+            "time/optimize": times.update,
+            "throughput/completions_per_s": scored.num_sampled / dt,
+            "throughput/tokens_per_s": sum(lengths) / dt,
+        }
+    )
+    return m

@@ -1,0 +1,5 @@
+"""python -m tinygrpo.studies.compare"""
+
+from .cli import main
+
+main()

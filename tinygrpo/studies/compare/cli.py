@@ -1,0 +1,34 @@
+"""The command line of the comparison study (python -m tinygrpo.studies.compare); see the package docstring."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from . import __doc__ as DOC
+from .run import run
+from .settings import Settings, quick_settings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tinygrpo.studies.compare", description=DOC.split("\n")[0])
+    p.add_argument("--output-dir", type=Path, default=Path("runs/compare"))
+    p.add_argument("--seeds", type=int, default=None, help="seeds per method (default 5; 2 with --quick)")
+    p.add_argument("--quick", action="store_true", help="CI smoke test: 2 seeds, 640 completions, 2 addition steps")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (tiny tensors: 1 is fastest)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = build_parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    st = quick_settings() if args.quick else Settings()
+    if args.seeds is not None:
+        if args.seeds < 1:
+            raise SystemExit("error: --seeds must be >= 1")
+        st.seeds = args.seeds
+    return run(args.output_dir, st)
+

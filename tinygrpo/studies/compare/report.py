@@ -1,0 +1,190 @@
+"""comparison.md: the per-method table, a plain-words reading generated from the numbers, and the setup."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from tinygrpo import bandit
+
+from .settings import METHODS, N_ANSWERS, N_QUESTIONS, TOKEN_SEED_BASE, G, mean_std
+
+
+def _fmt(ms: dict, digits: int) -> str:
+    if ms["mean"] is None:
+        return "not reached"
+    return f"{ms['mean']:.{digits}f} ± {ms['std']:.{digits}f}"
+
+
+
+
+def _reach_cell(r: dict) -> str:
+    if r["n"] == 0:
+        return "not reached"
+    cell = _fmt(r, 0)
+    return cell if r["n"] == r["seeds"] else f"{cell} ({r['n']}/{r['seeds']} seeds)"
+
+
+def table_rows(results: dict) -> list[list[str]]:
+    rows = []
+    for method, (_, _, _, label) in METHODS.items():
+        s = results["methods"][method]["summary"]
+        rows.append([label, _fmt(s["start_acc"], 3), _fmt(s["final_acc"], 3), _reach_cell(s["reach_90"]),
+                     _reach_cell(s["reach_100"]), _fmt(s["final_zero_var_frac"], 3)])  # fmt: skip
+    return rows
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def findings(results: dict) -> str:
+    """Plain-words reading of the numbers, generated from them (no claim the data do not carry)."""
+    S = {m: results["methods"][m]["summary"] for m in METHODS}
+    B = results["settings"]["budget"]
+
+    def acc(m):
+        return S[m]["final_acc"]["mean"]
+
+    def reach(m, t):
+        r = S[m][f"reach_{t}"]
+        return r["mean"] if r["n"] == r["seeds"] else None  # only when every seed got there
+
+    def cmp(g, r, what):
+        ag, ar = acc(g), acc(r)
+        if abs(ag - ar) < 0.02:
+            verdict = f"GRPO and REINFORCE end level ({ag:.3f} vs {ar:.3f})"
+        elif ag > ar:
+            verdict = f"GRPO ends higher ({ag:.3f} vs {ar:.3f})"
+        else:
+            verdict = f"GRPO does NOT beat REINFORCE: it ends lower ({ag:.3f} vs {ar:.3f})"
+        sg, sr = S[g]["final_acc"]["std"], S[r]["final_acc"]["std"]
+        if abs(ag - ar) >= 0.02 and abs(ag - ar) < max(sg, sr):
+            verdict += f", a gap smaller than the seed-to-seed std ({sg:.3f}, {sr:.3f})"
+        parts = []
+        for t in (90, 100):
+            rg, rr = reach(g, t), reach(r, t)
+            if rg is not None and rr is not None:
+                faster = "GRPO" if rg < rr else "REINFORCE" if rr < rg else "neither"
+                spread = max(S[g][f"reach_{t}"]["std"], S[r][f"reach_{t}"]["std"])
+                note = f"faster: {faster}" + (f", by less than the seed std {spread:.0f}" if abs(rg - rr) < spread else "")
+                parts.append(f"{t} % is reached after {rg:.0f} vs {rr:.0f} completions ({note})")
+            else:
+                ng, nr = S[g][f"reach_{t}"]["n"], S[r][f"reach_{t}"]["n"]
+                if ng == nr == 0:
+                    parts.append(f"neither reaches {t} % on any seed")
+                else:
+                    parts.append(f"{t} % is reached on {ng} (GRPO) vs {nr} (REINFORCE) of {S[g][f'reach_{t}']['seeds']} seeds")
+        return f"{what}: {verdict}; " + "; ".join(parts) + "."
+
+    out = [
+        cmp("table_grpo", "table_reinforce", "On the table"),
+        cmp("gpt_grpo_format", "gpt_reinforce_format", "On the char GPT from the format-only start"),
+        cmp("gpt_grpo_imperfect", "gpt_reinforce_imperfect", "On the char GPT from the imperfect SFT start"),
+    ]
+    tbl, gpt = acc("table_grpo"), acc("gpt_grpo_format")
+    rel = "above" if gpt > tbl + 0.02 else "below" if gpt < tbl - 0.02 else "level with"
+    out.append(
+        f"From equally ignorant starts (zero table vs format-only GPT), token-level GRPO ends {rel} tabular GRPO "
+        f"after {B:,} completions ({gpt:.3f} vs {tbl:.3f}); the imperfect SFT start begins at "
+        f"{S['gpt_grpo_imperfect']['start_acc']['mean']:.3f} instead of "
+        f"{S['gpt_grpo_format']['start_acc']['mean']:.3f} and ends at {acc('gpt_grpo_imperfect'):.3f}."
+    )
+    zt, zg = S["table_grpo"]["final_zero_var_frac"]["mean"], S["gpt_grpo_format"]["final_zero_var_frac"]["mean"]
+    out.append(
+        f"Zero-variance groups (all 8 answers right or all wrong) are {zt:.0%} of the table GRPO's groups and "
+        f"{zg:.0%} of the format-only GPT GRPO's: GRPO gets no policy-gradient signal from them (the table skips "
+        f"the update; the GPT keeps only the KL term), while REINFORCE still pushes on the all-right ones."
+    )
+    return "\n\n".join(out)
+
+
+def write_report(results: dict, out: Path) -> str:
+    st = results["settings"]
+    refs = results["references"]
+    header = ["method", "greedy acc at start", f"greedy acc after {st['budget']:,} completions",
+              "completions to 90 %", "completions to 100 %", "zero-variance groups (cumulative fraction)"]  # fmt: skip
+    fmt_acc = mean_std([r["format_only"]["acc"] for r in refs.values()])
+    fmt_wf = mean_std([r["format_only"]["well_formed"] for r in refs.values()])
+    imp_acc = mean_std([r["imperfect"]["acc"] for r in refs.values()])
+    add = results["addition"]
+    n = st["seeds"]
+    lines = [
+        "# Tabular vs token-level GRPO on the seed demo's 36 questions",
+        "",
+        f"Generated by `python -m tinygrpo.compare{' --quick' if st['quick'] else ''} --seeds {n}` "
+        f"({results['seconds']:.0f} s). Every number is mean ± std (sample std, ddof = 1) over {n} seeds; "
+        f"all of them are in `results.json`.",
+        "",
+        _md_table(header, table_rows(results)),
+        "",
+        f"Greedy accuracy is on the 36 training questions, measured after every step: the table's argmax per row; "
+        f"the char GPT's greedy decoding (a completion must be exactly `k<eos>`). "
+        f"\"Completions to X %\" is the first point at which greedy accuracy ≥ X, mean ± std over the seeds that "
+        f"got there (the count is given when not all did). Every run samples {st['budget']:,} completions in groups "
+        f"of G = {G}: the table {G} per step (one random question, {st['table_steps']} steps); the char GPT "
+        f"{st['prompts_per_step']} prompts x {G} = {st['completions_per_token_step']} per step "
+        f"({st['token_steps']} steps), so its curve has a point every {st['completions_per_token_step']} "
+        f"completions and the table's every {G}.",
+        "",
+        "## What the numbers say",
+        "",
+        findings(results),
+        "",
+        "## Setup",
+        "",
+        f"- **Table** (`tinygrpo.bandit.train_demo`, the seed demo's settings): zero-initialised 36 x 13 logits, SGD "
+        f"lr {bandit.DEMO_LR}; GRPO = group z-score, clip {bandit.DEMO_CLIP_EPS}, exact KL {bandit.DEMO_KL_BETA} to "
+        f"the initial table, update skipped on zero-variance groups; REINFORCE = raw 0/1 reward, no baseline. Seed i "
+        f"is the demo's seed + i (GRPO {bandit.DEMO_SEEDS['grpo']} + i, REINFORCE {bandit.DEMO_SEEDS['reinforce']} + i).",
+        f"- **Char GPT** ({st['n_layer']} layers, width {st['n_embd']}, {st['n_head']} heads, {st['n_positions']} "
+        f"positions), `GRPOTrainer`: AdamW lr {st['token_lr']} with the trainer's default cosine decay, max {st['max_completion_length']} completion tokens, "
+        f"strict accuracy reward, loss_type dapo, one optimisation pass per batch (ratio = 1, so the clip never "
+        f"acts — as in the table, where old = current policy too). GRPO: advantage_mode grpo (group z-score), "
+        f"beta = {st['token_beta']} with the exact per-token KL (kl_estimator full) to the starting model — the "
+        f"demo's coefficient. REINFORCE: advantage_mode reinforce (raw reward), beta = 0 (the demo's REINFORCE has "
+        f"no KL either). Prompts are drawn without replacement, a fresh permutation of the 36 per epoch "
+        f"(the table draws one question uniformly at random per step). Seeds {TOKEN_SEED_BASE}..{TOKEN_SEED_BASE + n - 1}.",
+        f"- **Format-only reference** (one per seed): SFT on every seed-bank prompt paired with each answer 0..12 "
+        f"once ({N_QUESTIONS * N_ANSWERS} rows, {st['format_sft_steps']} steps of batch {st['sft_batch']}). Greedy "
+        f"accuracy {_fmt(fmt_acc, 3)} (chance 1/13 = {1 / 13:.3f}); greedy output well-formed (`k<eos>`, k in 0..12) "
+        f"{_fmt(fmt_wf, 3)}. Greedy decoding takes the likeliest first token, and '1' starts four of the 13 answers "
+        f"(1, 10, 11, 12), so its greedy answers cluster on those.",
+        f"- **Imperfect reference** (one per seed): SFT on the real answers of {st['imperfect_questions']} of the 36 "
+        f"questions (a random subset per seed), {st['imperfect_sft_steps']} steps of batch {st['sft_batch']}. "
+        f"Greedy accuracy {_fmt(imp_acc, 3)} on the 36.",
+        "",
+        "![accuracy vs completions](accuracy_vs_completions.png)",
+        "",
+        "![zero-variance groups](skipped_fraction.png)",
+        "",
+        "`beliefs.png`: P(answer k) for each of the 36 questions at the start, midway and end, for table GRPO and "
+        "for the char GPT's GRPO from the format-only start (first seed of each). For the GPT, P(\"k<eos>\") is the "
+        "exact product of its token probabilities (all 13 candidates scored with `completion_logits`); the rest of "
+        "each row's mass is on malformed strings.",
+        "",
+        "![beliefs](beliefs.png)",
+        "",
+        "## 2-digit addition: generalising to unseen questions",
+        "",
+        _md_table(
+            ["policy", f"greedy accuracy on the {add['test_problems']} held-out test problems"],
+            [[f"SFT reference (`{add['reference']}`)", f"{add['acc_reference']:.3f}"],
+             [f"after token-level GRPO ({add['grpo_steps']} steps, {add['grpo_completions']:,} completions)",
+              f"{add['acc_after_grpo']:.3f}"]],
+        ),  # fmt: skip
+        "",
+        f"GRPO trains on the train split only; none of the {add['test_problems']} test problems is ever sampled in "
+        f"training ({add['test_unseen_by_grpo']} of {add['test_problems']} are absent from the train split). "
+        f"Trainer defaults (batch {add['grpo_settings']['per_device_train_batch_size']} completions, "
+        f"G = {add['grpo_settings']['num_generations']}, lr {add['grpo_settings']['learning_rate']}, beta "
+        f"{add['grpo_settings']['beta']}){' except fewer steps (--quick)' if st['quick'] else ''}. "
+        f"A table cannot do this at all: it has one row of logits per question it has seen, and no row for an "
+        f"unseen question, so its held-out accuracy is undefined (at best a uniform guess).",
+        "",
+    ]
+    text = "\n".join(lines)
+    (out / "comparison.md").write_text(text)
+    return text
