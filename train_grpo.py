@@ -17,7 +17,12 @@ from tinygrpo.config import ConfigError, GRPOConfig, parse_config
 
 DEFAULT_REFERENCE = GRPOConfig.__dataclass_fields__["model_name_or_path"].default
 RUN_FILES = ("metrics.jsonl", "completions.jsonl", "plots.png", "summary.json", "config.json")
-RUN_EVIDENCE = ("metrics.jsonl", "completions.jsonl", "summary.json", "final")  # config.json alone: a failed start
+RUN_EVIDENCE = (
+    "metrics.jsonl",
+    "completions.jsonl",
+    "summary.json",
+    "final",
+)  # config.json alone: a failed start
 
 
 def prepare_output_dir(cfg: GRPOConfig) -> None:
@@ -90,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         from tinygrpo.problems import load_split
         from tinygrpo.trainer import GRPOTrainer
 
-        acc = Accelerator(cpu=not torch.cuda.is_available(),
-                          log_with="tensorboard" if cfg.report_to == "tensorboard" else None,
-                          project_dir=cfg.output_dir)  # fmt: skip
+        acc = Accelerator(
+            cpu=not torch.cuda.is_available(),
+            log_with="tensorboard" if cfg.report_to == "tensorboard" else None,
+            project_dir=cfg.output_dir,
+        )
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world != acc.num_processes:
             raise ConfigError(
@@ -102,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         if acc.is_main_process:
             prepare_output_dir(cfg)
         acc.wait_for_everyone()
-        if cfg.model_name_or_path == DEFAULT_REFERENCE and not Path(DEFAULT_REFERENCE, "config.json").is_file():
+        if (
+            cfg.model_name_or_path == DEFAULT_REFERENCE
+            and not Path(DEFAULT_REFERENCE, "config.json").is_file()
+        ):
             if acc.is_main_process:
                 print(f"no reference at {DEFAULT_REFERENCE}: training it first (python train_sft.py)")
                 from tinygrpo.sft import SFTConfig, train_reference
@@ -144,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         after = summary["eval_after"].get("eval/accuracy")
         if after is not None:
             b = f"{before:.1%}" if before is not None else "n/a (resumed)"
-            print(f"held-out greedy accuracy: {b} -> {after:.1%}  ({summary['steps']} steps, "
-                  f"{summary['wall_seconds']:.0f}s, {summary['num_completions']:,} completions sampled)")  # fmt: skip
+            print(
+                f"held-out greedy accuracy: {b} -> {after:.1%}  ({summary['steps']} steps, "
+                f"{summary['wall_seconds']:.0f}s, {summary['num_completions']:,} completions sampled)"
+            )
         print(f"outputs in {cfg.output_dir}: metrics.jsonl, completions.jsonl, plots.png, final/")
     return 0
 

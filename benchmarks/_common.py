@@ -26,27 +26,44 @@ SHAPES = ((36, 8), (4, 8))  # (prompts, completions per prompt) per step
 
 def add_threads_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--threads", type=int, default=1,
+        "--threads",
+        type=int,
+        default=1,
         help="torch intra-op threads (torch.set_num_threads). Default 1: on a shared 2-core machine 2 threads on "
         "these tiny tensors can be 10-100x slower; on a quiet machine try 2. Use the same value for A/B.",
-    )  # fmt: skip
+    )
 
 
-def shape_parser(doc: str, *, steps_help: str, warmup_help: str, model_help: str, json_help: str,
-                 ) -> argparse.ArgumentParser:  # fmt: skip
+def shape_parser(
+    doc: str,
+    *,
+    steps_help: str,
+    warmup_help: str,
+    model_help: str,
+    json_help: str,
+) -> argparse.ArgumentParser:
     """The options every per-shape benchmark shares: threads, shapes, steps, warm-up, model, --json."""
-    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)  # fmt: skip
+    p = argparse.ArgumentParser(
+        description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc
+    )
     add_threads_arg(p)
-    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("36x8,4x8"),
-                   help="Comma-separated PROMPTSxG per step (default 36x8,4x8).")  # fmt: skip
+    p.add_argument(
+        "--shapes",
+        type=parse_shapes,
+        default=parse_shapes("36x8,4x8"),
+        help="Comma-separated PROMPTSxG per step (default 36x8,4x8).",
+    )
     p.add_argument("--steps", type=int, default=20, help=steps_help)
     p.add_argument("--warmup", type=int, default=3, help=warmup_help)
     p.add_argument("--model_name_or_path", default=None, help=model_help)
     p.add_argument("--json", default=None, help=json_help)
-    p.add_argument("--grouped_forward", type=parse_bool, default=True,
-                   help="Our trainer's grouped fast path (default true); false = the generic transformers forward, "
-                   "to measure what the fast path buys.")  # fmt: skip
+    p.add_argument(
+        "--grouped_forward",
+        type=parse_bool,
+        default=True,
+        help="Our trainer's grouped fast path (default true); false = the generic transformers forward, "
+        "to measure what the fast path buys.",
+    )
     return p
 
 
@@ -129,11 +146,21 @@ def ensure_seed_reference(path: str | None, workdir: Path = DEFAULT_BENCH_DIR, s
     from tinygrpo.sft import SFTConfig, train_reference
 
     t = time.perf_counter()
-    cfg = SFTConfig(output_dir=str(out), dataset="seed_bank", eval_split="", train_size=0, max_steps=sft_steps,
-                    batch_size=64, log_every=0, seed=0)  # fmt: skip
+    cfg = SFTConfig(
+        output_dir=str(out),
+        dataset="seed_bank",
+        eval_split="",
+        train_size=0,
+        max_steps=sft_steps,
+        batch_size=64,
+        log_every=0,
+        seed=0,
+    )
     train_reference(cfg, verbose=False)
-    print(f"(trained the benchmark reference on the seed bank into {out} in {time.perf_counter() - t:.1f}s)",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"(trained the benchmark reference on the seed bank into {out} in {time.perf_counter() - t:.1f}s)",
+        file=sys.stderr,
+    )
     return str(out)
 
 
@@ -161,8 +188,10 @@ def machine_line(threads: int) -> str:
         load = ", load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     except OSError:
         load = ""
-    return (f"torch {torch.__version__}, {torch.get_num_threads()} thread(s) (--threads {threads}), "
-            f"{os.cpu_count()} CPUs{load}")  # fmt: skip
+    return (
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s) (--threads {threads}), "
+        f"{os.cpu_count()} CPUs{load}"
+    )
 
 
 class Timer:
@@ -189,9 +218,21 @@ class Timer:
         return timed
 
 
-def build_our_trainer(model_path: str, prompts: int, G: int, threads: int, *, dataset: str = "seed_bank",
-                      beta: float = 0.02, loss_type: str = "dapo", learning_rate: float = 2e-3,
-                      max_completion_length: int = 4, seed: int = 0, output_dir: str | None = None, **overrides):
+def build_our_trainer(
+    model_path: str,
+    prompts: int,
+    G: int,
+    threads: int,
+    *,
+    dataset: str = "seed_bank",
+    beta: float = 0.02,
+    loss_type: str = "dapo",
+    learning_rate: float = 2e-3,
+    max_completion_length: int = 4,
+    seed: int = 0,
+    output_dir: str | None = None,
+    **overrides,
+):
     """tinygrpo's GRPOTrainer at the benchmark shape (no eval split, no checkpoints, no plots)."""
     import tempfile
 
@@ -202,12 +243,30 @@ def build_our_trainer(model_path: str, prompts: int, G: int, threads: int, *, da
 
     out = output_dir or tempfile.mkdtemp(prefix="tinygrpo-bench-")
     cfg = GRPOConfig(
-        model_name_or_path=model_path, dataset=dataset, train_split="train", eval_split=None,
-        num_generations=G, per_device_train_batch_size=prompts * G, max_completion_length=max_completion_length,
-        temperature=1.0, beta=beta, loss_type=loss_type, learning_rate=learning_rate, adam_beta2=0.999,
-        max_grad_norm=1.0, num_iterations=1, max_steps=1_000_000, output_dir=out, save_steps=0, make_plots=False,
-        disable_tqdm=True, torch_num_threads=threads, seed=seed, dynamic_sampling=False, **overrides,
-    )  # fmt: skip
+        model_name_or_path=model_path,
+        dataset=dataset,
+        train_split="train",
+        eval_split=None,
+        num_generations=G,
+        per_device_train_batch_size=prompts * G,
+        max_completion_length=max_completion_length,
+        temperature=1.0,
+        beta=beta,
+        loss_type=loss_type,
+        learning_rate=learning_rate,
+        adam_beta2=0.999,
+        max_grad_norm=1.0,
+        num_iterations=1,
+        max_steps=1_000_000,
+        output_dir=out,
+        save_steps=0,
+        make_plots=False,
+        disable_tqdm=True,
+        torch_num_threads=threads,
+        seed=seed,
+        dynamic_sampling=False,
+        **overrides,
+    )
     model, tok = load_model_and_tokenizer(model_path, "model_name_or_path")
     ref = load_model_and_tokenizer(model_path, "ref_model_name_or_path")[0] if beta > 0 else None
     return GRPOTrainer(cfg, model, tok, load_split(dataset, "train"), None, ref_model=ref)

@@ -48,9 +48,13 @@ MODEL_HELP = "Model directory (default: the seed-bank reference in runs/bench)."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = shape_parser(__doc__, steps_help="Timed steps per shape for the achieved rate (default 20).",
-                     warmup_help="Untimed warm-up steps (default 3).", model_help=MODEL_HELP,
-                     json_help="Also write the numbers here.")  # fmt: skip
+    p = shape_parser(
+        __doc__,
+        steps_help="Timed steps per shape for the achieved rate (default 20).",
+        warmup_help="Untimed warm-up steps (default 3).",
+        model_help=MODEL_HELP,
+        json_help="Also write the numbers here.",
+    )
     p.add_argument("--repeats", type=int, default=15, help="Repeats of each matmul timing (default 15).")
     p.add_argument("--dataset", default="seed_bank", help="Problem set (default seed_bank).")
     p.add_argument("--beta", type=float, default=0.02)
@@ -65,7 +69,9 @@ class Arch:
     n_embd: int
     n_inner: int
     vocab_size: int
-    attention: bool = True  # False: leave out QK^T and AV (FlopCounterMode has no formula for CPU SDPA kernels)
+    attention: bool = (
+        True  # False: leave out QK^T and AV (FlopCounterMode has no formula for CPU SDPA kernels)
+    )
 
     @classmethod
     def from_config(cls, c) -> Arch:
@@ -80,7 +86,11 @@ class Arch:
         rest = 2 * d * d + 2 * 2 * d * self.n_inner  # attn c_proj, mlp c_fc + c_proj
         last = tokens if last_layer is None else last_layer
         attention = 2 * 2 * pairs * d if self.attention else 0  # QK^T and AV over all heads
-        return L * (tokens * qkv + attention) + ((L - 1) * tokens + last) * rest + 2 * d * self.vocab_size * logits
+        return (
+            L * (tokens * qkv + attention)
+            + ((L - 1) * tokens + last) * rest
+            + 2 * d * self.vocab_size * logits
+        )
 
 
 def decoder_prompt_attention_flops(a: Arch, P: int, G: int, Tp: int, lengths: list[int]) -> float:
@@ -90,15 +100,18 @@ def decoder_prompt_attention_flops(a: Arch, P: int, G: int, Tp: int, lengths: li
     return steps * a.n_layer * 2 * 2 * P * G * Tp * a.n_embd
 
 
-def step_flops(a: Arch, P: int, G: int, Tp: int, lengths: list[int], beta: float,
-               shared: bool = True) -> dict[str, float]:  # fmt: skip
+def step_flops(
+    a: Arch, P: int, G: int, Tp: int, lengths: list[int], beta: float, shared: bool = True
+) -> dict[str, float]:
     """FLOPs of one step, by part: P prompts of Tp tokens (padded width), the P*G completions' `lengths` (tokens,
     EOS included). The rollout and each scoring forward compute the same tokens: the prompts (once per prompt
     when `shared`) and each completion's tokens but its last, the k-th of them against Tp + k keys."""
     assert len(lengths) == P * G, (len(lengths), P, G)
     rows = P if shared else P * G
     fed = [max(n - 1, 0) for n in lengths]
-    prompt = a.forward(rows * Tp, rows * Tp * (Tp + 1) // 2, rows, last_layer=rows)  # only the last column's output
+    prompt = a.forward(
+        rows * Tp, rows * Tp * (Tp + 1) // 2, rows, last_layer=rows
+    )  # only the last column's output
     completions = a.forward(sum(fed), sum(f * Tp + f * (f + 1) // 2 for f in fed), sum(fed))
     fwd = prompt + completions
     out = {"rollout": fwd, "reference": fwd if beta > 0 else 0.0, "policy fwd+bwd": 3 * fwd}
@@ -146,10 +159,12 @@ def matmul_gflops(width: int, inner: int, rows: int, repeats: int) -> dict[str, 
     out = {"mm 256^3": 2 * 256**3 / _time(lambda: torch.mm(a, b), repeats) / 1e9}
     x = torch.randn(rows, width, generator=g)
     h = torch.randn(rows, inner, generator=g)
-    ws = [(torch.randn(3 * width, width, generator=g), torch.zeros(3 * width)),
-          (torch.randn(width, width, generator=g), torch.zeros(width)),
-          (torch.randn(inner, width, generator=g), torch.zeros(inner)),
-          (torch.randn(width, inner, generator=g), torch.zeros(width))]  # fmt: skip
+    ws = [
+        (torch.randn(3 * width, width, generator=g), torch.zeros(3 * width)),
+        (torch.randn(width, width, generator=g), torch.zeros(width)),
+        (torch.randn(inner, width, generator=g), torch.zeros(inner)),
+        (torch.randn(width, inner, generator=g), torch.zeros(width)),
+    ]
 
     def block_linears():
         F.linear(x, *ws[0])
@@ -164,11 +179,20 @@ def matmul_gflops(width: int, inner: int, rows: int, repeats: int) -> dict[str, 
 
 # ---------------------------------------------------------------------------------------------------- main
 def run_shape(path: str, P: int, G: int, args) -> dict:
-    trainer = build_our_trainer(path, P, G, args.threads, dataset=args.dataset, beta=args.beta,
-                                max_completion_length=args.max_completion_length,
-                                grouped_forward=args.grouped_forward)  # fmt: skip
+    trainer = build_our_trainer(
+        path,
+        P,
+        G,
+        args.threads,
+        dataset=args.dataset,
+        beta=args.beta,
+        max_completion_length=args.max_completion_length,
+        grouped_forward=args.grouped_forward,
+    )
     arch = Arch.from_config(trainer.model.config)
-    Tp = max(map(len, trainer.prompts.token_ids))  # padded width (every batch of the seed bank; ~all of addition)
+    Tp = max(
+        map(len, trainer.prompts.token_ids)
+    )  # padded width (every batch of the seed bank; ~all of addition)
     for _ in range(args.warmup):
         trainer.training_step()
     counted, out = counted_flops(trainer)
@@ -186,49 +210,98 @@ def run_shape(path: str, P: int, G: int, args) -> dict:
     parts = {k: statistics.mean(f[k] for f in per_completion) / N for k in per_completion[0]}
     tput = matmul_gflops(arch.n_embd, arch.n_inner, N, args.repeats)
     return {
-        "shape": f"{P}x{G}", "P": P, "G": G, "Tp": Tp, "mean_length": statistics.mean(mean_len),
-        "flops_per_completion": parts, "flops_per_completion_unshared": statistics.mean(per_completion_unshared) / N,
-        "counted_step": {"counted": counted, "lengths": counted_lengths,
-                         "analytic": step_flops(arch, P, G, Tp, counted_lengths, args.beta)["total"],
-                         "analytic_no_attention": step_flops(replace(arch, attention=False), P, G, Tp,
-                                                             counted_lengths, args.beta)["total"],
-                         "decoder_prompt_attention": decoder_prompt_attention_flops(arch, P, G, Tp, counted_lengths)},
-        "gflops": tput, "step_s": times, "achieved_cps": N / statistics.median(times),
-    }  # fmt: skip
+        "shape": f"{P}x{G}",
+        "P": P,
+        "G": G,
+        "Tp": Tp,
+        "mean_length": statistics.mean(mean_len),
+        "flops_per_completion": parts,
+        "flops_per_completion_unshared": statistics.mean(per_completion_unshared) / N,
+        "counted_step": {
+            "counted": counted,
+            "lengths": counted_lengths,
+            "analytic": step_flops(arch, P, G, Tp, counted_lengths, args.beta)["total"],
+            "analytic_no_attention": step_flops(
+                replace(arch, attention=False), P, G, Tp, counted_lengths, args.beta
+            )["total"],
+            "decoder_prompt_attention": decoder_prompt_attention_flops(arch, P, G, Tp, counted_lengths),
+        },
+        "gflops": tput,
+        "step_s": times,
+        "achieved_cps": N / statistics.median(times),
+    }
 
 
 def report(results: list[dict], args) -> str:
-    out = [f"### Compute bound\n\n{machine_line(args.threads)}; dataset {args.dataset}, beta {args.beta}, "
-           f"max_completion_length {args.max_completion_length}; achieved = median of {args.steps} whole steps; "
-           "FLOPs from each timed step's own completion lengths, averaged.\n"]  # fmt: skip
+    out = [
+        f"### Compute bound\n\n{machine_line(args.threads)}; dataset {args.dataset}, beta {args.beta}, "
+        f"max_completion_length {args.max_completion_length}; achieved = median of {args.steps} whole steps; "
+        "FLOPs from each timed step's own completion lengths, averaged.\n"
+    ]
     rows = []
     for r in results:
         N = r["P"] * r["G"]
         a, c = r["flops_per_completion"], r["counted_step"]
-        rows.append([r["shape"], f"{r['Tp']} / {r['mean_length']:.2f}", f"{a['rollout'] / 1e6:.3f}",
-                     f"{a['reference'] / 1e6:.3f}", f"{a['policy fwd+bwd'] / 1e6:.3f}", f"**{a['total'] / 1e6:.3f}**",
-                     f"{r['flops_per_completion_unshared'] / 1e6:.3f}",
-                     f"{c['analytic'] / N / 1e6:.3f} / "
-                     f"{(c['analytic_no_attention'] + c['decoder_prompt_attention']) / N / 1e6:.3f}",
-                     f"{c['counted'] / N / 1e6:.3f}"])  # fmt: skip
+        rows.append(
+            [
+                r["shape"],
+                f"{r['Tp']} / {r['mean_length']:.2f}",
+                f"{a['rollout'] / 1e6:.3f}",
+                f"{a['reference'] / 1e6:.3f}",
+                f"{a['policy fwd+bwd'] / 1e6:.3f}",
+                f"**{a['total'] / 1e6:.3f}**",
+                f"{r['flops_per_completion_unshared'] / 1e6:.3f}",
+                f"{c['analytic'] / N / 1e6:.3f} / "
+                f"{(c['analytic_no_attention'] + c['decoder_prompt_attention']) / N / 1e6:.3f}",
+                f"{c['counted'] / N / 1e6:.3f}",
+            ]
+        )
     out.append("FLOPs per completion (MFLOP), whole step:\n")
-    out.append(md_table(["shape", "Tp / mean completion length", "rollout", "reference", "policy fwd+bwd",
-                         "total (KV shared)", "total (no sharing)",
-                         "one counted step, analytic: all / as FlopCounterMode sees it", "FlopCounterMode, that step"],
-                        rows))  # fmt: skip
-    out.append("\n(FlopCounterMode counts no FLOPs for the CPU scaled_dot_product_attention kernels nor for the "
-               "broadcast products, so it should match the analytic count without attention plus the decoder's batched "
-               "matmuls over the prompts.)")
+    out.append(
+        md_table(
+            [
+                "shape",
+                "Tp / mean completion length",
+                "rollout",
+                "reference",
+                "policy fwd+bwd",
+                "total (KV shared)",
+                "total (no sharing)",
+                "one counted step, analytic: all / as FlopCounterMode sees it",
+                "FlopCounterMode, that step",
+            ],
+            rows,
+        )
+    )
+    out.append(
+        "\n(FlopCounterMode counts no FLOPs for the CPU scaled_dot_product_attention kernels nor for the "
+        "broadcast products, so it should match the analytic count without attention plus the decoder's batched "
+        "matmuls over the prompts.)"
+    )
     rows = []
     for r in results:
         per = r["flops_per_completion"]["total"]
         for name, gf in r["gflops"].items():
             bound = gf * 1e9 / per
-            rows.append([r["shape"], name, f"{gf:.1f}", f"{bound:,.0f}", f"{r['achieved_cps']:,.0f}",
-                         f"{100 * r['achieved_cps'] / bound:.1f} %"])  # fmt: skip
-    out.append("\nBound = fp32 matmul throughput / FLOPs per completion (KV shared, the steps' own lengths):\n")
-    out.append(md_table(["shape", "matmul", "GFLOP/s", "bound completions/s", "tinygrpo completions/s",
-                         "% of bound"], rows))  # fmt: skip
+            rows.append(
+                [
+                    r["shape"],
+                    name,
+                    f"{gf:.1f}",
+                    f"{bound:,.0f}",
+                    f"{r['achieved_cps']:,.0f}",
+                    f"{100 * r['achieved_cps'] / bound:.1f} %",
+                ]
+            )
+    out.append(
+        "\nBound = fp32 matmul throughput / FLOPs per completion (KV shared, the steps' own lengths):\n"
+    )
+    out.append(
+        md_table(
+            ["shape", "matmul", "GFLOP/s", "bound completions/s", "tinygrpo completions/s", "% of bound"],
+            rows,
+        )
+    )
     return "\n".join(out)
 
 

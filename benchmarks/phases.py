@@ -48,26 +48,44 @@ from _common import (  # noqa: E402
 )
 
 PHASES = (
-    "generation: model forwards", "generation: sampling, rest", "rewards: decode", "rewards: reward functions",
-    "rewards: rest", "advantages, batch",
-    "layouts, reference forward", "policy forward", "loss math", "backward", "grad clip", "optimizer", "rest of optimize",
+    "generation: model forwards",
+    "generation: sampling, rest",
+    "rewards: decode",
+    "rewards: reward functions",
+    "rewards: rest",
+    "advantages, batch",
+    "layouts, reference forward",
+    "policy forward",
+    "loss math",
+    "backward",
+    "grad clip",
+    "optimizer",
+    "rest of optimize",
     "metrics after the step",
-)  # fmt: skip
+)
 
 
 MODEL_HELP = "Model directory (default: the seed-bank reference in runs/bench)."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = shape_parser(__doc__, steps_help="Timed steps per shape (default 20).",
-                     warmup_help="Untimed warm-up steps (default 3).", model_help=MODEL_HELP,
-                     json_help="Also write the per-step phase times here.")  # fmt: skip
+    p = shape_parser(
+        __doc__,
+        steps_help="Timed steps per shape (default 20).",
+        warmup_help="Untimed warm-up steps (default 3).",
+        model_help=MODEL_HELP,
+        json_help="Also write the per-step phase times here.",
+    )
     p.add_argument("--dataset", default="seed_bank", help="Problem set (default seed_bank).")
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--loss_type", default="dapo")
     p.add_argument("--max_completion_length", type=int, default=4)
-    p.add_argument("--count_steps", type=int, default=5,
-                   help="Further steps per shape whose tensor operations are counted (0: none).")  # fmt: skip
+    p.add_argument(
+        "--count_steps",
+        type=int,
+        default=5,
+        help="Further steps per shape whose tensor operations are counted (0: none).",
+    )
     return p
 
 
@@ -102,8 +120,11 @@ def instrument(trainer, timer: Timer):
     gmod.decode_rows = timer.wrap("decode", orig_decode)
     gmod.compute_rewards = timer.wrap("reward_funcs", orig_rewards)
     # Generation's model work: the decoder's prefill (__init__), its steps and its row drops, on either path.
-    saved = [(cls, name, getattr(cls, name)) for cls in (grouped.GroupedDecoder, backend.CacheDecoder)
-             for name in ("__init__", "step", "keep")]  # fmt: skip
+    saved = [
+        (cls, name, getattr(cls, name))
+        for cls in (grouped.GroupedDecoder, backend.CacheDecoder)
+        for name in ("__init__", "step", "keep")
+    ]
     for cls, name, fn in saved:
         setattr(cls, name, timer.wrap("gen_forward", fn))
     update, opt = trainer.update, trainer.optim
@@ -131,7 +152,10 @@ def phase_row(m: dict, t: dict, wall: float) -> dict[str, float]:
         "rewards: decode": g("decode"),
         "rewards: reward functions": g("reward_funcs"),
         "rewards: rest": m["time/reward"] - g("decode") - g("reward_funcs"),
-        "advantages, batch": m["time/step"] - m["time/generate"] - m["time/reward"] - m["time/ref_old_logps"]
+        "advantages, batch": m["time/step"]
+        - m["time/generate"]
+        - m["time/reward"]
+        - m["time/ref_old_logps"]
         - m["time/optimize"],
         "layouts, reference forward": m["time/ref_old_logps"],
         "policy forward": g("policy_forward"),
@@ -146,9 +170,17 @@ def phase_row(m: dict, t: dict, wall: float) -> dict[str, float]:
 
 
 def run_shape(path: str, prompts: int, G: int, args) -> dict:
-    trainer = build_our_trainer(path, prompts, G, args.threads, dataset=args.dataset, beta=args.beta,
-                                loss_type=args.loss_type, max_completion_length=args.max_completion_length,
-                                grouped_forward=args.grouped_forward)  # fmt: skip
+    trainer = build_our_trainer(
+        path,
+        prompts,
+        G,
+        args.threads,
+        dataset=args.dataset,
+        beta=args.beta,
+        loss_type=args.loss_type,
+        max_completion_length=args.max_completion_length,
+        grouped_forward=args.grouped_forward,
+    )
     timer = Timer()
     undo = instrument(trainer, timer)
     rows, lengths = [], []
@@ -164,14 +196,21 @@ def run_shape(path: str, prompts: int, G: int, args) -> dict:
     finally:
         undo()
     ops = count_ops(trainer, args.count_steps) if args.count_steps > 0 else None
-    return {"shape": f"{prompts}x{G}", "completions_per_step": prompts * G, "steps": rows,
-            "mean_length": sum(lengths) / len(lengths), "ops_per_step": ops}  # fmt: skip
+    return {
+        "shape": f"{prompts}x{G}",
+        "completions_per_step": prompts * G,
+        "steps": rows,
+        "mean_length": sum(lengths) / len(lengths),
+        "ops_per_step": ops,
+    }
 
 
 def report(results: list[dict], args) -> str:
-    parts = [f"### tinygrpo: phases of one training step\n\n{machine_line(args.threads)}; median over {args.steps} "
-             f"steps after {args.warmup} warm-up; dataset {args.dataset}, beta {args.beta}, loss_type "
-             f"{args.loss_type}, max_completion_length {args.max_completion_length}.\n"]  # fmt: skip
+    parts = [
+        f"### tinygrpo: phases of one training step\n\n{machine_line(args.threads)}; median over {args.steps} "
+        f"steps after {args.warmup} warm-up; dataset {args.dataset}, beta {args.beta}, loss_type "
+        f"{args.loss_type}, max_completion_length {args.max_completion_length}.\n"
+    ]
     head = ["phase"]
     for r in results:
         head += [f"{r['shape']} ms (median)", f"{r['shape']} % of step"]
@@ -187,9 +226,11 @@ def report(results: list[dict], args) -> str:
     for r in results:
         med = statistics.median(s["whole step"] for s in r["steps"])
         ops = "" if r["ops_per_step"] is None else f", {r['ops_per_step']:,.0f} tensor operations per step"
-        extra.append(f"{r['shape']}: {r['completions_per_step'] / med:,.0f} completions/s at the median step "
-                     f"(completions of {r['mean_length']:.2f} tokens on average: the work follows the lengths the "
-                     f"policy samples, and runs that learn differently sample differently){ops}")  # fmt: skip
+        extra.append(
+            f"{r['shape']}: {r['completions_per_step'] / med:,.0f} completions/s at the median step "
+            f"(completions of {r['mean_length']:.2f} tokens on average: the work follows the lengths the "
+            f"policy samples, and runs that learn differently sample differently){ops}"
+        )
     parts.append(md_table(head, table))
     parts.append("\n" + "; ".join(extra) + ".")
     return "\n".join(parts)

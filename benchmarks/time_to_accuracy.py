@@ -40,25 +40,45 @@ THRESHOLDS = (0.90, 0.95, 0.98)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     add_threads_arg(p)
-    p.add_argument("--max_steps", type=int, default=None, help="Training steps (default: train_grpo.py's, 300).")
-    p.add_argument("--model_name_or_path", default=None,
-                   help="Initial policy (default: train_grpo.py's, checkpoints/reference; trained first if missing).")  # fmt: skip
+    p.add_argument(
+        "--max_steps", type=int, default=None, help="Training steps (default: train_grpo.py's, 300)."
+    )
+    p.add_argument(
+        "--model_name_or_path",
+        default=None,
+        help="Initial policy (default: train_grpo.py's, checkpoints/reference; trained first if missing).",
+    )
     p.add_argument("--eval_steps", type=int, default=5, help="Held-out evaluation every N steps (default 5).")
     p.add_argument("--seed", type=int, default=None, help="Run seed (default: train_grpo.py's, 42).")
-    p.add_argument("--output_dir", default=str(DEFAULT_BENCH_DIR / "time_to_accuracy"),
-                   help="The run's output dir (overwritten). Default runs/bench/time_to_accuracy.")  # fmt: skip
+    p.add_argument(
+        "--output_dir",
+        default=str(DEFAULT_BENCH_DIR / "time_to_accuracy"),
+        help="The run's output dir (overwritten). Default runs/bench/time_to_accuracy.",
+    )
     p.add_argument("--dry_run", action="store_true", help="Print the train_grpo.py command and exit.")
     p.add_argument("train_args", nargs="*", help="Extra train_grpo.py flags, after `--`.")
     return p
 
 
 def train_command(args) -> list[str]:
-    cmd = [sys.executable, str(REPO_ROOT / "train_grpo.py"), "--output_dir", args.output_dir,
-           "--overwrite_output_dir", "true", "--torch_num_threads", str(args.threads), "--logging_steps", "1",
-           "--eval_steps", str(args.eval_steps), "--disable_tqdm", "true"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(REPO_ROOT / "train_grpo.py"),
+        "--output_dir",
+        args.output_dir,
+        *"--overwrite_output_dir true --torch_num_threads".split(),
+        str(args.threads),
+        *"--logging_steps 1 --eval_steps".split(),
+        str(args.eval_steps),
+        "--disable_tqdm",
+        "true",
+    ]
     if args.max_steps is not None:
         cmd += ["--max_steps", str(args.max_steps)]
     if args.model_name_or_path:
@@ -74,7 +94,9 @@ def run_and_watch(cmd: list[str], metrics: Path, log: Path, poll_s: float = 0.1)
         import psutil
     except ImportError:
         psutil = None
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=cmd[cmd.index("--torch_num_threads") + 1])
+    env = dict(
+        os.environ, TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=cmd[cmd.index("--torch_num_threads") + 1]
+    )
     t_start = time.time()
     with open(log, "w") as logf:
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
@@ -100,8 +122,14 @@ def run_and_watch(cmd: list[str], metrics: Path, log: Path, poll_s: float = 0.1)
         time.sleep(poll_s)
     ru = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux (bytes on macOS)
     ru_bytes = ru if sys.platform == "darwin" else ru * 1024
-    return {"returncode": proc.returncode, "output": log.read_text(), "seen": seen,
-            "peak_rss_ru_maxrss": ru_bytes, "peak_rss_polled": peak_poll, "process_seconds": time.time() - t_start}  # fmt: skip
+    return {
+        "returncode": proc.returncode,
+        "output": log.read_text(),
+        "seen": seen,
+        "peak_rss_ru_maxrss": ru_bytes,
+        "peak_rss_polled": peak_poll,
+        "process_seconds": time.time() - t_start,
+    }
 
 
 def curve(metrics: Path, seen: dict[int, float]) -> list[dict]:
@@ -120,8 +148,15 @@ def curve(metrics: Path, seen: dict[int, float]) -> list[dict]:
         if t0 is None:
             t0 = seen.get(i)
         wall = seen.get(i, float("nan")) - t0 if t0 is not None else float("nan")
-        points.append({"step": step, "accuracy": r["eval/accuracy"], "completions": r.get("num_completions", 0),
-                       "train_s": train_s, "wall_s": wall})  # fmt: skip
+        points.append(
+            {
+                "step": step,
+                "accuracy": r["eval/accuracy"],
+                "completions": r.get("num_completions", 0),
+                "train_s": train_s,
+                "wall_s": wall,
+            }
+        )
     return points
 
 
@@ -144,7 +179,9 @@ def plot(points: list[dict], path: Path, title: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     acc = [100 * p["accuracy"] for p in points]
     axes[0].plot([p["train_s"] for p in points], acc, "o-", ms=3, label="train s (summed time/step)")
-    axes[0].plot([p["wall_s"] for p in points], acc, "s--", ms=3, alpha=0.7, label="wall s (incl. eval, saving)")
+    axes[0].plot(
+        [p["wall_s"] for p in points], acc, "s--", ms=3, alpha=0.7, label="wall s (incl. eval, saving)"
+    )
     axes[0].set_xlabel("seconds")
     axes[1].plot([p["completions"] for p in points], acc, "o-", ms=3)
     axes[1].set_xlabel("sampled completions")
@@ -191,9 +228,18 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for t in THRESHOLDS:
         first, sus = crossings(points, t)
-        rows.append([f"{t:.0%}", _cell(first, "train_s", ".1f"), _cell(first, "wall_s", ".1f"),
-                     _cell(first, "completions", ",d"), _cell(first, "step", "d"), _cell(sus, "train_s", ".1f"),
-                     _cell(sus, "wall_s", ".1f"), _cell(sus, "completions", ",d")])  # fmt: skip
+        rows.append(
+            [
+                f"{t:.0%}",
+                _cell(first, "train_s", ".1f"),
+                _cell(first, "wall_s", ".1f"),
+                _cell(first, "completions", ",d"),
+                _cell(first, "step", "d"),
+                _cell(sus, "train_s", ".1f"),
+                _cell(sus, "wall_s", ".1f"),
+                _cell(sus, "completions", ",d"),
+            ]
+        )
     last = points[-1]
     try:
         load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -202,25 +248,61 @@ def main(argv: list[str] | None = None) -> dict:
     text = [
         f"### Time to accuracy: `{' '.join(Path(c).name if i < 2 else c for i, c in enumerate(cmd))}`\n",
         f"{args.threads} torch thread(s); load average at the end {load}; evaluation every {args.eval_steps} steps.\n",
-        md_table(["held-out accuracy", "first: train s", "first: wall s", "first: completions", "first: step",
-                  "sustained: train s", "sustained: wall s", "sustained: completions"], rows),  # fmt: skip
+        md_table(
+            [
+                "held-out accuracy",
+                "first: train s",
+                "first: wall s",
+                "first: completions",
+                "first: step",
+                "sustained: train s",
+                "sustained: wall s",
+                "sustained: completions",
+            ],
+            rows,
+        ),
         "",
-        md_table(["accuracy before -> after", "steps", "completions", "train s (summed time/step)",
-                  "wall s (step-0 eval -> last eval)", "run's wall_seconds (summary.json)", "process s",
-                  "peak RSS (ru_maxrss)", "peak RSS (psutil poll)"],
-                 [[f"{points[0]['accuracy']:.1%} -> {last['accuracy']:.1%}", last["step"],
-                   f"{last['completions']:,}", f"{last['train_s']:.1f}", f"{last['wall_s']:.1f}",
-                   f"{summary.get('wall_seconds', float('nan')):.1f}", f"{res['process_seconds']:.1f}",
-                   f"{res['peak_rss_ru_maxrss'] / 2**20:.0f} MiB",
-                   f"{res['peak_rss_polled'] / 2**20:.0f} MiB" if res["peak_rss_polled"] else "n/a (no psutil)"]]),
-    ]  # fmt: skip
+        md_table(
+            [
+                "accuracy before -> after",
+                "steps",
+                "completions",
+                "train s (summed time/step)",
+                "wall s (step-0 eval -> last eval)",
+                "run's wall_seconds (summary.json)",
+                "process s",
+                "peak RSS (ru_maxrss)",
+                "peak RSS (psutil poll)",
+            ],
+            [
+                [
+                    f"{points[0]['accuracy']:.1%} -> {last['accuracy']:.1%}",
+                    last["step"],
+                    f"{last['completions']:,}",
+                    f"{last['train_s']:.1f}",
+                    f"{last['wall_s']:.1f}",
+                    f"{summary.get('wall_seconds', float('nan')):.1f}",
+                    f"{res['process_seconds']:.1f}",
+                    f"{res['peak_rss_ru_maxrss'] / 2**20:.0f} MiB",
+                    f"{res['peak_rss_polled'] / 2**20:.0f} MiB"
+                    if res["peak_rss_polled"]
+                    else "n/a (no psutil)",
+                ]
+            ],
+        ),
+    ]
     png = out / "time_to_accuracy.png"
     plot(points, png, f"GRPO, default experiment ({args.threads} thread(s))")
     text.append(f"\nCurve: {png}")
     report = "\n".join(text)
     print(report)
-    result = {"command": cmd, "points": points, "peak_rss_ru_maxrss": res["peak_rss_ru_maxrss"],
-              "peak_rss_polled": res["peak_rss_polled"], "summary": summary}  # fmt: skip
+    result = {
+        "command": cmd,
+        "points": points,
+        "peak_rss_ru_maxrss": res["peak_rss_ru_maxrss"],
+        "peak_rss_polled": res["peak_rss_polled"],
+        "summary": summary,
+    }
     (out / "time_to_accuracy.json").write_text(json.dumps(result, indent=1))
     return result
 

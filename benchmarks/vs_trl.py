@@ -57,10 +57,13 @@ from _common import (  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = shape_parser(__doc__, steps_help="Steps per timed block (default 20).",
-                     warmup_help="Untimed warm-up steps per trainer (default 3).",
-                     model_help="Model directory for both trainers (default: a seed-bank reference in runs/bench).",
-                     json_help="Also write the raw per-step timings here.")  # fmt: skip
+    p = shape_parser(
+        __doc__,
+        steps_help="Steps per timed block (default 20).",
+        warmup_help="Untimed warm-up steps per trainer (default 3).",
+        model_help="Model directory for both trainers (default: a seed-bank reference in runs/bench).",
+        json_help="Also write the raw per-step timings here.",
+    )
     p.add_argument("--reps", type=int, default=3, help="Timed blocks per trainer, alternating (default 3).")
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--loss_type", default="dapo", choices=("dapo", "bnpo", "grpo", "dr_grpo"))
@@ -136,16 +139,41 @@ def build_trl_trainer(model_path: str, prompts: int, G: int, max_steps: int, arg
     reward = partial(trl_accuracy, eos_token_id=tok.eos_token_id)
     reward.__name__ = "accuracy"
     cfg = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), per_device_train_batch_size=prompts * G,
-        generation_batch_size=prompts * G, num_generations=G, max_completion_length=args.max_completion_length,
-        temperature=1.0, beta=args.beta, num_iterations=1, loss_type=args.loss_type, scale_rewards="group",
-        learning_rate=args.learning_rate, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
-        max_steps=max_steps, report_to="none", use_cpu=True, bf16=False, fp16=False,
-        gradient_checkpointing=False, logging_strategy="no", save_strategy="no", eval_strategy="no",
-        disable_tqdm=True, seed=0, dataloader_num_workers=0,
-    )  # fmt: skip
-    return GRPOTrainer(model=model_path, reward_funcs=reward, args=cfg, train_dataset=load_split("seed_bank", "train"),
-                       processing_class=tok, callbacks=[callback])  # fmt: skip
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"),
+        per_device_train_batch_size=prompts * G,
+        generation_batch_size=prompts * G,
+        num_generations=G,
+        max_completion_length=args.max_completion_length,
+        temperature=1.0,
+        beta=args.beta,
+        num_iterations=1,
+        loss_type=args.loss_type,
+        scale_rewards="group",
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="constant",
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        max_steps=max_steps,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        logging_strategy="no",
+        save_strategy="no",
+        eval_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    return GRPOTrainer(
+        model=model_path,
+        reward_funcs=reward,
+        args=cfg,
+        train_dataset=load_split("seed_bank", "train"),
+        processing_class=tok,
+        callbacks=[callback],
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- the A/B run
@@ -154,9 +182,17 @@ def run_shape(model_path: str, prompts: int, G: int, args) -> dict:
     from transformers import TrainerCallback
 
     n = prompts * G
-    ours = build_our_trainer(model_path, prompts, G, args.threads, beta=args.beta, loss_type=args.loss_type,
-                             learning_rate=args.learning_rate, max_completion_length=args.max_completion_length,
-                                grouped_forward=args.grouped_forward)  # fmt: skip
+    ours = build_our_trainer(
+        model_path,
+        prompts,
+        G,
+        args.threads,
+        beta=args.beta,
+        loss_type=args.loss_type,
+        learning_rate=args.learning_rate,
+        max_completion_length=args.max_completion_length,
+        grouped_forward=args.grouped_forward,
+    )
     before = [q.detach().clone() for q in ours.model.parameters()]
     ours_blocks: list[list[float]] = []
     ours_len: list[tuple[float, float]] = []  # (mean, max) completion length of each timed step
@@ -219,11 +255,18 @@ def run_shape(model_path: str, prompts: int, G: int, args) -> dict:
     trl_cps = [n * len(b) / sum(b) for b in trl_blocks]
     trl_inner_cps = [n * len(b) / sum(b) for b in trl_inner]
     return {
-        "shape": f"{prompts}x{G}", "completions_per_step": n, "ours_step_s": ours_blocks, "trl_step_s": trl_blocks,
-        "trl_inner_step_s": trl_inner, "ours_cps": ours_cps, "trl_cps": trl_cps, "trl_inner_cps": trl_inner_cps,
+        "shape": f"{prompts}x{G}",
+        "completions_per_step": n,
+        "ours_step_s": ours_blocks,
+        "trl_step_s": trl_blocks,
+        "trl_inner_step_s": trl_inner,
+        "ours_cps": ours_cps,
+        "trl_cps": trl_cps,
+        "trl_inner_cps": trl_inner_cps,
         "ratio": [a / b for a, b in zip(ours_cps, trl_cps, strict=True)],
-        "ours_lengths": ours_len, "trl_lengths": cb.lengths[W:] if len(cb.lengths) == W + R * N else [],
-    }  # fmt: skip
+        "ours_lengths": ours_len,
+        "trl_lengths": cb.lengths[W:] if len(cb.lengths) == W + R * N else [],
+    }
 
 
 def _lengths(xs: list[tuple[float, float]]) -> str:
@@ -239,14 +282,32 @@ def report(results: list[dict], args) -> str:
     for r in results:
         ours_ms = [1000 * sum(b) / len(b) for b in r["ours_step_s"]]
         trl_ms = [1000 * sum(b) / len(b) for b in r["trl_step_s"]]
-        rows.append([
-            r["shape"], r["completions_per_step"], fmt_mmm(r["ours_cps"]), fmt_mmm(r["trl_cps"]),
-            fmt_mmm(r["ratio"], 2), fmt_mmm(ours_ms, 1), fmt_mmm(trl_ms, 1), fmt_mmm(r["trl_inner_cps"]),
-            _lengths(r["ours_lengths"]), _lengths(r["trl_lengths"]),
-        ])  # fmt: skip
-    head = ["shape (prompts x G)", "completions/step", "ours completions/s", "TRL completions/s", "ours / TRL",
-            "ours ms/step", "TRL ms/step", "TRL completions/s (step_begin->end)",
-            "ours completion length mean / max", "TRL completion length mean / max"]  # fmt: skip
+        rows.append(
+            [
+                r["shape"],
+                r["completions_per_step"],
+                fmt_mmm(r["ours_cps"]),
+                fmt_mmm(r["trl_cps"]),
+                fmt_mmm(r["ratio"], 2),
+                fmt_mmm(ours_ms, 1),
+                fmt_mmm(trl_ms, 1),
+                fmt_mmm(r["trl_inner_cps"]),
+                _lengths(r["ours_lengths"]),
+                _lengths(r["trl_lengths"]),
+            ]
+        )
+    head = [
+        "shape (prompts x G)",
+        "completions/step",
+        "ours completions/s",
+        "TRL completions/s",
+        "ours / TRL",
+        "ours ms/step",
+        "TRL ms/step",
+        "TRL completions/s (step_begin->end)",
+        "ours completion length mean / max",
+        "TRL completion length mean / max",
+    ]
     return (
         f"### tinygrpo vs TRL: whole-step throughput\n\n{machine_line(args.threads)}; {args.reps} alternating "
         f"blocks of {args.steps} steps per trainer after {args.warmup} warm-up steps; median (min-max) over blocks.\n"

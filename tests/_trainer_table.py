@@ -35,16 +35,26 @@ def build_table_tokenizer() -> PreTrainedTokenizerFast:
     tk.decoder = decoders.Fuse()
     tk.add_special_tokens(["<pad>", "<eos>"])
     return PreTrainedTokenizerFast(
-        tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>", padding_side="left",
-        model_input_names=["input_ids", "attention_mask"], clean_up_tokenization_spaces=False,
-    )  # fmt: skip
+        tokenizer_object=tk,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        padding_side="left",
+        model_input_names=["input_ids", "attention_mask"],
+        clean_up_tokenization_spaces=False,
+    )
 
 
 class TableConfig(PretrainedConfig):
     model_type = "tinygrpo_test_table"
 
-    def __init__(self, vocab_size: int = 17, n_positions: int = 8, answer_token_ids=None, digit_token_ids=None,
-                 **kwargs) -> None:  # fmt: skip
+    def __init__(
+        self,
+        vocab_size: int = 17,
+        n_positions: int = 8,
+        answer_token_ids=None,
+        digit_token_ids=None,
+        **kwargs,
+    ) -> None:
         self.vocab_size = vocab_size
         self.n_positions = n_positions
         self.answer_token_ids = list(answer_token_ids or [])  # token id of answer v, v = 0..12
@@ -94,10 +104,13 @@ class TablePolicy(PreTrainedModel):
 def build_table_policy(tokenizer: PreTrainedTokenizerFast, table: torch.Tensor) -> TablePolicy:
     vocab = tokenizer.get_vocab()
     cfg = TableConfig(
-        vocab_size=len(tokenizer), n_positions=8,
-        answer_token_ids=[vocab[a] for a in ANSWERS], digit_token_ids=[vocab[str(d)] for d in range(10)],
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        n_positions=8,
+        answer_token_ids=[vocab[a] for a in ANSWERS],
+        digit_token_ids=[vocab[str(d)] for d in range(10)],
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     model = TablePolicy(cfg)
     with torch.no_grad():
         model.table.copy_(table)

@@ -21,8 +21,19 @@ def seed_reference(tmp_path_factory) -> str:
     from tinygrpo.sft import SFTConfig, train_reference
 
     out = tmp_path_factory.mktemp("seed_reference")
-    cfg = SFTConfig(output_dir=str(out), dataset="seed_bank", eval_split="", train_size=0, max_steps=60,
-                    batch_size=32, n_embd=32, n_head=2, n_positions=16, log_every=0, seed=0)  # fmt: skip
+    cfg = SFTConfig(
+        output_dir=str(out),
+        dataset="seed_bank",
+        eval_split="",
+        train_size=0,
+        max_steps=60,
+        batch_size=32,
+        n_embd=32,
+        n_head=2,
+        n_positions=16,
+        log_every=0,
+        seed=0,
+    )
     train_reference(cfg, verbose=False)
     return str(out)
 

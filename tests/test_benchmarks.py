@@ -59,15 +59,20 @@ def test_analytic_flops_match_the_counter(seed_reference):
     counted2, out2 = limit.counted_flops(tr2)
     lengths2 = out2.scored.first.lengths.tolist()
     if min(lengths2) < max(lengths2):
-        assert counted2 > limit.step_flops(replace(arch, attention=False), 2, 4, Tp, lengths2, beta=0.02)["total"]
+        assert (
+            counted2
+            > limit.step_flops(replace(arch, attention=False), 2, 4, Tp, lengths2, beta=0.02)["total"]
+        )
     # sharing the prompt across the group never costs more
-    assert limit.step_flops(arch, 2, 4, Tp, [3] * 8, 0.02)["total"] < limit.step_flops(arch, 2, 4, Tp, [3] * 8, 0.02,
-                                                                                        False)["total"]
+    assert (
+        limit.step_flops(arch, 2, 4, Tp, [3] * 8, 0.02)["total"]
+        < limit.step_flops(arch, 2, 4, Tp, [3] * 8, 0.02, False)["total"]
+    )
 
 
 def test_phases_one_step(seed_reference, capsys):
     phases = _load("phases")
-    phases.main(["--shapes", "2x4", "--steps", "1", "--warmup", "0", "--model_name_or_path", seed_reference])
+    phases.main([*"--shapes 2x4 --steps 1 --warmup 0 --model_name_or_path".split(), seed_reference])
     out = capsys.readouterr().out
     assert "| **whole step** |" in out and "reference forward" in out
     assert "tensor operations per step" in out
@@ -75,7 +80,7 @@ def test_phases_one_step(seed_reference, capsys):
 
 def test_time_to_accuracy_dry_run(capsys):
     tta = _load("time_to_accuracy")
-    tta.main(["--dry_run", "--max_steps", "3", "--threads", "2", "--", "--beta", "0.02"])
+    tta.main([*"--dry_run --max_steps 3 --threads 2 -- --beta 0.02".split()])
     cmd = capsys.readouterr().out
     assert "--torch_num_threads 2" in cmd and "--max_steps 3" in cmd and cmd.strip().endswith("--beta 0.02")
 
@@ -84,8 +89,11 @@ def test_time_to_accuracy_curve(tmp_path):
     import json
 
     tta = _load("time_to_accuracy")
-    rows = [{"step": 0, "eval/accuracy": 0.5}, {"step": 1, "time/step": 0.5, "num_completions": 8},
-            {"step": 2, "time/step": 0.25, "num_completions": 16, "eval/accuracy": 0.96}]  # fmt: skip
+    rows = [
+        {"step": 0, "eval/accuracy": 0.5},
+        {"step": 1, "time/step": 0.5, "num_completions": 8},
+        {"step": 2, "time/step": 0.25, "num_completions": 16, "eval/accuracy": 0.96},
+    ]
     p = tmp_path / "metrics.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     pts = tta.curve(p, {0: 10.0, 1: 10.5, 2: 11.0})
@@ -100,7 +108,6 @@ def test_time_to_accuracy_curve(tmp_path):
 def test_vs_trl_one_iteration(seed_reference, capsys):
     pytest.importorskip("trl")
     vs = _load("vs_trl")
-    vs.main(["--shapes", "2x4", "--reps", "1", "--steps", "1", "--warmup", "0", "--model_name_or_path",
-             seed_reference])  # fmt: skip
+    vs.main([*"--shapes 2x4 --reps 1 --steps 1 --warmup 0 --model_name_or_path".split(), seed_reference])
     out = capsys.readouterr().out
     assert "| 2x4 | 8 |" in out

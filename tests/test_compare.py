@@ -14,7 +14,13 @@ from tinygrpo.studies.compare import cli, settings
 
 pytestmark = pytest.mark.slow  # ~20-40 s: trains 4 tiny references and 8 short token-level runs
 
-OUTPUTS = ("comparison.md", "results.json", "accuracy_vs_completions.png", "skipped_fraction.png", "beliefs.png")
+OUTPUTS = (
+    "comparison.md",
+    "results.json",
+    "accuracy_vs_completions.png",
+    "skipped_fraction.png",
+    "beliefs.png",
+)
 
 
 @pytest.fixture(scope="module")

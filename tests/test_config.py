@@ -31,19 +31,24 @@ def write(tmp_path: Path, text: str | bytes, name: str = "recipe.yaml") -> str:
 def test_defaults_and_flags():
     cfg = parse_config([])
     assert cfg == GRPOConfig()
-    cfg = parse_config(["--num_generations", "4", "--per_device_train_batch_size", "32", "--beta", "0.04",
-                        "--loss_type", "grpo", "--epsilon_high", "0.28", "--output_dir", "x/y"])  # fmt: skip
+    cfg = parse_config(
+        "--num_generations 4 --per_device_train_batch_size 32 --beta 0.04 --loss_type grpo --epsilon_high 0.28 --output_dir x/y".split()
+    )
     assert (cfg.num_generations, cfg.per_device_train_batch_size, cfg.beta) == (4, 32, 0.04)
     assert (cfg.loss_type, cfg.epsilon_high, cfg.output_dir) == ("grpo", 0.28, "x/y")
     assert isinstance(cfg.beta, float) and isinstance(cfg.num_generations, int)
     assert cfg.needs_old_logps is False
     assert parse_config(["--num_iterations", "2"]).needs_old_logps is True
-    assert parse_config(["--per_device_train_batch_size", "32", "--num_generations", "4",
-                         "--num_mini_batches", "2"]).needs_old_logps is True  # fmt: skip
+    assert (
+        parse_config(
+            [*"--per_device_train_batch_size 32 --num_generations 4 --num_mini_batches 2".split()]
+        ).needs_old_logps
+        is True
+    )
 
 
 def test_list_fields():
-    cfg = parse_config(["--reward_funcs", "accuracy", "format", "--reward_weights", "1.0", "0.1"])
+    cfg = parse_config([*"--reward_funcs accuracy format --reward_weights 1.0 0.1".split()])
     assert cfg.reward_funcs == ["accuracy", "format"]
     assert cfg.reward_weights == [1.0, 0.1]
     assert parse_config([]).reward_funcs == ["accuracy"] and parse_config([]).reward_weights is None
@@ -65,9 +70,12 @@ def test_booleans(argv, expected):
 
 
 def test_yaml_recipe_with_flags_overriding_it(tmp_path):
-    path = write(tmp_path, "num_generations: 4\nper_device_train_batch_size: 64\nbeta: 0.02\nloss_type: bnpo\n"
-                           "reward_funcs: [accuracy, format]\nreward_weights: [1.0, 0.1]\nmake_plots: false\n"
-                           "epsilon_high: null\n")  # fmt: skip
+    path = write(
+        tmp_path,
+        "num_generations: 4\nper_device_train_batch_size: 64\nbeta: 0.02\nloss_type: bnpo\n"
+        "reward_funcs: [accuracy, format]\nreward_weights: [1.0, 0.1]\nmake_plots: false\n"
+        "epsilon_high: null\n",
+    )
     cfg = parse_config(["--config", path])
     assert (cfg.num_generations, cfg.per_device_train_batch_size, cfg.beta, cfg.loss_type) == (
         4,
@@ -78,13 +86,15 @@ def test_yaml_recipe_with_flags_overriding_it(tmp_path):
     assert cfg.reward_funcs == ["accuracy", "format"] and cfg.reward_weights == [1.0, 0.1]
     assert cfg.make_plots is False and cfg.epsilon_high is None
     # flags override the file wherever --config appears
-    for argv in (["--config", path, "--beta", "0.1", "--make_plots", "true"],
-                 ["--beta", "0.1", "--make_plots", "true", "--config", path]):  # fmt: skip
+    for argv in (
+        ["--config", path, *"--beta 0.1 --make_plots true".split()],
+        [*"--beta 0.1 --make_plots true --config".split(), path],
+    ):
         cfg = parse_config(argv)
         assert cfg.beta == 0.1 and cfg.make_plots is True
         assert cfg.loss_type == "bnpo" and cfg.num_generations == 4  # the rest still from the file
     # a list flag replaces the file's list
-    cfg = parse_config(["--config", path, "--reward_funcs", "accuracy", "--reward_weights", "2.0"])
+    cfg = parse_config(["--config", path, *"--reward_funcs accuracy --reward_weights 2.0".split()])
     assert cfg.reward_funcs == ["accuracy"] and cfg.reward_weights == [2.0]
     # an empty file is no change
     assert parse_config(["--config", write(tmp_path, "", "empty.yaml")]) == GRPOConfig()
@@ -125,7 +135,7 @@ BAD_FLAGS = [
     pytest.param(["--num_generations", "1"], "num_generations", id="num_generations=1"),
     # 30 completions per process do not split into groups of 8
     pytest.param(
-        ["--num_generations", "8", "--per_device_train_batch_size", "30"],
+        [*"--num_generations 8 --per_device_train_batch_size 30".split()],
         "per_device_train_batch_size",
         id="batch_not_multiple_of_G",
     ),
@@ -154,7 +164,7 @@ BAD_FLAGS = [
     pytest.param(["--delta", "1.1"], "delta", id="delta_too_small"),
     # one weight per reward function
     pytest.param(
-        ["--reward_funcs", "accuracy", "format", "--reward_weights", "1.0"],
+        [*"--reward_funcs accuracy format --reward_weights 1.0".split()],
         "reward_weights",
         id="reward_weights_count",
     ),
@@ -170,7 +180,7 @@ BAD_FLAGS = [
     # other range checks
     pytest.param(["--max_steps", "0"], "max_steps", id="max_steps=0"),
     pytest.param(
-        ["--per_device_train_batch_size", "32", "--num_generations", "4", "--num_mini_batches", "3"],
+        [*"--per_device_train_batch_size 32 --num_generations 4 --num_mini_batches 3".split()],
         "num_mini_batches",
         id="mini_batches_do_not_divide_groups",
     ),
@@ -232,8 +242,13 @@ def test_eval_split_empty_string_disables_evaluation():
 
 
 def test_cli_error_is_one_line_without_traceback():
-    proc = subprocess.run([sys.executable, "train_grpo.py", "--num_generations", "1"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "train_grpo.py", "--num_generations", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

@@ -36,12 +36,15 @@ def completions_with_eos(P: int, G: int, Tc: int, seed: int) -> tuple[torch.Tens
     return ids, mask
 
 
-@pytest.mark.parametrize("P, G, Tc", [
-    (5, 3, 5),  # the general case
-    (5, 1, 4),  # one sample per prompt
-    (2, 4, 1),  # one-token completions: only the prompts are fed
-    (1, 8, 3),  # a single prompt, a larger group
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "P, G, Tc",
+    [
+        (5, 3, 5),  # the general case
+        (5, 1, 4),  # one sample per prompt
+        (2, 4, 1),  # one-token completions: only the prompts are fed
+        (1, 8, 3),  # a single prompt, a larger group
+    ],
+)
 def test_grouped_logits_equal_the_generic_forward(model, tok, P, G, Tc):
     ids, pmask = encode(tok, PROMPTS[:P])
     comp, cmask = completions_with_eos(P, G, Tc, seed=P * 100 + G * 10 + Tc)
@@ -72,7 +75,9 @@ def test_grouped_gradients_equal_the_generic_forward(model, tok):
     finally:
         model.eval()
     for (name, _), a, b in zip(model.named_parameters(), *grads, strict=True):
-        scale = max(1.0, float(b.abs().max()))  # float32 sums of ~40-sized terms: compare relative to the scale
+        scale = max(
+            1.0, float(b.abs().max())
+        )  # float32 sums of ~40-sized terms: compare relative to the scale
         torch.testing.assert_close(a, b, atol=1e-5 * scale, rtol=1e-4, msg=name)
     assert any(g.abs().sum() > 0 for g in grads[0])
 
@@ -105,7 +110,9 @@ def test_sampling_is_the_same_on_both_paths(model, tok, temperature):
     for grouped in (True, False):
         g = torch.Generator().manual_seed(11)
         outs.append(
-            sample_completions(model, ids, pmask, 6, 7, EOS, PAD, temperature, generator=g, backend=BACKENDS[grouped]())
+            sample_completions(
+                model, ids, pmask, 6, 7, EOS, PAD, temperature, generator=g, backend=BACKENDS[grouped]()
+            )
         )
     a, b = outs
     assert torch.equal(a.completion_ids, b.completion_ids)
@@ -143,10 +150,14 @@ def test_one_layout_serves_every_forward_and_follows_its_inputs(model, tok):
     comp, cmask = completions_with_eos(len(PROMPTS), 2, 4, seed=6)
     frames = FrameCache()
     layout = model.grouped_layout(ids, pmask, comp, 2, cmask, frames)
-    assert model.grouped_layout(ids, pmask, comp, 2, cmask, frames).mask is layout.mask  # the frame was reused
+    assert (
+        model.grouped_layout(ids, pmask, comp, 2, cmask, frames).mask is layout.mask
+    )  # the frame was reused
     want = completion_logits(model, ids, pmask, comp, 2, backend=GenericBackend())
     torch.manual_seed(1)
-    other = TinyLMForCausalLM(TinyLMConfig(initializer_range=0.3)).eval()  # e.g. a reference of the same config
+    other = TinyLMForCausalLM(
+        TinyLMConfig(initializer_range=0.3)
+    ).eval()  # e.g. a reference of the same config
     for m in (model, other):
         got = m.grouped_logits(layout)
         ref = want if m is model else completion_logits(other, ids, pmask, comp, 2, backend=GenericBackend())

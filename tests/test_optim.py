@@ -83,7 +83,9 @@ def test_functional_step_equals_step_bit_for_bit(weight_decay):
     ours, theirs = _model(), _model()
     opt = _step(ours, weight_decay=weight_decay, learning_rate=1e-2)
     assert opt.functional
-    twin, _ = build_optimizer(theirs, GRPOConfig(output_dir="unused", weight_decay=weight_decay, learning_rate=1e-2))
+    twin, _ = build_optimizer(
+        theirs, GRPOConfig(output_dir="unused", weight_decay=weight_decay, learning_rate=1e-2)
+    )
     functional_steps = 0
     for step in range(5):
         _set_grads([ours, theirs], 1.0, seed=step)

@@ -27,11 +27,7 @@ from tinygrpo import checkpoint as ckpt
 from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
 
 REPO = Path(train_grpo.__file__).resolve().parent
-SMALL = (
-    "--dataset", "seed_bank", "--train_split", "train", "--eval_split", "train",
-    "--per_device_train_batch_size", "32", "--num_generations", "4", "--max_completion_length", "3",
-    "--disable_tqdm", "true", "--make_plots", "false", "--torch_num_threads", "1",
-)  # fmt: skip
+SMALL = "--dataset seed_bank --train_split train --eval_split train --per_device_train_batch_size 32 --num_generations 4 --max_completion_length 3 --disable_tqdm true --make_plots false --torch_num_threads 1".split()
 # The kill/resume runs: long enough (N steps of ~15-50 ms) that a poller catches the run mid-way after its first
 # checkpoints; every step logged, so that resume has lines to truncate.
 N_STEPS = 150
@@ -56,9 +52,13 @@ def start(ref: str, out: Path, *extra: str, tag: str = "run") -> subprocess.Pope
     fill up and stall it)."""
     logs = out.parent / f"{out.name}.{tag}"
     return subprocess.Popen(
-        [sys.executable, "train_grpo.py", *cli(ref, out, *extra)], cwd=REPO, env=ENV,
-        stdout=open(f"{logs}.out", "w"), stderr=open(f"{logs}.err", "w"), text=True,
-    )  # fmt: skip
+        [sys.executable, "train_grpo.py", *cli(ref, out, *extra)],
+        cwd=REPO,
+        env=ENV,
+        stdout=open(f"{logs}.out", "w"),
+        stderr=open(f"{logs}.err", "w"),
+        text=True,
+    )
 
 
 def stderr_of(out: Path, tag: str = "run") -> str:
@@ -98,7 +98,9 @@ def wait_for(cond: Callable[[], bool], proc: subprocess.Popen, what: str, timeou
 def sigkill(proc: subprocess.Popen) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL, f"the run ended by itself (rc={proc.returncode}): raise N_STEPS"  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, (
+        f"the run ended by itself (rc={proc.returncode}): raise N_STEPS"
+    )
 
 
 def stripped_metrics(out: Path) -> list[str]:
@@ -129,7 +131,13 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 # (the learning-rate scheduler's state is JSON inside STATE_FILE)
-CHECKPOINT_FILES = {"model.safetensors", "optimizer.bin", "random_states_0.pkl", "sampler_0.json", ckpt.STATE_FILE}
+CHECKPOINT_FILES = {
+    "model.safetensors",
+    "optimizer.bin",
+    "random_states_0.pkl",
+    "sampler_0.json",
+    ckpt.STATE_FILE,
+}
 
 
 def assert_checkpoints_sound(out: Path) -> None:
@@ -170,7 +178,11 @@ def test_sigkill_after_a_checkpoint_then_resume_is_exact(seed_reference, straigh
     out = tmp_path / "b"
     proc = start(seed_reference, out, *LONG)
     # Kill once checkpoint-6 (or a later one) exists AND a few steps past it are logged: resume must drop them.
-    wait_for(lambda: latest_step(out) >= 6 and last_step(out) >= latest_step(out) + 2, proc, "checkpoint-6, +2 steps")  # fmt: skip
+    wait_for(
+        lambda: latest_step(out) >= 6 and last_step(out) >= latest_step(out) + 2,
+        proc,
+        "checkpoint-6, +2 steps",
+    )
     sigkill(proc)
     killed_at, resumed_from = last_step(out), latest_step(out)
     assert 6 <= resumed_from < killed_at < N_STEPS
@@ -209,7 +221,7 @@ def test_sigkills_at_random_moments_leave_only_complete_checkpoints(seed_referen
     (out / f"checkpoint-{newest + 200}").mkdir()
     assert ckpt.resolve_checkpoint("latest", out) == out / f"checkpoint-{newest}"
 
-    rc = run_inproc(seed_reference, out, *LONG, "--save_steps", "1", "--resume_from_checkpoint", "latest")
+    rc = run_inproc(seed_reference, out, *LONG, *"--save_steps 1 --resume_from_checkpoint latest".split())
     assert rc == 0
     assert not leftover.exists()  # the next save's prune removes leftovers
     assert_same_run(out, straight_run)
@@ -219,8 +231,15 @@ def test_kill_while_pruning_leaves_no_half_deleted_checkpoint(seed_reference, tm
     """Deterministic stand-in for a SIGKILL that lands inside prune()'s rmtree: the simulated kill happens after
     the first file of the old checkpoint is gone (rmtree's order is the directory's order; here: the weights)."""
     out = tmp_path / "p"
-    assert run_inproc(seed_reference, out, "--max_steps", "4", "--save_steps", "2", "--save_total_limit", "1",
-                      "--eval_split", "") == 0  # fmt: skip
+    assert (
+        run_inproc(
+            seed_reference,
+            out,
+            *"--max_steps 4 --save_steps 2 --save_total_limit 1 --eval_split".split(),
+            "",
+        )
+        == 0
+    )
     assert [p.name for p in ckpt.checkpoint_dirs(out)] == ["checkpoint-4"]
     old = out / "checkpoint-2"
     shutil.copytree(out / "checkpoint-4", old)
@@ -265,20 +284,32 @@ def test_same_seed_same_run_different_seed_different_run(seed_reference, tmp_pat
 
 def test_second_run_into_the_same_output_dir_is_refused_and_changes_nothing(seed_reference, tmp_path, capfd):
     out = tmp_path / "run"
-    rc = run_inproc(seed_reference, out, "--max_steps", "3", "--save_steps", "2", "--logging_steps", "1")
+    rc = run_inproc(seed_reference, out, *"--max_steps 3 --save_steps 2 --logging_steps 1".split())
     assert rc == 0
     before = snapshot(out)
-    assert {"metrics.jsonl", "completions.jsonl", "config.json", "summary.json", "final/model.safetensors",
-            "checkpoint-2/model.safetensors"} <= before.keys()  # fmt: skip
+    assert {
+        "metrics.jsonl",
+        "completions.jsonl",
+        "config.json",
+        "summary.json",
+        "final/model.safetensors",
+        "checkpoint-2/model.safetensors",
+    } <= before.keys()
     capfd.readouterr()
 
-    assert run_inproc(seed_reference, out, "--max_steps", "5", "--seed", "3") == 1
+    assert run_inproc(seed_reference, out, *"--max_steps 5 --seed 3".split()) == 1
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "--overwrite_output_dir" in err[0], err
     assert snapshot(out) == before  # byte-identical, nothing added or removed
 
-    assert run_inproc(seed_reference, out, "--max_steps", "5", "--seed", "3", "--logging_steps", "1",
-                      "--overwrite_output_dir", "true") == 0  # fmt: skip
+    assert (
+        run_inproc(
+            seed_reference,
+            out,
+            *"--max_steps 5 --seed 3 --logging_steps 1 --overwrite_output_dir true".split(),
+        )
+        == 0
+    )
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == list(range(6))  # only the new run's rows
     assert not (out / "checkpoint-2").exists()  # the old run's checkpoints are gone, not mixed in
 
@@ -314,7 +345,9 @@ HUGE_REWARD = """
 def huge(prompts, completions, **kwargs):
     return [(3e38 if i % 2 else 1e38) if p == "0+0=" else 0.0 for i, p in enumerate(prompts)]
 """
-NONFINITE = ("--advantage_mode", "reinforce", "--dynamic_sampling", "false", "--max_steps", "12", "--logging_steps", "1")  # fmt: skip
+NONFINITE = tuple(
+    "--advantage_mode reinforce --dynamic_sampling false --max_steps 12 --logging_steps 1".split()
+)
 
 
 @pytest.fixture
@@ -324,7 +357,9 @@ def huge_reward(tmp_path) -> str:
     return f"{path}:huge"
 
 
-def test_nonfinite_loss_stops_with_one_line_naming_step_and_quantity(seed_reference, tmp_path, huge_reward, capfd):  # fmt: skip
+def test_nonfinite_loss_stops_with_one_line_naming_step_and_quantity(
+    seed_reference, tmp_path, huge_reward, capfd
+):
     out = tmp_path / "nan"
     rewards = ("--reward_funcs", "accuracy", huge_reward)
     rc = run_inproc(seed_reference, out, *rewards, *NONFINITE, "--save_steps", "1")
@@ -345,8 +380,19 @@ def test_nonfinite_loss_stops_with_one_line_naming_step_and_quantity(seed_refere
 
 def test_nonfinite_loss_with_skip_completes_and_counts_the_skips(seed_reference, tmp_path, huge_reward):
     out = tmp_path / "skip"
-    assert run_inproc(seed_reference, out, "--reward_funcs", "accuracy", huge_reward, *NONFINITE,
-                      "--on_nonfinite", "skip") == 0  # fmt: skip
+    assert (
+        run_inproc(
+            seed_reference,
+            out,
+            "--reward_funcs",
+            "accuracy",
+            huge_reward,
+            *NONFINITE,
+            "--on_nonfinite",
+            "skip",
+        )
+        == 0
+    )
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if r["step"] > 0]
     assert [r["step"] for r in rows] == list(range(1, 13))
     skipped = rows[-1]["nonfinite_skipped"]
@@ -436,16 +482,22 @@ BAD = {
     # ...nor a typo'd key in a recipe.
     "unknown_yaml_key": (lambda t, r: _yaml(t, "learning_rat: 0.1\n"), "learning_rat"),
     # A group needs at least 2 samples for a baseline.
-    "G_below_2": (lambda t, r: ["--num_generations", "1", "--per_device_train_batch_size", "8"], "num_generations"),
+    "G_below_2": (
+        lambda t, r: [*"--num_generations 1 --per_device_train_batch_size 8".split()],
+        "num_generations",
+    ),
     # Each process must hold whole groups.
-    "batch_not_whole_groups": (lambda t, r: ["--per_device_train_batch_size", "30"], "per_device_train_batch_size"),
+    "batch_not_whole_groups": (
+        lambda t, r: ["--per_device_train_batch_size", "30"],
+        "per_device_train_batch_size",
+    ),
     # epsilon <= 0 makes the clip range empty.
     "epsilon_zero": (lambda t, r: ["--epsilon", "0"], "epsilon"),
     # A negative KL coefficient rewards drifting away from the reference.
     "beta_negative": (lambda t, r: ["--beta", "-0.1"], "beta"),
     # Enumerated choices are checked and the allowed values listed.
     "unknown_loss_type": (lambda t, r: ["--loss_type", "ppo"], "loss_type"),
-    "unknown_kl_estimator": (lambda t, r: ["--kl_estimator", "k4", "--beta", "0.1"], "kl_estimator"),
+    "unknown_kl_estimator": (lambda t, r: [*"--kl_estimator k4 --beta 0.1".split()], "kl_estimator"),
     # One weight per reward function.
     "reward_weights_count": (lambda t, r: ["--reward_weights", "1", "2"], "reward_weights"),
     # A NaN learning rate would poison every weight at step 1.
@@ -464,12 +516,19 @@ BAD = {
     "empty_dataset": (lambda t, r: ["--dataset", _dataset(t, None), "--eval_split", ""], "empty"),
     # Rows without the prompt column.
     "no_prompt_column": (
-        lambda t, r: ["--dataset", _dataset(t, [{"question": "1+2=", "answer": "3"}]), "--eval_split", ""], "prompt"),
+        lambda t, r: ["--dataset", _dataset(t, [{"question": "1+2=", "answer": "3"}]), "--eval_split", ""],
+        "prompt",
+    ),
     # The accuracy reward needs the answer column.
-    "no_answer_column": (lambda t, r: ["--dataset", _dataset(t, [{"prompt": "1+2="}]), "--eval_split", ""], "answer"),
+    "no_answer_column": (
+        lambda t, r: ["--dataset", _dataset(t, [{"prompt": "1+2="}]), "--eval_split", ""],
+        "answer",
+    ),
     # '*' is not in the char tokenizer's vocabulary (there is no <unk>).
     "char_outside_vocab": (
-        lambda t, r: ["--dataset", _dataset(t, [{"prompt": "3*4=", "answer": "12"}]), "--eval_split", ""], "'*'"),
+        lambda t, r: ["--dataset", _dataset(t, [{"prompt": "3*4=", "answer": "12"}]), "--eval_split", ""],
+        "'*'",
+    ),
     # 4-token prompts + 100 completion tokens exceed the 16 positions of the reference.
     "longer_than_context": (lambda t, r: ["--max_completion_length", "100"], "context"),
     # --- model / tokenizer: caught by load_model_and_tokenizer / _check_inputs
@@ -488,14 +547,25 @@ BAD = {
     "unknown_reward": (lambda t, r: ["--reward_funcs", "acuracy"], "unknown reward 'acuracy'"),
     "missing_reward_file": (lambda t, r: ["--reward_funcs", str(t / "nope.py") + ":f"], "not found"),
     "reward_raises": (
-        lambda t, r: _reward_file(t, "def boom(completions, **kw):\n    raise RuntimeError('kaboom')\n", "boom"),
-        "kaboom"),
-    "reward_file_has_no_such_function": (lambda t, r: _reward_file(t, "def f(completions):\n    return []\n", "g"),
-                                         "no function 'g'"),
+        lambda t, r: _reward_file(
+            t, "def boom(completions, **kw):\n    raise RuntimeError('kaboom')\n", "boom"
+        ),
+        "kaboom",
+    ),
+    "reward_file_has_no_such_function": (
+        lambda t, r: _reward_file(t, "def f(completions):\n    return []\n", "g"),
+        "no function 'g'",
+    ),
     # --- resume
-    "resume_from_nowhere": (lambda t, r: ["--resume_from_checkpoint", str(t / "nowhere")], "not a checkpoint"),
-    "resume_latest_without_checkpoints": (lambda t, r: ["--resume_from_checkpoint", "latest"], "no complete checkpoint"),
-}  # fmt: skip
+    "resume_from_nowhere": (
+        lambda t, r: ["--resume_from_checkpoint", str(t / "nowhere")],
+        "not a checkpoint",
+    ),
+    "resume_latest_without_checkpoints": (
+        lambda t, r: ["--resume_from_checkpoint", "latest"],
+        "no complete checkpoint",
+    ),
+}
 
 # Parser (argparse) errors: in-process, main() raises SystemExit instead of returning 1 (see the report).
 PARSER_ERRORS = {
@@ -543,8 +613,14 @@ def test_bad_input_is_one_error_line_and_no_training(name, seed_reference, tmp_p
 def test_bad_input_subprocess(name, seed_reference, tmp_path):
     make, needle = PARSER_ERRORS[name]
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "train_grpo.py", *cli(seed_reference, out, *make(tmp_path, seed_reference))],
-                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "train_grpo.py", *cli(seed_reference, out, *make(tmp_path, seed_reference))],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     print(f"{name}: rc={proc.returncode} stderr={proc.stderr.strip()!r}")
     ERROR_LINES[name] = check_one_error_line(proc.stderr, needle, proc.returncode, out)
     assert proc.stdout == ""
@@ -561,7 +637,7 @@ def test_custom_dataset_error_is_the_only_stderr_output(seed_reference, tmp_path
 
 def test_a_failed_launch_leaves_the_output_dir_reusable(seed_reference, tmp_path, capfd):
     out = tmp_path / "out"
-    assert run_inproc(seed_reference, out, "--max_steps", "2", "--resume_from_checkpoint", "latest") == 1
+    assert run_inproc(seed_reference, out, *"--max_steps 2 --resume_from_checkpoint latest".split()) == 1
     capfd.readouterr()
     rc = run_inproc(seed_reference, out, "--max_steps", "2")
     assert rc == 0, capfd.readouterr().err
@@ -571,8 +647,12 @@ def test_a_failed_launch_leaves_the_output_dir_reusable(seed_reference, tmp_path
 
 
 def test_no_pickle_loading_in_project_code():
-    sources = [REPO / "train_grpo.py", *(REPO / "tinygrpo").rglob("*.py"), *(REPO / "tiny_lm").rglob("*.py"),
-               *(REPO / "rewards").rglob("*.py")]  # fmt: skip
+    sources = [
+        REPO / "train_grpo.py",
+        *(REPO / "tinygrpo").rglob("*.py"),
+        *(REPO / "tiny_lm").rglob("*.py"),
+        *(REPO / "rewards").rglob("*.py"),
+    ]
     offenders = []
     for path in sources:
         text = path.read_text()
@@ -585,7 +665,7 @@ def test_no_pickle_loading_in_project_code():
 
 def test_checkpoints_hold_safetensors_and_resume_never_unpickles(seed_reference, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    assert run_inproc(seed_reference, out, "--max_steps", "2", "--save_steps", "1", "--eval_split", "") == 0
+    assert run_inproc(seed_reference, out, *"--max_steps 2 --save_steps 1 --eval_split".split(), "") == 0
     for p in [*ckpt.checkpoint_dirs(out), out / "final"]:
         names = {f.name for f in p.iterdir()}
         assert "model.safetensors" in names and not names & {"pytorch_model.bin", "model.bin"}, names
@@ -598,8 +678,19 @@ def test_checkpoints_hold_safetensors_and_resume_never_unpickles(seed_reference,
         return real_load(*args, **kwargs)
 
     monkeypatch.setattr(torch, "load", spy)
-    assert run_inproc(seed_reference, out, "--max_steps", "3", "--eval_split", "",
-                      "--resume_from_checkpoint", str(out / "checkpoint-2")) == 0  # fmt: skip
+    assert (
+        run_inproc(
+            seed_reference,
+            out,
+            "--max_steps",
+            "3",
+            "--eval_split",
+            "",
+            "--resume_from_checkpoint",
+            str(out / "checkpoint-2"),
+        )
+        == 0
+    )
     # accelerate loads the optimizer, scheduler and RNG states (torch pickles) with weights_only=True.
     assert calls and all(w is True for w in calls), calls
 
@@ -635,6 +726,12 @@ def test_dynamic_sampling_with_no_signal_at_all_does_not_crash(seed_reference, t
     path = tmp_path / "constrew.py"
     path.write_text(CONSTANT_REWARD)
     out = tmp_path / "out"
-    rc = run_inproc(seed_reference, out, "--reward_funcs", f"{path}:const", "--dynamic_sampling", "true",
-                    "--max_steps", "2", "--eval_split", "")  # fmt: skip
+    rc = run_inproc(
+        seed_reference,
+        out,
+        "--reward_funcs",
+        f"{path}:const",
+        *"--dynamic_sampling true --max_steps 2 --eval_split".split(),
+        "",
+    )
     assert rc == 0 and last_step(out) == 2

@@ -24,7 +24,9 @@ EOS, PAD = 1, 0
 # ---------------------------------------------------------------- sample_completions
 
 
-@pytest.mark.parametrize("backend", [GroupedBackend, GenericBackend])  # tiny_lm's fast path and the generic transformers forward
+@pytest.mark.parametrize(
+    "backend", [GroupedBackend, GenericBackend]
+)  # tiny_lm's fast path and the generic transformers forward
 @pytest.mark.parametrize("G", [1, 3])  # G = 1 skips the cache repeat; G = 3 exercises it
 def test_greedy_rows_equal_generate(model, tok, G, backend):
     ids, mask = encode(tok, PROMPTS)
@@ -54,7 +56,9 @@ def test_greedy_rows_equal_generate(model, tok, G, backend):
 def test_sampled_mask_and_padding(model, tok, backend):
     ids, mask = encode(tok, PROMPTS)
     gen = torch.Generator().manual_seed(0)
-    ro = sample_completions(model, ids, mask, 16, 10, EOS, PAD, temperature=3.0, generator=gen, backend=backend())
+    ro = sample_completions(
+        model, ids, mask, 16, 10, EOS, PAD, temperature=3.0, generator=gen, backend=backend()
+    )
     c, m = ro.completion_ids, ro.completion_mask
     assert c.shape == m.shape and c.size(0) == len(PROMPTS) * 16
     n_eos = 0
@@ -113,7 +117,9 @@ def full_forward_logits(model, tok, prompts, completion_ids, G):
     return torch.cat(rows, 0)
 
 
-@pytest.mark.parametrize("backend", [GroupedBackend, GenericBackend])  # tiny_lm's fast path and the generic transformers forward
+@pytest.mark.parametrize(
+    "backend", [GroupedBackend, GenericBackend]
+)  # tiny_lm's fast path and the generic transformers forward
 @pytest.mark.parametrize(
     "P, G, Tc",
     [

@@ -126,7 +126,9 @@ def test_cli_rejects_bad_value():
 
 
 def test_cli_help_lists_the_options():
-    r = subprocess.run([sys.executable, "train_sft.py", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "train_sft.py", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert "--cosine_decay" in r.stdout and "--train_size" in r.stdout
 

@@ -32,12 +32,16 @@ REPO = Path(train_grpo.__file__).resolve().parent
 def run_main(seed_reference: str, out: Path, *extra: str) -> int:
     """train_grpo.main on the seed bank with small defaults; `extra` flags override them (later flags win)."""
     argv = [
-        "--model_name_or_path", seed_reference, "--dataset", "seed_bank", "--eval_split", "",
-        "--num_generations", "4", "--per_device_train_batch_size", "32", "--max_completion_length", "3",
-        "--max_steps", "2", "--logging_steps", "1", "--save_steps", "0", "--learning_rate", "1e-3",
-        "--disable_tqdm", "true", "--make_plots", "false", "--dynamic_sampling", "false",
-        "--output_dir", str(out), *extra,
-    ]  # fmt: skip
+        "--model_name_or_path",
+        seed_reference,
+        *"--dataset seed_bank --eval_split".split(),
+        "",
+        *"--num_generations 4 --per_device_train_batch_size 32 --max_completion_length 3 --max_steps 2".split(),
+        *"--logging_steps 1 --save_steps 0 --learning_rate 1e-3 --disable_tqdm true --make_plots false".split(),
+        *"--dynamic_sampling false --output_dir".split(),
+        str(out),
+        *extra,
+    ]
     return train_grpo.main(argv)
 
 
@@ -51,7 +55,7 @@ def metric_rows(out: Path) -> list[dict]:
 
 def test_two_step_run_changes_every_parameter_and_writes_all_outputs(seed_reference, tmp_path):
     out = tmp_path / "run"
-    assert run_main(seed_reference, out, "--eval_split", "train", "--make_plots", "true") == 0
+    assert run_main(seed_reference, out, *"--eval_split train --make_plots true".split()) == 0
 
     for name in ("metrics.jsonl", "completions.jsonl", "plots.png", "summary.json", "config.json"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
@@ -113,8 +117,12 @@ def test_short_run_raises_the_reward(seed_reference, tmp_path, seed):
     # 60 steps x 16 prompts x G=8 (~3 s). Measured over seeds 0-3: the exact expected reward goes 0.150 -> 0.26-0.27
     # and the logged sampled reward from ~0.13 (first 10 steps) to ~0.25 (last 10).
     out = tmp_path / "run"
-    rc = run_main(seed_reference, out, "--num_generations", "8", "--per_device_train_batch_size", "128",
-                  "--max_steps", "60", "--seed", str(seed))  # fmt: skip
+    rc = run_main(
+        seed_reference,
+        out,
+        *"--num_generations 8 --per_device_train_batch_size 128 --max_steps 60 --seed".split(),
+        str(seed),
+    )
     assert rc == 0
     before, after = exact_expected_accuracy(seed_reference), exact_expected_accuracy(str(out / "final"))
     assert after > before + 0.06, (before, after)
@@ -126,9 +134,15 @@ def test_short_run_raises_the_reward(seed_reference, tmp_path, seed):
 
 def test_num_iterations_2_moves_the_ratio_and_num_iterations_1_keeps_it_exactly_one(seed_reference, tmp_path):
     out1, out2 = tmp_path / "mu1", tmp_path / "mu2"
-    assert run_main(seed_reference, out1, "--max_steps", "3", "--epsilon", "0.01") == 0
-    assert run_main(seed_reference, out2, "--max_steps", "3", "--epsilon", "0.01", "--num_iterations", "2",
-                    "--learning_rate", "3e-3") == 0  # fmt: skip
+    assert run_main(seed_reference, out1, *"--max_steps 3 --epsilon 0.01".split()) == 0
+    assert (
+        run_main(
+            seed_reference,
+            out2,
+            *"--max_steps 3 --epsilon 0.01 --num_iterations 2 --learning_rate 3e-3".split(),
+        )
+        == 0
+    )
     mu1, mu2 = metric_rows(out1), metric_rows(out2)
     assert len(mu1) == len(mu2) == 3
     for r in mu1:  # mu = 1: old log-probs ARE the current ones
@@ -183,9 +197,18 @@ def test_reference_is_built_only_when_beta_is_positive(seed_reference, tmp_path,
 
 def _reference_trainer(seed_reference, tmp_path, **overrides) -> GRPOTrainer:
     model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
-    kw = dict(output_dir=str(tmp_path / "t"), dataset="seed_bank", eval_split=None, num_generations=4,
-              per_device_train_batch_size=64, max_completion_length=3, disable_tqdm=True, make_plots=False, seed=3,
-              dynamic_sampling=False)  # fmt: skip
+    kw = dict(
+        output_dir=str(tmp_path / "t"),
+        dataset="seed_bank",
+        eval_split=None,
+        num_generations=4,
+        per_device_train_batch_size=64,
+        max_completion_length=3,
+        disable_tqdm=True,
+        make_plots=False,
+        seed=3,
+        dynamic_sampling=False,
+    )
     kw.update(overrides)
     return GRPOTrainer(GRPOConfig(**kw), model, tok, load_split("seed_bank", "train"))
 
@@ -244,8 +267,17 @@ def test_sample_completions_mask_ends_at_first_eos(seed_reference):
     ds = load_split("seed_bank", "train")
     enc = tok(list(ds["prompt"]), padding=True, return_tensors="pt")
     eos, pad = tok.eos_token_id, tok.pad_token_id
-    ro = sample_completions(model.eval(), enc["input_ids"], enc["attention_mask"], 4, 6, eos, pad,
-                            temperature=1.5, generator=torch.Generator().manual_seed(0))  # fmt: skip
+    ro = sample_completions(
+        model.eval(),
+        enc["input_ids"],
+        enc["attention_mask"],
+        4,
+        6,
+        eos,
+        pad,
+        temperature=1.5,
+        generator=torch.Generator().manual_seed(0),
+    )
     ids, mask = ro.completion_ids, ro.completion_mask
     T = ids.size(1)
     first = _first_eos(ids, eos)
@@ -266,13 +298,16 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
     # accelerate pick the gloo backend (DistributedType.MULTI_CPU).
     out = tmp_path / "ddp"
     cmd = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
-        "train_grpo.py", "--model_name_or_path", seed_reference, "--dataset", "seed_bank", "--eval_split", "train",
-        "--num_generations", "4", "--per_device_train_batch_size", "32", "--max_completion_length", "3",
-        "--max_steps", "2", "--logging_steps", "1", "--disable_tqdm", "true", "--make_plots", "false",
-        "--dynamic_sampling", "false", "--lr_scheduler_type", "linear", "--output_dir", str(out),
-    ]  # fmt: skip
+        sys.executable,
+        *"-m accelerate.commands.launch --multi_gpu --num_processes 2 --num_machines 1".split(),
+        *"--mixed_precision no --dynamo_backend no --main_process_port 0 train_grpo.py".split(),
+        *"--model_name_or_path".split(),
+        seed_reference,
+        *"--dataset seed_bank --eval_split train --num_generations 4 --per_device_train_batch_size 32".split(),
+        *"--max_completion_length 3 --max_steps 2 --logging_steps 1 --disable_tqdm true --make_plots false".split(),
+        *"--dynamic_sampling false --lr_scheduler_type linear --output_dir".split(),
+        str(out),
+    ]
     env = {
         **os.environ,
         "ACCELERATE_USE_CPU": "true",
@@ -305,7 +340,7 @@ def test_resume_continues_exactly(seed_reference, tmp_path, capsys):
     assert (out / "checkpoint-4").is_dir() and (out / "checkpoint-2").is_dir()
     capsys.readouterr()
     assert (
-        run_main(seed_reference, out, *common, "--max_steps", "6", "--resume_from_checkpoint", "latest") == 0
+        run_main(seed_reference, out, *common, *"--max_steps 6 --resume_from_checkpoint latest".split()) == 0
     )
     printed = capsys.readouterr().out
     assert f"resumed from {out / 'checkpoint-4'} at step 4" in printed
@@ -362,13 +397,31 @@ def _table_trainer(tmp_path, loss_type, num_iterations=1):
     tok = build_table_tokenizer()
     table, ref_table = _tables()
     cfg = GRPOConfig(
-        output_dir=str(tmp_path / "table"), dataset="seed_bank", eval_split=None, num_generations=8,
-        per_device_train_batch_size=8, max_completion_length=1, reward_funcs=["accuracy_lenient"], beta=KL_BETA,
-        kl_estimator="full", loss_type=loss_type, epsilon=CLIP_EPS, num_iterations=num_iterations, max_steps=1,
-        disable_tqdm=True, make_plots=False, seed=5, dynamic_sampling=False,
-    )  # fmt: skip
-    trainer = GRPOTrainer(cfg, build_table_policy(tok, table), tok, load_split("seed_bank", "train"),
-                          ref_model=build_table_policy(tok, ref_table))  # fmt: skip
+        output_dir=str(tmp_path / "table"),
+        dataset="seed_bank",
+        eval_split=None,
+        num_generations=8,
+        per_device_train_batch_size=8,
+        max_completion_length=1,
+        reward_funcs=["accuracy_lenient"],
+        beta=KL_BETA,
+        kl_estimator="full",
+        loss_type=loss_type,
+        epsilon=CLIP_EPS,
+        num_iterations=num_iterations,
+        max_steps=1,
+        disable_tqdm=True,
+        make_plots=False,
+        seed=5,
+        dynamic_sampling=False,
+    )
+    trainer = GRPOTrainer(
+        cfg,
+        build_table_policy(tok, table),
+        tok,
+        load_split("seed_bank", "train"),
+        ref_model=build_table_policy(tok, ref_table),
+    )
     return trainer, table, ref_table
 
 
@@ -475,8 +528,9 @@ def test_table_policy_clipped_second_pass_matches_seed_demo(tmp_path, loss_type)
 def test_dynamic_sampling_trains_only_on_groups_with_signal(seed_reference, tmp_path):
     # DAPO's dynamic sampling: every group kept for the update has reward variance; refills come from fresh prompts
     # (the cursor moves past one batch) and rounds of different completion widths concatenate.
-    tr = _reference_trainer(seed_reference, tmp_path, dynamic_sampling=True, max_dynamic_sampling_rounds=3,
-                            temperature=1.5)  # fmt: skip
+    tr = _reference_trainer(
+        seed_reference, tmp_path, dynamic_sampling=True, max_dynamic_sampling_rounds=3, temperature=1.5
+    )
     G = tr.cfg.num_generations
     per_step = tr.cfg.per_device_train_batch_size // G
     scored = tr.generator.generate()
@@ -510,8 +564,21 @@ def test_no_signal_means_no_update(seed_reference, tmp_path, dynamic_sampling):
     # (a zero-gradient AdamW step would still move them through its momentum), with or without refills.
     (tmp_path / "const.py").write_text("def const(completions, **kw):\n    return [1.0] * len(completions)\n")
     out = tmp_path / "run"
-    assert run_main(seed_reference, out, "--reward_funcs", f"{tmp_path / 'const.py'}:const", "--max_steps", "3",
-                    "--dynamic_sampling", str(dynamic_sampling).lower(), "--save_steps", "0") == 0  # fmt: skip
+    assert (
+        run_main(
+            seed_reference,
+            out,
+            "--reward_funcs",
+            f"{tmp_path / 'const.py'}:const",
+            "--max_steps",
+            "3",
+            "--dynamic_sampling",
+            str(dynamic_sampling).lower(),
+            "--save_steps",
+            "0",
+        )
+        == 0
+    )
     before = load_file(str(Path(seed_reference) / "model.safetensors"))
     after = load_file(str(out / "final" / "model.safetensors"))
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -527,11 +594,29 @@ def test_pass_at_k_with_near_zero_temperature_equals_greedy_accuracy(seed_refere
     model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
     rows = load_split("seed_bank", "train").to_dict()
     enc = tok(rows["prompt"], padding=True, return_tensors="pt")
-    cold = held_out_metrics(model, tok, enc["input_ids"], enc["attention_mask"], rows["answer"], max_new_tokens=3,
-                            pass_k=3, temperature=1e-4, seed=0)  # fmt: skip
+    cold = held_out_metrics(
+        model,
+        tok,
+        enc["input_ids"],
+        enc["attention_mask"],
+        rows["answer"],
+        max_new_tokens=3,
+        pass_k=3,
+        temperature=1e-4,
+        seed=0,
+    )
     assert cold["eval/pass@3"] == cold["eval/accuracy"]
-    warm = held_out_metrics(model, tok, enc["input_ids"], enc["attention_mask"], rows["answer"], max_new_tokens=3,
-                            pass_k=8, temperature=1.0, seed=0)  # fmt: skip
+    warm = held_out_metrics(
+        model,
+        tok,
+        enc["input_ids"],
+        enc["attention_mask"],
+        rows["answer"],
+        max_new_tokens=3,
+        pass_k=8,
+        temperature=1.0,
+        seed=0,
+    )
     assert warm["eval/accuracy"] == cold["eval/accuracy"]  # greedy does not depend on the sampling settings
     assert 0.0 <= warm["eval/pass@8"] <= 1.0
 
@@ -542,8 +627,15 @@ def test_grouped_fast_path_trains_like_the_generic_forward(seed_reference, tmp_p
     outs = {}
     for grouped in ("true", "false"):
         out = tmp_path / grouped
-        assert run_main(seed_reference, out, "--max_steps", "3", "--beta", "0.04", "--num_iterations", "2",
-                        "--grouped_forward", grouped) == 0  # fmt: skip
+        assert (
+            run_main(
+                seed_reference,
+                out,
+                *"--max_steps 3 --beta 0.04 --num_iterations 2 --grouped_forward".split(),
+                grouped,
+            )
+            == 0
+        )
         outs[grouped] = out
     a, b = (metric_rows(outs[g]) for g in ("true", "false"))
     assert [r["reward"] for r in a] == [r["reward"] for r in b]
@@ -576,14 +668,27 @@ def test_skipping_zero_advantage_groups_is_exact(seed_reference, tmp_path, loss_
     runs = {}
     for skip in ("true", "false"):
         out = tmp_path / skip
-        assert run_main(seed_reference, out, "--loss_type", loss_type, "--skip_zero_advantage_groups", skip,
-                        "--num_mini_batches", "2", "--max_steps", "2") == 0  # fmt: skip
+        assert (
+            run_main(
+                seed_reference,
+                out,
+                "--loss_type",
+                loss_type,
+                "--skip_zero_advantage_groups",
+                skip,
+                *"--num_mini_batches 2 --max_steps 2".split(),
+            )
+            == 0
+        )
         runs[skip] = metric_rows(out)
     on, off = runs["true"], runs["false"]
     assert 0 < on[0]["frac_reward_zero_std"] < 1  # some groups are skipped, some are not
     for a, b in zip(on, off, strict=True):
         assert a["reward"] == b["reward"]  # the same samples
-        for k in ("loss", "grad_norm"):  # (per-token statistics such as entropy cover the forwarded tokens only)
+        for k in (
+            "loss",
+            "grad_norm",
+        ):  # (per-token statistics such as entropy cover the forwarded tokens only)
             assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), k
 
 
@@ -599,9 +704,20 @@ def test_mask_truncated_completions_leaves_truncated_rows_out_of_the_gradient(se
     grads = {}
     for masked in ("true", "false"):
         out = tmp_path / masked
-        assert run_main(seed_reference, out, "--reward_funcs", f"{tmp_path / 'trunc.py'}:parity",
-                        "--max_completion_length", "1", "--mask_truncated_completions", masked, "--max_steps", "1",
-                        "--temperature", "2.0") == 0  # fmt: skip
+        assert (
+            run_main(
+                seed_reference,
+                out,
+                "--reward_funcs",
+                f"{tmp_path / 'trunc.py'}:parity",
+                "--max_completion_length",
+                "1",
+                "--mask_truncated_completions",
+                masked,
+                *"--max_steps 1 --temperature 2.0".split(),
+            )
+            == 0
+        )
         (row,) = metric_rows(out)
         assert row["frac_reward_zero_std"] < 1  # some groups carry signal
         grads[masked] = row["grad_norm"]
@@ -619,21 +735,36 @@ def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path)
     # the advantage (advantage_mode reinforce: identical completions with centred advantages would cancel), gives
     # every group the same non-zero signal. DDP averages gradients over processes, so the dapo normaliser must be
     # the global token count divided by the number of processes: without the division the gradient halves.
-    (tmp_path / "alt.py").write_text("def alternate(completions, **kw):\n"
-                                     "    return [float(i % 2) for i in range(len(completions))]\n")  # fmt: skip
-    common = ["--model_name_or_path", seed_reference, "--dataset", "seed_bank", "--eval_split", "",
-              "--num_generations", "4", "--max_completion_length", "3", "--max_steps", "1", "--logging_steps", "1",
-              "--save_steps", "0", "--disable_tqdm", "true", "--make_plots", "false", "--dynamic_sampling", "false",
-              "--top_k", "1", "--reward_funcs", f"{tmp_path / 'alt.py'}:alternate", "--loss_type", "dapo",
-              "--advantage_mode", "reinforce",
-              "--torch_num_threads", "1"]  # fmt: skip
+    (tmp_path / "alt.py").write_text(
+        "def alternate(completions, **kw):\n    return [float(i % 2) for i in range(len(completions))]\n"
+    )
+    common = [
+        "--model_name_or_path",
+        seed_reference,
+        *"--dataset seed_bank --eval_split".split(),
+        "",
+        *"--num_generations 4 --max_completion_length 3 --max_steps 1 --logging_steps 1 --save_steps 0".split(),
+        *"--disable_tqdm true --make_plots false --dynamic_sampling false --top_k 1 --reward_funcs".split(),
+        f"{tmp_path / 'alt.py'}:alternate",
+        *"--loss_type dapo --advantage_mode reinforce --torch_num_threads 1".split(),
+    ]
     one = tmp_path / "one"
     assert train_grpo.main([*common, "--per_device_train_batch_size", "32", "--output_dir", str(one)]) == 0
     two = tmp_path / "two"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
-           "train_grpo.py", *common, "--per_device_train_batch_size", "16", "--output_dir", str(two)]  # fmt: skip
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [
+        sys.executable,
+        *"-m accelerate.commands.launch --multi_gpu --num_processes 2 --num_machines 1".split(),
+        *"--mixed_precision no --dynamo_backend no --main_process_port 0 train_grpo.py".split(),
+        *common,
+        *"--per_device_train_batch_size 16 --output_dir".split(),
+        str(two),
+    ]
+    env = {
+        **os.environ,
+        "ACCELERATE_USE_CPU": "true",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (a,), (b,) = metric_rows(one), metric_rows(two)

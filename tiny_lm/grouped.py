@@ -139,7 +139,9 @@ def grouped_logits(w: GroupedWeights, lay: GroupLayout) -> torch.Tensor:
         dense = qkv.new_zeros(P * L, qkv.size(1)).index_copy(0, lay.slots, qkv)  # unused slots stay 0, unseen
         q, k, v = _split_heads(dense, (P, L), w.n_head)  # (P, nh, L, hd)
         y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=lay.mask))  # (P * L, C)
-        if i == last:  # after the last attention only the rows that give logits matter: no projection or MLP for
+        if (
+            i == last
+        ):  # after the last attention only the rows that give logits matter: no projection or MLP for
             x, y = x[lay.out_rows], y.index_select(0, lay.out_slots)  # the other prompt tokens  (P + N, C)
         else:
             y = y.index_select(0, lay.slots)  # (P*Tp + N, C)
@@ -149,7 +151,9 @@ def grouped_logits(w: GroupedWeights, lay: GroupLayout) -> torch.Tensor:
     # sums each prompt's G gradients in a fixed order (an index_select from the P rows would sum them in another,
     # and trainings that differ in the last bits drift apart over hundreds of steps).
     vals = torch.cat([lg[:P].repeat_interleave(lay.G, 0), lg[P:]])
-    return lg.new_zeros(lay.B * lay.Tc, lg.size(1)).index_copy(0, lay.logit_rows, vals).view(lay.B, lay.Tc, -1)
+    return (
+        lg.new_zeros(lay.B * lay.Tc, lg.size(1)).index_copy(0, lay.logit_rows, vals).view(lay.B, lay.Tc, -1)
+    )
 
 
 class GroupedDecoder:
@@ -182,17 +186,23 @@ class GroupedDecoder:
         fr = (frames or prompt_frame)(prompt_mask, 1, 1, w.wte.dtype)
         x = _embed(w, prompt_ids.reshape(-1), fr.prompt_pos)  # (P*Tp, C)
         mask = fr.mask
-        self.kp: list[torch.Tensor] = []  # per layer (P, nh, hd, Tp) keys (transposed), shared by the prompt's G rows
+        self.kp: list[
+            torch.Tensor
+        ] = []  # per layer (P, nh, hd, Tp) keys (transposed), shared by the prompt's G rows
         self.vp: list[torch.Tensor] = []
         for i, layer in enumerate(w.layers):
             q, k, v = _split_heads(_qkv(layer, x), (P, Tp), self.nh)  # (P, nh, Tp, hd)
             y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))  # (P * Tp, C)
-            if i == len(w.layers) - 1:  # only the last column's output is used (the logits of the first token)
+            if (
+                i == len(w.layers) - 1
+            ):  # only the last column's output is used (the logits of the first token)
                 x, y = x.view(P, Tp, -1)[:, -1], y.view(P, Tp, -1)[:, -1]
             x = _finish_block(layer, x, y)
             self.kp.append(k.transpose(-1, -2).contiguous())  # (P, nh, hd, Tp): ready for q @ k^T
             self.vp.append(v)
-        self.kc: list[torch.Tensor | None] = [None] * len(w.layers)  # per layer (A, nh, t, hd): each row's tokens
+        self.kc: list[torch.Tensor | None] = [None] * len(
+            w.layers
+        )  # per layer (A, nh, t, hd): each row's tokens
         self.vc: list[torch.Tensor | None] = [None] * len(w.layers)
         # (P, 1, 1, Tp) additive: padding keys hidden. The prompt's last row of the mask sees every real prompt token.
         self.prompt_bias = mask[:, :, -1:] if fr.padded else None
@@ -212,9 +222,13 @@ class GroupedDecoder:
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """(A,) next tokens of the live rows -> (A, V) logits for the token after them."""
         w = self.w
-        if self.pos_bound >= w.n_positions and int(self.pos.max()) >= w.n_positions:  # exact check only near it
-            raise ValueError(f"sequence reaches position {int(self.pos.max())}, beyond the model's context "
-                             f"(n_positions={w.n_positions})")  # fmt: skip
+        if (
+            self.pos_bound >= w.n_positions and int(self.pos.max()) >= w.n_positions
+        ):  # exact check only near it
+            raise ValueError(
+                f"sequence reaches position {int(self.pos.max())}, beyond the model's context "
+                f"(n_positions={w.n_positions})"
+            )
         A = tokens.numel()
         x = _embed(w, tokens, self.pos)  # (A, C)
         for i, layer in enumerate(w.layers):

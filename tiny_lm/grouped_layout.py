@@ -57,9 +57,13 @@ class GroupLayout:
     pos: torch.Tensor  # (P*Tp + N,) their positions
     slots: torch.Tensor  # (P*Tp + N,) their slot in the (P * L) group sequences
     mask: torch.Tensor  # (P, 1, L, L) additive attention mask over a group sequence
-    out_rows: torch.Tensor  # (P + N,) rows that give logits: each prompt's last column, then the completion tokens
+    out_rows: (
+        torch.Tensor
+    )  # (P + N,) rows that give logits: each prompt's last column, then the completion tokens
     out_slots: torch.Tensor  # (P + N,) their slots in the group sequences
-    logit_rows: torch.Tensor  # (B + N,) where those logits go in the (B * Tc) result (the prompt's repeated G times)
+    logit_rows: (
+        torch.Tensor
+    )  # (B + N,) where those logits go in the (B * Tc) result (the prompt's repeated G times)
 
 
 class FrameCache:
@@ -74,7 +78,14 @@ class FrameCache:
         self._frames: dict[tuple, PromptFrame] = {}
 
     def __call__(self, prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype) -> PromptFrame:
-        key = (prompt_mask.shape, prompt_mask.bool().cpu().numpy().tobytes(), G, Tc, str(prompt_mask.device), dtype)
+        key = (
+            prompt_mask.shape,
+            prompt_mask.bool().cpu().numpy().tobytes(),
+            G,
+            Tc,
+            str(prompt_mask.device),
+            dtype,
+        )
         frame = self._frames.get(key)
         if frame is None:
             if len(self._frames) >= self.maxsize:
@@ -103,7 +114,10 @@ def prompt_frame(prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype)
     grid = torch.stack(
         torch.broadcast_tensors(
             plen.repeat_interleave(G)[:, None] + t,  # position: the prompt's length, then t
-            (b // G) * L + Tp + (b % G) * Tq + t,  # slot: prompt b // G's sequence, after its prompt and earlier samples
+            (b // G) * L
+            + Tp
+            + (b % G) * Tq
+            + t,  # slot: prompt b // G's sequence, after its prompt and earlier samples
             b * Tc + t + 1,  # result row: input t of completion b gives the logits that score its token t + 1
         )
     )
@@ -145,7 +159,9 @@ def group_visibility(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor
     return keep[:, None]  # (P, 1, L, L)
 
 
-@torch.inference_mode(False)  # plain tensors even under inference mode: the policy's forward reuses the layout
+@torch.inference_mode(
+    False
+)  # plain tensors even under inference mode: the policy's forward reuses the layout
 def group_layout(
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
@@ -177,7 +193,12 @@ def group_layout(
     pos_c, slot_c, row_c = sel.unbind(0)
     N, Np = ids_c.numel(), P * Tp
     # The last input of the longest prompt's completions is at position longest + Tq - 1: check exactly only then.
-    if n_positions is not None and fr.longest + Tq - 1 >= n_positions and N and int(pos_c.max()) >= n_positions:
+    if (
+        n_positions is not None
+        and fr.longest + Tq - 1 >= n_positions
+        and N
+        and int(pos_c.max()) >= n_positions
+    ):
         raise ValueError(
             f"sequence reaches position {int(pos_c.max())}, beyond the model's context (n_positions={n_positions})"
         )

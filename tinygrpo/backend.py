@@ -42,7 +42,9 @@ class Backend(Protocol):
     name: str
     mode_independent: bool  # computes the same in train and eval mode (so sampling needs no mode switch)
 
-    def decoder(self, model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, G: int) -> Decoder: ...
+    def decoder(
+        self, model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, G: int
+    ) -> Decoder: ...
 
     def layout(
         self,
@@ -72,7 +74,9 @@ class GroupedBackend:
         from tiny_lm.grouped_layout import FrameCache
 
         self.frames = FrameCache()
-        self._weights: dict[int, tuple[nn.Module, Any]] = {}  # id -> (the model, held so the id stays its own)
+        self._weights: dict[
+            int, tuple[nn.Module, Any]
+        ] = {}  # id -> (the model, held so the id stays its own)
 
     def weights(self, model: nn.Module) -> Any:
         entry = self._weights.get(id(model))
@@ -118,7 +122,11 @@ class GenericBackend:
         G, completion_ids, prompt_mask = layout.G, layout.completion_ids, layout.prompt_mask
         cache = DynamicCache()
         out = model(
-            input_ids=layout.prompt_ids, attention_mask=prompt_mask, cache=cache, use_cache=True, logits_to_keep=1
+            input_ids=layout.prompt_ids,
+            attention_mask=prompt_mask,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
         first = out.logits.repeat_interleave(G, dim=0)  # (P*G, 1, V): predicts completion token 0
         Tc = completion_ids.size(1)
@@ -128,7 +136,9 @@ class GenericBackend:
             cache.batch_repeat_interleave(G)
         mask = prompt_mask.repeat_interleave(G, dim=0)  # (P*G, Tp)
         mask = torch.cat([mask, torch.ones_like(completion_ids[:, : Tc - 1])], dim=1)  # (P*G, Tp + Tc - 1)
-        rest = model(input_ids=completion_ids[:, :-1], attention_mask=mask, cache=cache, use_cache=True).logits
+        rest = model(
+            input_ids=completion_ids[:, :-1], attention_mask=mask, cache=cache, use_cache=True
+        ).logits
         return torch.cat([first, rest], dim=1)  # (P*G, Tc, V)
 
 
@@ -137,11 +147,17 @@ class CacheDecoder:
     once, repeated for its G samples (see `Decoder`)."""
 
     @torch.inference_mode()
-    def __init__(self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int) -> None:
+    def __init__(
+        self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, num_generations: int
+    ) -> None:
         G = num_generations
         self.model, self.cache = model, DynamicCache()
         out = model(
-            input_ids=prompt_ids, attention_mask=prompt_mask, cache=self.cache, use_cache=True, logits_to_keep=1
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
         self.logits = out.logits[:, -1].repeat_interleave(G, dim=0)  # (P*G, V)
         if G > 1:
@@ -156,7 +172,9 @@ class CacheDecoder:
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
-        out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, cache=self.cache, use_cache=True)
+        out = self.model(
+            input_ids=tokens[:, None], attention_mask=self.mask, cache=self.cache, use_cache=True
+        )
         self.logits = out.logits[:, -1]
         return self.logits
 

@@ -18,7 +18,9 @@ class Batch:
     completion_mask: torch.Tensor  # (P*G, Tc) float; 0 after EOS (and for truncated rows if they are masked)
     advantages: torch.Tensor  # (P*G,)
     rewards: torch.Tensor  # (P*G,) combined (NaN = no applicable reward)
-    placeholder: bool = False  # no group with signal was found: kept only so that every process runs a forward
+    placeholder: bool = (
+        False  # no group with signal was found: kept only so that every process runs a forward
+    )
 
     @property
     def num_groups(self) -> int:

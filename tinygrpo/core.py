@@ -281,7 +281,12 @@ def clipped_surrogate(
         ratio = torch.exp(logp - old_logp)  # (B, T), exactly 1
         never = torch.zeros_like(logp, dtype=torch.bool)
         per_token_loss = -(ratio * advantages.unsqueeze(-1).to(ratio.dtype))  # (B, T)
-        return per_token_loss, {"ratio": ratio.detach(), "low_clipped": never, "high_clipped": never, "clipped": never}
+        return per_token_loss, {
+            "ratio": ratio.detach(),
+            "low_clipped": never,
+            "high_clipped": never,
+            "clipped": never,
+        }
 
     log_ratio = logp - old_logp  # (B, T)
     if importance_sampling_level == "sequence":

@@ -25,7 +25,7 @@ class Processes:
         return self.acc.gather(t) if self.num > 1 else t
 
     def reduce(self, t: torch.Tensor, op: str) -> torch.Tensor:
-        """"sum", "mean" or "max" over processes."""
+        """ "sum", "mean" or "max" over processes."""
         return self.acc.reduce(t, op) if self.num > 1 else t
 
     def sum(self, x: float) -> float:

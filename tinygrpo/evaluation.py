@@ -34,7 +34,12 @@ def greedy_completions(
 
 
 def greedy_accuracy(
-    model: torch.nn.Module, tokenizer, prompts: list[str], answers: list, max_new_tokens: int, batch_size: int = 1024
+    model: torch.nn.Module,
+    tokenizer,
+    prompts: list[str],
+    answers: list,
+    max_new_tokens: int,
+    batch_size: int = 1024,
 ) -> tuple[float, list[str]]:
     """Greedy accuracy of a list of prompt texts (tokenized in batches), and the completions themselves."""
     outs: list[str] = []
@@ -70,7 +75,18 @@ def held_out_metrics(
         eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
         gen = torch.Generator().manual_seed(seed)
         ro = sample_completions(
-            model, prompt_ids, prompt_mask, pass_k, max_new_tokens, eos, pad, temperature, top_k, top_p, gen, backend
+            model,
+            prompt_ids,
+            prompt_mask,
+            pass_k,
+            max_new_tokens,
+            eos,
+            pad,
+            temperature,
+            top_k,
+            top_p,
+            gen,
+            backend,
         )
         outs = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
         hits = torch.tensor(accuracy(completions=outs, answer=[a for a in answers for _ in range(pass_k)]))

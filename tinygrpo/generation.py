@@ -156,7 +156,9 @@ class BatchGenerator:
 
         # Advantages on the GLOBAL batch (exact for scale_rewards="batch"); each process keeps its own rows.
         all_rewards = self.procs.gather(rewards)
-        adv, zero_std = group_advantages(all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards)
+        adv, zero_std = group_advantages(
+            all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards
+        )
         n, r = rewards.numel(), self.procs.rank
         advantages = adv[r * n : (r + 1) * n].contiguous()
         if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer

@@ -40,7 +40,9 @@ class LossInputs:
     old_logps: Tensor | None = None  # (n, Tc) log-probs before this batch's first update; None = on-policy
     ref_logps: Tensor | None = None  # (n, Tc) the reference's (beta > 0)
     ref_logits: Tensor | None = None  # (n, Tc, V) the reference's, for kl_estimator="full"
-    dummy: bool = False  # nothing to learn from on this process; run only because DDP needs a forward: weight 0
+    dummy: bool = (
+        False  # nothing to learn from on this process; run only because DDP needs a forward: weight 0
+    )
 
 
 @dataclass

@@ -5,7 +5,6 @@ the backward, the gradient clipping and the optimizer step are torch's own publi
 nothing there but per-call checks. Under DeepSpeed, FSDP or mixed-precision scaling, accelerate's versions are used.
 """
 
-
 from __future__ import annotations
 
 import warnings
@@ -30,7 +29,9 @@ FUNCTIONAL_ADAMW = True
 PLAIN = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
 
 
-def build_optimizer(model: nn.Module, cfg: GRPOConfig) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LRScheduler]:
+def build_optimizer(
+    model: nn.Module, cfg: GRPOConfig
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LRScheduler]:
     """AdamW (no weight decay on biases and LayerNorms) and the schedule over max_steps."""
     decay, no_decay = [], []
     for n, p in model.named_parameters():
@@ -39,7 +40,9 @@ def build_optimizer(model: nn.Module, cfg: GRPOConfig) -> tuple[torch.optim.Adam
     if cfg.weight_decay == 0:  # one group, one fused kernel: the split only matters with decay
         groups = [{"params": decay + no_decay, "weight_decay": 0.0}]
     # fused: one kernel for all parameter tensors, not a Python loop over them
-    optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), fused=True)
+    optimizer = torch.optim.AdamW(
+        groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), fused=True
+    )
     name = cfg.lr_scheduler_type
     if name == "constant" and cfg.warmup_steps:
         name = "constant_with_warmup"  # transformers' "constant" ignores warm-up

@@ -175,5 +175,7 @@ def decode_rows(tokenizer, ids: list[list[int]], cache: dict | None = None) -> l
         cache.clear()
     new = list({r for r in rows if r not in cache})
     if new:
-        cache.update(zip(new, tokenizer.batch_decode([list(r) for r in new], skip_special_tokens=False), strict=True))
+        cache.update(
+            zip(new, tokenizer.batch_decode([list(r) for r in new], skip_special_tokens=False), strict=True)
+        )
     return [cache[r] for r in rows]

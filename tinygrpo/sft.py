@@ -45,9 +45,7 @@ class SFTConfig:
     )
     max_steps: int = field(default=1000, metadata={"help": "Optimizer steps."})
     batch_size: int = field(default=128, metadata={"help": "Sequences per step."})
-    learning_rate: float = field(
-        default=3e-3, metadata={"help": "AdamW learning rate."}
-    )
+    learning_rate: float = field(default=3e-3, metadata={"help": "AdamW learning rate."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     cosine_decay: bool = field(
         default=False,
@@ -64,7 +62,8 @@ class SFTConfig:
     chars: str = field(default=DEFAULT_CHARS, metadata={"help": "Tokenizer characters (plus <pad>, <eos>)."})
     seed: int = field(default=0, metadata={"help": "Seed for the sample of problems, init and batches."})
     label_smoothing: float = field(
-        default=0.0, metadata={"help": "Cross-entropy label smoothing (keeps the reference's sampling diverse)."}
+        default=0.0,
+        metadata={"help": "Cross-entropy label smoothing (keeps the reference's sampling diverse)."},
     )
     log_every: int = field(default=100, metadata={"help": "Print the loss every N steps (0 = never)."})
 
@@ -121,9 +120,11 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
-        lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.max_steps) / cfg.max_steps))
-        if cfg.cosine_decay
-        else 1.0,
+        lambda s: (
+            0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.max_steps) / cfg.max_steps))
+            if cfg.cosine_decay
+            else 1.0
+        ),
     )
     gen = torch.Generator().manual_seed(cfg.seed)
     first_loss = last_loss = float("nan")
@@ -161,7 +162,9 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     if cfg.eval_split:
         test = load_split(cfg.dataset, cfg.eval_split)
         summary["eval_split"] = cfg.eval_split
-        summary["eval_accuracy"], _ = greedy_accuracy(model, tokenizer, test["prompt"], test["answer"], max_new)
+        summary["eval_accuracy"], _ = greedy_accuracy(
+            model, tokenizer, test["prompt"], test["answer"], max_new
+        )
         summary["eval_problems"] = len(test)
     out = Path(cfg.output_dir)
     model.save_pretrained(out)

@@ -104,7 +104,9 @@ class GRPOTrainer:
         policy, optimizer = self.acc.prepare(PolicyForward(model, self.backend), optimizer)
         policy.train()
         self.optim = OptimizerStep(policy, optimizer, scheduler, self.acc)
-        self.generator = BatchGenerator(cfg, model, self.backend, tokenizer, self.prompts, self.rewards, procs)
+        self.generator = BatchGenerator(
+            cfg, model, self.backend, tokenizer, self.prompts, self.rewards, procs
+        )
         self.update = PolicyUpdate(cfg, policy, model, self.ref_model, self.backend, self.optim, procs)
 
         self.step = 0
@@ -281,7 +283,11 @@ class GRPOTrainer:
                     m = out.metrics
                     if self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps:
                         m.update(self.evaluate())
-                    if self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps or "eval/accuracy" in m:
+                    if (
+                        self.step % cfg.logging_steps == 0
+                        or self.step == cfg.max_steps
+                        or "eval/accuracy" in m
+                    ):
                         self.log(m)
                         if self.step % cfg.logging_steps == 0:
                             self.log_completions(out.scored)
@@ -306,7 +312,12 @@ class GRPOTrainer:
             )
         eval_after = {k: v for k, v in m.items() if k.startswith("eval/")}
         summary.update(
-            {"eval_after": eval_after, "steps": self.step, "wall_seconds": wall, "num_completions": self.total_completions}
+            {
+                "eval_after": eval_after,
+                "steps": self.step,
+                "wall_seconds": wall,
+                "num_completions": self.total_completions,
+            }
         )
         if self.procs.is_main:
             self.model.save_pretrained(self.out / "final")

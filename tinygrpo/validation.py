@@ -59,8 +59,13 @@ def check_inputs(
     probe = [str(a) + EOS for a in columns.get("answer", ["0"] * len(rows))]
     try:
         compute_rewards(
-            reward_funcs, reward_names, rows["prompt"], probe, [[0] * len(s) for s in probe],
-            columns, reward_kwargs,
-        )  # fmt: skip
+            reward_funcs,
+            reward_names,
+            rows["prompt"],
+            probe,
+            [[0] * len(s) for s in probe],
+            columns,
+            reward_kwargs,
+        )
     except ValueError as e:
         raise ConfigError(f"{e} (while probing the reward functions on dataset {cfg.dataset!r})") from None

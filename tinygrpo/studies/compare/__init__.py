@@ -30,4 +30,3 @@ after a token-level GRPO run with the trainer's defaults.
 
 The package: `run.py` runs the experiments, `report.py` writes comparison.md, `plots.py` draws the figures.
 """
-

@@ -17,7 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tinygrpo.studies.compare", description=DOC.split("\n")[0])
     p.add_argument("--output-dir", type=Path, default=Path("runs/compare"))
     p.add_argument("--seeds", type=int, default=None, help="seeds per method (default 5; 2 with --quick)")
-    p.add_argument("--quick", action="store_true", help="CI smoke test: 2 seeds, 640 completions, 2 addition steps")
+    p.add_argument(
+        "--quick", action="store_true", help="CI smoke test: 2 seeds, 640 completions, 2 addition steps"
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads (tiny tensors: 1 is fastest)")
     return p
 
@@ -31,4 +33,3 @@ def main(argv: Sequence[str] | None = None) -> dict:
             raise SystemExit("error: --seeds must be >= 1")
         st.seeds = args.seeds
     return run(args.output_dir, st)
-

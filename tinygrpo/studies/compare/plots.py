@@ -20,8 +20,11 @@ def _plt():
     return plt
 
 
-PANELS = (("table", None, "table (seed demo), zero init"), ("gpt", "format_only", "char GPT, format-only SFT start"),
-          ("gpt", "imperfect", "char GPT, imperfect SFT start"))  # fmt: skip
+PANELS = (
+    ("table", None, "table (seed demo), zero init"),
+    ("gpt", "format_only", "char GPT, format-only SFT start"),
+    ("gpt", "imperfect", "char GPT, imperfect SFT start"),
+)
 STYLE = {"grpo": ("C0", "GRPO"), "reinforce": ("C3", "REINFORCE")}
 
 
@@ -57,8 +60,10 @@ def plot_beliefs(table_b: dict, gpt_b: dict, path: Path, table_seed: int, gpt_se
     plt = _plt()
     _, gold = bandit.build_seed_bank()
     fig, axes = plt.subplots(2, 3, figsize=(12, 13), sharex=True, sharey=True)
-    rows = ((table_b, f"table GRPO, zero init (seed {table_seed})"),
-            (gpt_b, f"char GPT GRPO, format-only start (seed {gpt_seed})"))  # fmt: skip
+    rows = (
+        (table_b, f"table GRPO, zero init (seed {table_seed})"),
+        (gpt_b, f"char GPT GRPO, format-only start (seed {gpt_seed})"),
+    )
     qlabels = [f"{a}+{b}" for a in range(bandit.N_A) for b in range(bandit.N_B)]
     im = None
     for r, (b, name) in enumerate(rows):
@@ -66,16 +71,22 @@ def plot_beliefs(table_b: dict, gpt_b: dict, path: Path, table_seed: int, gpt_se
             ax = axes[r, c]
             p = np.asarray(b[("start", "mid", "end")[c]], dtype=np.float64)
             im = ax.imshow(p, cmap="viridis", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
-            ax.scatter(gold, range(N_QUESTIONS), marker="o", s=14, facecolors="none", edgecolors="red", lw=0.8)
-            ax.set_title(f"{stage}: {b['x'][c]:,} completions\nmass on answers 0..12: {p.sum(1).mean():.2f}",
-                         fontsize=9)  # fmt: skip
+            ax.scatter(
+                gold, range(N_QUESTIONS), marker="o", s=14, facecolors="none", edgecolors="red", lw=0.8
+            )
+            ax.set_title(
+                f"{stage}: {b['x'][c]:,} completions\nmass on answers 0..12: {p.sum(1).mean():.2f}",
+                fontsize=9,
+            )
             ax.set_xticks(range(N_ANSWERS), [str(k) for k in range(N_ANSWERS)], fontsize=7)
             ax.set_yticks(range(N_QUESTIONS), qlabels, fontsize=6)
             if c == 0:
                 ax.set_ylabel(f"{name}\n\nquestion", fontsize=10)
             if r == 1:
                 ax.set_xlabel("answer k (red circle: correct a+b)")
-    fig.colorbar(im, ax=axes, shrink=0.5, label='P(answer k)   (char GPT: P("k<eos>") = product of its token probs)')
+    fig.colorbar(
+        im, ax=axes, shrink=0.5, label='P(answer k)   (char GPT: P("k<eos>") = product of its token probs)'
+    )
     fig.suptitle("Beliefs over the 13 answers for the 36 questions (top: table; bottom: char GPT)")
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

@@ -16,8 +16,6 @@ def _fmt(ms: dict, digits: int) -> str:
     return f"{ms['mean']:.{digits}f} ± {ms['std']:.{digits}f}"
 
 
-
-
 def _reach_cell(r: dict) -> str:
     if r["n"] == 0:
         return "not reached"
@@ -29,8 +27,16 @@ def table_rows(results: dict) -> list[list[str]]:
     rows = []
     for method, (_, _, _, label) in METHODS.items():
         s = results["methods"][method]["summary"]
-        rows.append([label, _fmt(s["start_acc"], 3), _fmt(s["final_acc"], 3), _reach_cell(s["reach_90"]),
-                     _reach_cell(s["reach_100"]), _fmt(s["final_zero_var_frac"], 3)])  # fmt: skip
+        rows.append(
+            [
+                label,
+                _fmt(s["start_acc"], 3),
+                _fmt(s["final_acc"], 3),
+                _reach_cell(s["reach_90"]),
+                _reach_cell(s["reach_100"]),
+                _fmt(s["final_zero_var_frac"], 3),
+            ]
+        )
     return rows
 
 
@@ -69,14 +75,18 @@ def findings(results: dict) -> str:
             if rg is not None and rr is not None:
                 faster = "GRPO" if rg < rr else "REINFORCE" if rr < rg else "neither"
                 spread = max(S[g][f"reach_{t}"]["std"], S[r][f"reach_{t}"]["std"])
-                note = f"faster: {faster}" + (f", by less than the seed std {spread:.0f}" if abs(rg - rr) < spread else "")
+                note = f"faster: {faster}" + (
+                    f", by less than the seed std {spread:.0f}" if abs(rg - rr) < spread else ""
+                )
                 parts.append(f"{t} % is reached after {rg:.0f} vs {rr:.0f} completions ({note})")
             else:
                 ng, nr = S[g][f"reach_{t}"]["n"], S[r][f"reach_{t}"]["n"]
                 if ng == nr == 0:
                     parts.append(f"neither reaches {t} % on any seed")
                 else:
-                    parts.append(f"{t} % is reached on {ng} (GRPO) vs {nr} (REINFORCE) of {S[g][f'reach_{t}']['seeds']} seeds")
+                    parts.append(
+                        f"{t} % is reached on {ng} (GRPO) vs {nr} (REINFORCE) of {S[g][f'reach_{t}']['seeds']} seeds"
+                    )
         return f"{what}: {verdict}; " + "; ".join(parts) + "."
 
     out = [
@@ -92,7 +102,10 @@ def findings(results: dict) -> str:
         f"{S['gpt_grpo_imperfect']['start_acc']['mean']:.3f} instead of "
         f"{S['gpt_grpo_format']['start_acc']['mean']:.3f} and ends at {acc('gpt_grpo_imperfect'):.3f}."
     )
-    zt, zg = S["table_grpo"]["final_zero_var_frac"]["mean"], S["gpt_grpo_format"]["final_zero_var_frac"]["mean"]
+    zt, zg = (
+        S["table_grpo"]["final_zero_var_frac"]["mean"],
+        S["gpt_grpo_format"]["final_zero_var_frac"]["mean"],
+    )
     out.append(
         f"Zero-variance groups (all 8 answers right or all wrong) are {zt:.0%} of the table GRPO's groups and "
         f"{zg:.0%} of the format-only GPT GRPO's: GRPO gets no policy-gradient signal from them (the table skips "
@@ -104,8 +117,14 @@ def findings(results: dict) -> str:
 def write_report(results: dict, out: Path) -> str:
     st = results["settings"]
     refs = results["references"]
-    header = ["method", "greedy acc at start", f"greedy acc after {st['budget']:,} completions",
-              "completions to 90 %", "completions to 100 %", "zero-variance groups (cumulative fraction)"]  # fmt: skip
+    header = [
+        "method",
+        "greedy acc at start",
+        f"greedy acc after {st['budget']:,} completions",
+        "completions to 90 %",
+        "completions to 100 %",
+        "zero-variance groups (cumulative fraction)",
+    ]
     fmt_acc = mean_std([r["format_only"]["acc"] for r in refs.values()])
     fmt_wf = mean_std([r["format_only"]["well_formed"] for r in refs.values()])
     imp_acc = mean_std([r["imperfect"]["acc"] for r in refs.values()])
@@ -122,7 +141,7 @@ def write_report(results: dict, out: Path) -> str:
         "",
         f"Greedy accuracy is on the 36 training questions, measured after every step: the table's argmax per row; "
         f"the char GPT's greedy decoding (a completion must be exactly `k<eos>`). "
-        f"\"Completions to X %\" is the first point at which greedy accuracy ≥ X, mean ± std over the seeds that "
+        f'"Completions to X %" is the first point at which greedy accuracy ≥ X, mean ± std over the seeds that '
         f"got there (the count is given when not all did). Every run samples {st['budget']:,} completions in groups "
         f"of G = {G}: the table {G} per step (one random question, {st['table_steps']} steps); the char GPT "
         f"{st['prompts_per_step']} prompts x {G} = {st['completions_per_token_step']} per step "
@@ -161,7 +180,7 @@ def write_report(results: dict, out: Path) -> str:
         "![zero-variance groups](skipped_fraction.png)",
         "",
         "`beliefs.png`: P(answer k) for each of the 36 questions at the start, midway and end, for table GRPO and "
-        "for the char GPT's GRPO from the format-only start (first seed of each). For the GPT, P(\"k<eos>\") is the "
+        'for the char GPT\'s GRPO from the format-only start (first seed of each). For the GPT, P("k<eos>") is the '
         "exact product of its token probabilities (all 13 candidates scored with `completion_logits`); the rest of "
         "each row's mass is on malformed strings.",
         "",
@@ -171,10 +190,14 @@ def write_report(results: dict, out: Path) -> str:
         "",
         _md_table(
             ["policy", f"greedy accuracy on the {add['test_problems']} held-out test problems"],
-            [[f"SFT reference (`{add['reference']}`)", f"{add['acc_reference']:.3f}"],
-             [f"after token-level GRPO ({add['grpo_steps']} steps, {add['grpo_completions']:,} completions)",
-              f"{add['acc_after_grpo']:.3f}"]],
-        ),  # fmt: skip
+            [
+                [f"SFT reference (`{add['reference']}`)", f"{add['acc_reference']:.3f}"],
+                [
+                    f"after token-level GRPO ({add['grpo_steps']} steps, {add['grpo_completions']:,} completions)",
+                    f"{add['acc_after_grpo']:.3f}",
+                ],
+            ],
+        ),
         "",
         f"GRPO trains on the train split only; none of the {add['test_problems']} test problems is ever sampled in "
         f"training ({add['test_unseen_by_grpo']} of {add['test_problems']} are absent from the train split). "

@@ -53,7 +53,9 @@ def greedy_acc_table(logits: torch.Tensor) -> float:
 # tabular runs
 
 
-def run_table(kind: str, seeds: Sequence[int], steps: int, belief_seed: int | None) -> tuple[list[dict], dict]:
+def run_table(
+    kind: str, seeds: Sequence[int], steps: int, belief_seed: int | None
+) -> tuple[list[dict], dict]:
     """One tabular run per seed; beliefs (36 x 13 probabilities) at start / midway / end for belief_seed."""
     runs, beliefs = [], {}
     for seed in seeds:
@@ -90,7 +92,9 @@ def load_model(path: Path | str):
 
     import tiny_lm  # noqa: F401  (registers the model type)
 
-    return AutoModelForCausalLM.from_pretrained(path, use_safetensors=True), AutoTokenizer.from_pretrained(path)
+    return AutoModelForCausalLM.from_pretrained(path, use_safetensors=True), AutoTokenizer.from_pretrained(
+        path
+    )
 
 
 def _write_jsonl(rows: Sequence[dict], path: Path) -> None:
@@ -116,18 +120,38 @@ def build_references(out: Path, seed: int, st: Settings) -> dict:
     subset = sorted(rng.sample(range(N_QUESTIONS), st.imperfect_questions))
     imp_rows = [{"prompt": prompts[i], "answer": answers[i]} for i in subset]
     refs = {}
-    for name, rows, steps in (("format_only", fmt_rows, st.format_sft_steps),
-                              ("imperfect", imp_rows, st.imperfect_sft_steps)):  # fmt: skip
+    for name, rows, steps in (
+        ("format_only", fmt_rows, st.format_sft_steps),
+        ("imperfect", imp_rows, st.imperfect_sft_steps),
+    ):
         d = out / "references" / f"seed{seed}" / name
         _write_jsonl(rows, d / "data" / "train.jsonl")
-        cfg = SFTConfig(output_dir=str(d / "model"), dataset=str(d / "data"), eval_split="", train_size=0,
-                        max_steps=steps, batch_size=st.sft_batch, learning_rate=st.sft_lr, n_embd=st.n_embd,
-                        n_head=st.n_head, n_layer=st.n_layer, n_positions=st.n_positions, log_every=0, seed=seed)  # fmt: skip
+        cfg = SFTConfig(
+            output_dir=str(d / "model"),
+            dataset=str(d / "data"),
+            eval_split="",
+            train_size=0,
+            max_steps=steps,
+            batch_size=st.sft_batch,
+            learning_rate=st.sft_lr,
+            n_embd=st.n_embd,
+            n_head=st.n_head,
+            n_layer=st.n_layer,
+            n_positions=st.n_positions,
+            log_every=0,
+            seed=seed,
+        )
         summary = train_reference(cfg, verbose=False)
         model, tok = load_model(d / "model")
         acc, well_formed = seed_bank_greedy(model, tok, st.max_completion_length)
-        refs[name] = {"path": str(d / "model"), "acc": acc, "well_formed": well_formed,
-                      "sft_rows": len(rows), "sft_steps": steps, "sft_final_loss": summary["final_loss"]}  # fmt: skip
+        refs[name] = {
+            "path": str(d / "model"),
+            "acc": acc,
+            "well_formed": well_formed,
+            "sft_rows": len(rows),
+            "sft_steps": steps,
+            "sft_final_loss": summary["final_loss"],
+        }
         if name == "imperfect":
             refs[name]["trained_question_ids"] = subset
     return refs
@@ -169,7 +193,9 @@ def answer_beliefs(model, tokenizer) -> torch.Tensor:
     return seq.exp().view(N_QUESTIONS, N_ANSWERS)
 
 
-def run_token(method: str, ref: dict, seed: int, out: Path, st: Settings, want_beliefs: bool) -> tuple[dict, dict]:
+def run_token(
+    method: str, ref: dict, seed: int, out: Path, st: Settings, want_beliefs: bool
+) -> tuple[dict, dict]:
     """One token-level run from a reference; greedy accuracy on the 36 questions after every step."""
     from accelerate import Accelerator
 
@@ -180,11 +206,25 @@ def run_token(method: str, ref: dict, seed: int, out: Path, st: Settings, want_b
     beta = st.token_beta if mode == "grpo" else 0.0
     run_dir = out / "token_runs" / method / f"seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    cfg = GRPOConfig(model_name_or_path=ref["path"], dataset="seed_bank", eval_split="train", num_generations=G,
-                     per_device_train_batch_size=st.completions_per_token_step, learning_rate=st.token_lr,
-                     beta=beta, kl_estimator="full", advantage_mode=mode, max_completion_length=st.max_completion_length,
-                     max_steps=st.token_steps, seed=seed, output_dir=str(run_dir), disable_tqdm=True,
-                     make_plots=False, save_steps=0, dynamic_sampling=False)  # fmt: skip
+    cfg = GRPOConfig(
+        model_name_or_path=ref["path"],
+        dataset="seed_bank",
+        eval_split="train",
+        num_generations=G,
+        per_device_train_batch_size=st.completions_per_token_step,
+        learning_rate=st.token_lr,
+        beta=beta,
+        kl_estimator="full",
+        advantage_mode=mode,
+        max_completion_length=st.max_completion_length,
+        max_steps=st.token_steps,
+        seed=seed,
+        output_dir=str(run_dir),
+        disable_tqdm=True,
+        make_plots=False,
+        save_steps=0,
+        dynamic_sampling=False,
+    )
     model, tok = load_model(ref["path"])
     ref_model = load_model(ref["path"])[0] if beta > 0 else None
     bank = seed_bank()
@@ -207,10 +247,21 @@ def run_token(method: str, ref: dict, seed: int, out: Path, st: Settings, want_b
             beliefs["mid"] = answer_beliefs(model, tok)
     if want_beliefs:
         beliefs["end"] = answer_beliefs(model, tok)
-        beliefs["x"] = [0, mid * st.completions_per_token_step, st.token_steps * st.completions_per_token_step]
+        beliefs["x"] = [
+            0,
+            mid * st.completions_per_token_step,
+            st.token_steps * st.completions_per_token_step,
+        ]
     _, well_formed = seed_bank_greedy(model, tok, st.max_completion_length)
-    run = {"seed": seed, "x": xs, "acc": accs, "zero_var_frac": zero_var, "mean_reward": rewards,
-           "final_well_formed": well_formed, "beta": beta}  # fmt: skip
+    run = {
+        "seed": seed,
+        "x": xs,
+        "acc": accs,
+        "zero_var_frac": zero_var,
+        "mean_reward": rewards,
+        "final_well_formed": well_formed,
+        "beta": beta,
+    }
     return run, beliefs
 
 
@@ -226,15 +277,27 @@ def addition_section(out: Path, st: Settings, log: Callable[[str], None]) -> dic
     from tinygrpo.sft import SFTConfig, train_reference
     from tinygrpo.trainer import GRPOTrainer
 
-    ref_path = next((p for p in (Path(ADDITION_REFERENCE), REPO_ROOT / ADDITION_REFERENCE)
-                     if (p / "config.json").is_file()), None)  # fmt: skip
+    ref_path = next(
+        (
+            p
+            for p in (Path(ADDITION_REFERENCE), REPO_ROOT / ADDITION_REFERENCE)
+            if (p / "config.json").is_file()
+        ),
+        None,
+    )
     trained_here = ref_path is None
     if trained_here:
         ref_path = out / "addition_reference"
         kw = {} if st.addition_reference_steps is None else {"max_steps": st.addition_reference_steps}
-        log(f"no {ADDITION_REFERENCE}: training the addition reference into {ref_path} (tinygrpo.sft, {kw or 'defaults'})")
+        log(
+            f"no {ADDITION_REFERENCE}: training the addition reference into {ref_path} (tinygrpo.sft, {kw or 'defaults'})"
+        )
         train_reference(SFTConfig(output_dir=str(ref_path), log_every=0, **kw), verbose=False)
-    sft_cfg = json.loads((ref_path / "sft_config.json").read_text()) if (ref_path / "sft_config.json").is_file() else {}
+    sft_cfg = (
+        json.loads((ref_path / "sft_config.json").read_text())
+        if (ref_path / "sft_config.json").is_file()
+        else {}
+    )
     model, tok = load_model(ref_path)
     run_dir = out / "addition_grpo"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -249,7 +312,9 @@ def addition_section(out: Path, st: Settings, log: Callable[[str], None]) -> dic
     after = trainer.evaluate()["eval/accuracy"]
     train_q = set(train["prompt"])
     return {
-        "reference": str(ref_path if not ref_path.is_relative_to(REPO_ROOT) else ref_path.relative_to(REPO_ROOT)),
+        "reference": str(
+            ref_path if not ref_path.is_relative_to(REPO_ROOT) else ref_path.relative_to(REPO_ROOT)
+        ),
         "reference_trained_here": trained_here,
         "reference_sft": {k: sft_cfg.get(k) for k in ("train_size", "max_steps", "n_embd", "n_layer")},
         "test_problems": len(test),
@@ -258,9 +323,14 @@ def addition_section(out: Path, st: Settings, log: Callable[[str], None]) -> dic
         "acc_after_grpo": after,
         "grpo_steps": cfg.max_steps,
         "grpo_completions": int(m["num_completions"]),
-        "grpo_settings": {"per_device_train_batch_size": cfg.per_device_train_batch_size, "num_generations":
-                          cfg.num_generations, "learning_rate": cfg.learning_rate, "beta": cfg.beta,
-                          "advantage_mode": cfg.advantage_mode, "loss_type": cfg.loss_type},  # fmt: skip
+        "grpo_settings": {
+            "per_device_train_batch_size": cfg.per_device_train_batch_size,
+            "num_generations": cfg.num_generations,
+            "learning_rate": cfg.learning_rate,
+            "beta": cfg.beta,
+            "advantage_mode": cfg.advantage_mode,
+            "loss_type": cfg.loss_type,
+        },
         "seconds": time.perf_counter() - t0,
     }
 
@@ -285,14 +355,23 @@ def run(out: Path, st: Settings, log: Callable[[str], None] = print) -> dict:
     t0 = time.perf_counter()
     _quiet()
     out.mkdir(parents=True, exist_ok=True)
-    results: dict = {"settings": {**asdict(st), "table_steps": st.table_steps, "token_steps": st.token_steps,
-                                  "completions_per_token_step": st.completions_per_token_step, "group_size": G}}  # fmt: skip
+    results: dict = {
+        "settings": {
+            **asdict(st),
+            "table_steps": st.table_steps,
+            "token_steps": st.token_steps,
+            "completions_per_token_step": st.completions_per_token_step,
+            "group_size": G,
+        }
+    }
     methods: dict = {}
     beliefs: dict = {}
     # tables
     for kind in ("reinforce", "grpo"):
         seeds = [bandit.DEMO_SEEDS[kind] + i for i in range(st.seeds)]
-        runs, b = run_table(kind, seeds, st.table_steps, seeds[st.belief_seed_index] if kind == "grpo" else None)
+        runs, b = run_table(
+            kind, seeds, st.table_steps, seeds[st.belief_seed_index] if kind == "grpo" else None
+        )
         methods[f"table_{kind}"] = {"seeds": seeds, "runs": runs}
         if b:
             beliefs["table"] = {**b, "seed": seeds[st.belief_seed_index]}
@@ -303,9 +382,11 @@ def run(out: Path, st: Settings, log: Callable[[str], None] = print) -> dict:
     for i, seed in enumerate(token_seeds):
         t = time.perf_counter()
         refs[str(seed)] = r = build_references(out, seed, st)
-        log(f"seed {seed}: references format-only acc {r['format_only']['acc']:.3f} (well-formed "
+        log(
+            f"seed {seed}: references format-only acc {r['format_only']['acc']:.3f} (well-formed "
             f"{r['format_only']['well_formed']:.2f}), imperfect acc {r['imperfect']['acc']:.3f} "
-            f"[{time.perf_counter() - t:.1f}s]")  # fmt: skip
+            f"[{time.perf_counter() - t:.1f}s]"
+        )
         for method, (family, _, ref_name, _) in METHODS.items():
             if family != "gpt":
                 continue
@@ -315,8 +396,10 @@ def run(out: Path, st: Settings, log: Callable[[str], None] = print) -> dict:
             methods.setdefault(method, {"seeds": token_seeds, "runs": []})["runs"].append(run_)
             if want:
                 beliefs["gpt"] = {**b, "seed": seed}
-            log(f"  {method}: acc {run_['acc'][0]:.3f} -> {run_['acc'][-1]:.3f}, zero-var "
-                f"{run_['zero_var_frac'][-1]:.2f} [{time.perf_counter() - t:.1f}s]")  # fmt: skip
+            log(
+                f"  {method}: acc {run_['acc'][0]:.3f} -> {run_['acc'][-1]:.3f}, zero-var "
+                f"{run_['zero_var_frac'][-1]:.2f} [{time.perf_counter() - t:.1f}s]"
+            )
     for m in methods.values():
         m["summary"] = summarize_runs(m["runs"])
     results["methods"] = {k: methods[k] for k in METHODS}
@@ -325,14 +408,32 @@ def run(out: Path, st: Settings, log: Callable[[str], None] = print) -> dict:
     # addition
     t = time.perf_counter()
     results["addition"] = addition_section(out, st, log)
-    log(f"addition: {results['addition']['acc_reference']:.3f} -> {results['addition']['acc_after_grpo']:.3f} "
-        f"[{time.perf_counter() - t:.1f}s]")  # fmt: skip
+    log(
+        f"addition: {results['addition']['acc_reference']:.3f} -> {results['addition']['acc_after_grpo']:.3f} "
+        f"[{time.perf_counter() - t:.1f}s]"
+    )
     # outputs
-    plot_curves(results, "acc", "greedy accuracy (36 questions)", out / "accuracy_vs_completions.png",
-                "Greedy accuracy vs completions sampled (G = 8; band: min-max over seeds)")  # fmt: skip
-    plot_curves(results, "zero_var_frac", "cumulative fraction of zero-variance groups", out / "skipped_fraction.png",
-                "Zero-variance groups (all 8 right or all 8 wrong): GRPO gets no advantage from them")  # fmt: skip
-    plot_beliefs(beliefs["table"], beliefs["gpt"], out / "beliefs.png", beliefs["table"]["seed"], beliefs["gpt"]["seed"])
+    plot_curves(
+        results,
+        "acc",
+        "greedy accuracy (36 questions)",
+        out / "accuracy_vs_completions.png",
+        "Greedy accuracy vs completions sampled (G = 8; band: min-max over seeds)",
+    )
+    plot_curves(
+        results,
+        "zero_var_frac",
+        "cumulative fraction of zero-variance groups",
+        out / "skipped_fraction.png",
+        "Zero-variance groups (all 8 right or all 8 wrong): GRPO gets no advantage from them",
+    )
+    plot_beliefs(
+        beliefs["table"],
+        beliefs["gpt"],
+        out / "beliefs.png",
+        beliefs["table"]["seed"],
+        beliefs["gpt"]["seed"],
+    )
     results["seconds"] = time.perf_counter() - t0
     results["table"] = {"header_methods": list(METHODS), "rows": table_rows(results)}
     write_report(results, out)

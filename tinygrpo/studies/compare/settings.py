@@ -48,7 +48,9 @@ class Settings:
     imperfect_questions: int = 12
     belief_seed_index: int = 0
     addition_steps: int | None = None  # None: the trainer's default max_steps
-    addition_reference_steps: int | None = None  # only if checkpoints/reference is missing; None: pretrain default
+    addition_reference_steps: int | None = (
+        None  # only if checkpoints/reference is missing; None: pretrain default
+    )
     quick: bool = False
 
     @property
@@ -65,8 +67,15 @@ class Settings:
 
 
 def quick_settings(seeds: int = 2) -> Settings:
-    return Settings(seeds=seeds, budget=640, format_sft_steps=120, imperfect_sft_steps=100, addition_steps=2,
-                    addition_reference_steps=150, quick=True)  # fmt: skip
+    return Settings(
+        seeds=seeds,
+        budget=640,
+        format_sft_steps=120,
+        imperfect_sft_steps=100,
+        addition_steps=2,
+        addition_reference_steps=150,
+        quick=True,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
