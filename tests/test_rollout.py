@@ -9,7 +9,7 @@ import pytest
 import torch
 from _lm import encode
 
-from tinygrpo.backend import GenericBackend, GroupedBackend
+from tinygrpo.backend import GenericBackend, GroupedBackend, select_backend
 from tinygrpo.rollout import (
     completion_logits,
     decode_completions,
@@ -246,3 +246,47 @@ def test_decode_completions(tok):
     assert len(cache) == 4 and cache[(10, 7, 1)] == "85<eos>"
     cache[(10, 7, 1)] = "from the cache"
     assert decode_completions(tok, c, m, cache)[0] == "from the cache"
+
+
+def test_generic_backend_runs_a_plain_transformers_model(tok):
+    """Any transformers causal LM runs on the generic backend (a random GPT-2 here): completion logits equal a plain
+    forward over prompt + completion, and greedy samples equal generate(). Equal-length prompts: GPT-2 numbers its
+    positions from the first column, padding or not."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(
+        vocab_size=14,
+        n_positions=32,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        bos_token_id=EOS,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        initializer_range=0.3,
+    )
+    gpt2 = GPT2LMHeadModel(cfg).eval()
+    assert isinstance(select_backend(gpt2), GenericBackend)
+    prompts = ["1+2=", "3+4=", "5+6="]
+    ids, mask = encode(tok, prompts)
+    G, Tc = 2, 4
+    comp = torch.randint(2, 14, (len(prompts) * G, Tc), generator=torch.Generator().manual_seed(1))
+    got = completion_logits(gpt2, ids, mask, comp, G)
+    rows = ids.repeat_interleave(G, 0)
+    want = gpt2(torch.cat([rows, comp[:, :-1]], 1)).logits[:, ids.size(1) - 1 :]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    ro = sample_completions(gpt2, ids, mask, 1, 6, EOS, PAD, temperature=0.0)
+    ref = gpt2.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=6,
+        do_sample=False,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )[:, ids.size(1) :]
+    for row, want_row in zip(ro.completion_ids.tolist(), ref.tolist(), strict=True):
+        assert row == want_row[: len(row)] and all(t == PAD for t in want_row[len(row) :])

@@ -6,11 +6,13 @@ loads with `AutoModelForCausalLM.from_pretrained(path)` and `AutoTokenizer.from_
 
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from .compat import register_tokenizer
 from .configuration_tiny_lm import TinyLMConfig
 from .modeling_tiny_lm import TinyLMForCausalLM
 from .tokenization_tiny_lm import EOS_TOKEN, PAD_TOKEN, build_tokenizer, check_text
 
 AutoConfig.register(TinyLMConfig.model_type, TinyLMConfig, exist_ok=True)
 AutoModelForCausalLM.register(TinyLMConfig, TinyLMForCausalLM, exist_ok=True)
+register_tokenizer(TinyLMConfig)  # transformers 4.x only: see tiny_lm/compat.py
 
 __all__ = ["EOS_TOKEN", "PAD_TOKEN", "TinyLMConfig", "TinyLMForCausalLM", "build_tokenizer", "check_text"]

@@ -17,6 +17,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from .compat import causal_lm_output
 from .configuration_tiny_lm import TinyLMConfig
 from .grouped import GroupedDecoder, GroupedWeights, grouped_logits, read_weights
 from .grouped_layout import FrameCache, GroupLayout, group_layout
@@ -121,6 +122,7 @@ def build_attention_mask(
 
 
 class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
+    # transformers 5 reads {tied: source}; 4.x iterates it as the list of tied names (the keys): both work.
     _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
 
     def __init__(self, config: TinyLMConfig) -> None:
@@ -271,4 +273,4 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
                 labels[:, 1:].reshape(-1),
                 ignore_index=-100,
             )
-        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache)
+        return causal_lm_output(loss, logits, cache)

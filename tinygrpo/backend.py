@@ -25,6 +25,8 @@ import torch
 import torch.nn as nn
 from transformers.cache_utils import DynamicCache
 
+from tiny_lm.compat import cache_kwargs
+
 
 class Decoder(Protocol):
     """Incremental decoding of G samples per prompt (rows grouped by prompt)."""
@@ -124,7 +126,7 @@ class GenericBackend:
         out = model(
             input_ids=layout.prompt_ids,
             attention_mask=prompt_mask,
-            cache=cache,
+            **cache_kwargs(cache),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -137,7 +139,7 @@ class GenericBackend:
         mask = prompt_mask.repeat_interleave(G, dim=0)  # (P*G, Tp)
         mask = torch.cat([mask, torch.ones_like(completion_ids[:, : Tc - 1])], dim=1)  # (P*G, Tp + Tc - 1)
         rest = model(
-            input_ids=completion_ids[:, :-1], attention_mask=mask, cache=cache, use_cache=True
+            input_ids=completion_ids[:, :-1], attention_mask=mask, **cache_kwargs(cache), use_cache=True
         ).logits
         return torch.cat([first, rest], dim=1)  # (P*G, Tc, V)
 
@@ -155,7 +157,7 @@ class CacheDecoder:
         out = model(
             input_ids=prompt_ids,
             attention_mask=prompt_mask,
-            cache=self.cache,
+            **cache_kwargs(self.cache),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -173,7 +175,7 @@ class CacheDecoder:
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
         out = self.model(
-            input_ids=tokens[:, None], attention_mask=self.mask, cache=self.cache, use_cache=True
+            input_ids=tokens[:, None], attention_mask=self.mask, **cache_kwargs(self.cache), use_cache=True
         )
         self.logits = out.logits[:, -1]
         return self.logits
