@@ -17,12 +17,8 @@ from tinygrpo.config import ConfigError, GRPOConfig, parse_config
 
 DEFAULT_REFERENCE = GRPOConfig.__dataclass_fields__["model_name_or_path"].default
 RUN_FILES = ("metrics.jsonl", "completions.jsonl", "plots.png", "summary.json", "config.json")
-RUN_EVIDENCE = (
-    "metrics.jsonl",
-    "completions.jsonl",
-    "summary.json",
-    "final",
-)  # config.json alone: a failed start
+# What shows that a run happened (config.json alone is a failed start).
+RUN_EVIDENCE = ("metrics.jsonl", "completions.jsonl", "summary.json", "final")
 
 
 def prepare_output_dir(cfg: GRPOConfig) -> None:

@@ -109,9 +109,8 @@ def step_flops(
     assert len(lengths) == P * G, (len(lengths), P, G)
     rows = P if shared else P * G
     fed = [max(n - 1, 0) for n in lengths]
-    prompt = a.forward(
-        rows * Tp, rows * Tp * (Tp + 1) // 2, rows, last_layer=rows
-    )  # only the last column's output
+    # the prompts, with only the last column's output needed in the last layer
+    prompt = a.forward(rows * Tp, rows * Tp * (Tp + 1) // 2, rows, last_layer=rows)
     completions = a.forward(sum(fed), sum(f * Tp + f * (f + 1) // 2 for f in fed), sum(fed))
     fwd = prompt + completions
     out = {"rollout": fwd, "reference": fwd if beta > 0 else 0.0, "policy fwd+bwd": 3 * fwd}
@@ -190,9 +189,8 @@ def run_shape(path: str, P: int, G: int, args) -> dict:
         grouped_forward=args.grouped_forward,
     )
     arch = Arch.from_config(trainer.model.config)
-    Tp = max(
-        map(len, trainer.prompts.token_ids)
-    )  # padded width (every batch of the seed bank; ~all of addition)
+    # the padded width (of every batch of the seed bank; of almost every batch of addition)
+    Tp = max(map(len, trainer.prompts.token_ids))
     for _ in range(args.warmup):
         trainer.training_step()
     counted, out = counted_flops(trainer)

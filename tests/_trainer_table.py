@@ -29,9 +29,8 @@ def build_table_tokenizer() -> PreTrainedTokenizerFast:
     for tok in list(PROMPT_CHARS) + [a for a in ANSWERS if len(a) > 1]:
         vocab[tok] = len(vocab)
     tk = Tokenizer(models.WordLevel(vocab=vocab))
-    tk.pre_tokenizer = pre_tokenizers.Split(
-        Regex("."), behavior="isolated"
-    )  # prompts: one token per character
+    # prompts: one token per character
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tk.decoder = decoders.Fuse()
     tk.add_special_tokens(["<pad>", "<eos>"])
     return PreTrainedTokenizerFast(

@@ -75,9 +75,8 @@ def test_grouped_gradients_equal_the_generic_forward(model, tok):
     finally:
         model.eval()
     for (name, _), a, b in zip(model.named_parameters(), *grads, strict=True):
-        scale = max(
-            1.0, float(b.abs().max())
-        )  # float32 sums of ~40-sized terms: compare relative to the scale
+        # float32 sums of ~40-sized terms: compare relative to the scale
+        scale = max(1.0, float(b.abs().max()))
         torch.testing.assert_close(a, b, atol=1e-5 * scale, rtol=1e-4, msg=name)
     assert any(g.abs().sum() > 0 for g in grads[0])
 
@@ -150,9 +149,8 @@ def test_one_layout_serves_every_forward_and_follows_its_inputs(model, tok):
     comp, cmask = completions_with_eos(len(PROMPTS), 2, 4, seed=6)
     frames = FrameCache()
     layout = model.grouped_layout(ids, pmask, comp, 2, cmask, frames)
-    assert (
-        model.grouped_layout(ids, pmask, comp, 2, cmask, frames).mask is layout.mask
-    )  # the frame was reused
+    again = model.grouped_layout(ids, pmask, comp, 2, cmask, frames)
+    assert again.mask is layout.mask  # the frame was reused
     want = completion_logits(model, ids, pmask, comp, 2, backend=GenericBackend())
     torch.manual_seed(1)
     other = TinyLMForCausalLM(

@@ -24,9 +24,8 @@ EOS, PAD = 1, 0
 # ---------------------------------------------------------------- sample_completions
 
 
-@pytest.mark.parametrize(
-    "backend", [GroupedBackend, GenericBackend]
-)  # tiny_lm's fast path and the generic transformers forward
+# tiny_lm's fast path and the generic transformers forward
+@pytest.mark.parametrize("backend", [GroupedBackend, GenericBackend])
 @pytest.mark.parametrize("G", [1, 3])  # G = 1 skips the cache repeat; G = 3 exercises it
 def test_greedy_rows_equal_generate(model, tok, G, backend):
     ids, mask = encode(tok, PROMPTS)
@@ -117,9 +116,8 @@ def full_forward_logits(model, tok, prompts, completion_ids, G):
     return torch.cat(rows, 0)
 
 
-@pytest.mark.parametrize(
-    "backend", [GroupedBackend, GenericBackend]
-)  # tiny_lm's fast path and the generic transformers forward
+# tiny_lm's fast path and the generic transformers forward
+@pytest.mark.parametrize("backend", [GroupedBackend, GenericBackend])
 @pytest.mark.parametrize(
     "P, G, Tc",
     [

@@ -685,10 +685,8 @@ def test_skipping_zero_advantage_groups_is_exact(seed_reference, tmp_path, loss_
     assert 0 < on[0]["frac_reward_zero_std"] < 1  # some groups are skipped, some are not
     for a, b in zip(on, off, strict=True):
         assert a["reward"] == b["reward"]  # the same samples
-        for k in (
-            "loss",
-            "grad_norm",
-        ):  # (per-token statistics such as entropy cover the forwarded tokens only)
+        # (per-token statistics such as entropy cover the forwarded tokens only)
+        for k in ("loss", "grad_norm"):
             assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), k
 
 

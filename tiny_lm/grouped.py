@@ -139,10 +139,10 @@ def grouped_logits(w: GroupedWeights, lay: GroupLayout) -> torch.Tensor:
         dense = qkv.new_zeros(P * L, qkv.size(1)).index_copy(0, lay.slots, qkv)  # unused slots stay 0, unseen
         q, k, v = _split_heads(dense, (P, L), w.n_head)  # (P, nh, L, hd)
         y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=lay.mask))  # (P * L, C)
-        if (
-            i == last
-        ):  # after the last attention only the rows that give logits matter: no projection or MLP for
-            x, y = x[lay.out_rows], y.index_select(0, lay.out_slots)  # the other prompt tokens  (P + N, C)
+        if i == last:
+            # After the last attention only the rows that give logits matter: no projection or MLP for the other
+            # prompt tokens.
+            x, y = x[lay.out_rows], y.index_select(0, lay.out_slots)  # (P + N, C)
         else:
             y = y.index_select(0, lay.slots)  # (P*Tp + N, C)
         x = _finish_block(layer, x, y)
@@ -193,16 +193,13 @@ class GroupedDecoder:
         for i, layer in enumerate(w.layers):
             q, k, v = _split_heads(_qkv(layer, x), (P, Tp), self.nh)  # (P, nh, Tp, hd)
             y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))  # (P * Tp, C)
-            if (
-                i == len(w.layers) - 1
-            ):  # only the last column's output is used (the logits of the first token)
+            if i == len(w.layers) - 1:  # only the last column's output is used (the first token's logits)
                 x, y = x.view(P, Tp, -1)[:, -1], y.view(P, Tp, -1)[:, -1]
             x = _finish_block(layer, x, y)
             self.kp.append(k.transpose(-1, -2).contiguous())  # (P, nh, hd, Tp): ready for q @ k^T
             self.vp.append(v)
-        self.kc: list[torch.Tensor | None] = [None] * len(
-            w.layers
-        )  # per layer (A, nh, t, hd): each row's tokens
+        # per layer (A, nh, t, hd): each row's own tokens
+        self.kc: list[torch.Tensor | None] = [None] * len(w.layers)
         self.vc: list[torch.Tensor | None] = [None] * len(w.layers)
         # (P, 1, 1, Tp) additive: padding keys hidden. The prompt's last row of the mask sees every real prompt token.
         self.prompt_bias = mask[:, :, -1:] if fr.padded else None
@@ -222,9 +219,8 @@ class GroupedDecoder:
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """(A,) next tokens of the live rows -> (A, V) logits for the token after them."""
         w = self.w
-        if (
-            self.pos_bound >= w.n_positions and int(self.pos.max()) >= w.n_positions
-        ):  # exact check only near it
+        # The exact check (a host read) only near the limit.
+        if self.pos_bound >= w.n_positions and int(self.pos.max()) >= w.n_positions:
             raise ValueError(
                 f"sequence reaches position {int(self.pos.max())}, beyond the model's context "
                 f"(n_positions={w.n_positions})"

@@ -57,13 +57,9 @@ class GroupLayout:
     pos: torch.Tensor  # (P*Tp + N,) their positions
     slots: torch.Tensor  # (P*Tp + N,) their slot in the (P * L) group sequences
     mask: torch.Tensor  # (P, 1, L, L) additive attention mask over a group sequence
-    out_rows: (
-        torch.Tensor
-    )  # (P + N,) rows that give logits: each prompt's last column, then the completion tokens
+    out_rows: torch.Tensor  # (P + N,) rows giving logits: each prompt's last column, then completion tokens
     out_slots: torch.Tensor  # (P + N,) their slots in the group sequences
-    logit_rows: (
-        torch.Tensor
-    )  # (B + N,) where those logits go in the (B * Tc) result (the prompt's repeated G times)
+    logit_rows: torch.Tensor  # (B + N,) where those logits go in the (B * Tc) result (a prompt's, G times)
 
 
 class FrameCache:
@@ -159,9 +155,8 @@ def group_visibility(prompt_mask: torch.Tensor, G: int, Tq: int) -> torch.Tensor
     return keep[:, None]  # (P, 1, L, L)
 
 
-@torch.inference_mode(
-    False
-)  # plain tensors even under inference mode: the policy's forward reuses the layout
+# Plain tensors even under inference mode: a layout built for the reference's forward serves the policy's.
+@torch.inference_mode(False)
 def group_layout(
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,

@@ -48,9 +48,7 @@ class UpdateStats:
     nonfinite_skipped: int  # steps skipped for a NaN/inf loss or gradient (on_nonfinite="skip")
     loss: float | None  # mean over the updates (None: no update)
     grad_norm: float | None  # mean gradient norm before clipping
-    token_means: dict[
-        str, float
-    ]  # per-token statistics over the tokens that were run (entropy, ratio, clip, kl)
+    token_means: dict[str, float]  # per-token means over the tokens that were run (entropy, ratio, clip, kl)
 
 
 class PolicyUpdate:
@@ -100,14 +98,11 @@ class PolicyUpdate:
         out = []
         for start, stop in bounds:
             lo, hi = bisect_left(act, start), bisect_left(act, stop)  # this mini-batch's groups in `train`
-            if (
-                hi == lo
-            ):  # nothing to learn from here; if another process has something, DDP still needs a forward
+            if hi == lo:
+                # Nothing to learn from here; if another process has something, DDP still needs a forward.
                 out.append(self._dummy(batch, start, ref_logits))
                 continue
-            whole = batch.completion_mask[
-                start * G : stop * G
-            ]  # the whole mini-batch, skipped groups included
+            whole = batch.completion_mask[start * G : stop * G]  # the mini-batch, skipped groups included
             rows = slice(lo * G, hi * G)
             inputs = LossInputs(
                 train if one else train.groups(torch.arange(lo, hi)),
