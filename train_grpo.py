@@ -41,6 +41,33 @@ def prepare_output_dir(cfg: GRPOConfig) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def launcher_processes() -> int:
+    """The number of processes asked of the `accelerate launch` that started this process: its --num_processes, else
+    its config file's. accelerate's plain launcher (CPU without mpirun) starts ONE process whatever that number is,
+    and says nothing. Read from the launcher's command line (Linux); 1 when it cannot be told."""
+    import os
+
+    try:
+        argv = [a.decode() for a in Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0") if a]
+        # `accelerate launch ...`, `accelerate-launch ...` or `python -m accelerate.commands.launch ...`
+        start = next(
+            i + 1
+            for i, a in enumerate(argv[:4])
+            if (a == "launch" and "accelerate" in " ".join(argv[:i]))
+            or a.endswith(("accelerate.commands.launch", "accelerate-launch"))
+        )
+        from accelerate.commands.config.config_args import default_config_file, load_config_from_file
+        from accelerate.commands.launch import launch_command_parser
+
+        args = launch_command_parser().parse_args(argv[start:])
+        if args.num_processes is not None:
+            return int(args.num_processes)
+        path = args.config_file or default_config_file
+        return int(load_config_from_file(path).num_processes or 1) if Path(path).is_file() else 1
+    except (OSError, ValueError, StopIteration, SystemExit, AttributeError, UnicodeDecodeError):
+        return 1
+
+
 def load_model_and_tokenizer(path: str, what: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -97,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
             project_dir=cfg.output_dir,
         )
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world != acc.num_processes:
+        asked = launcher_processes() if "WORLD_SIZE" not in os.environ else world
+        if world != acc.num_processes or asked != acc.num_processes:
             raise ConfigError(
-                f"launched as {world} processes but accelerate set up {acc.num_processes}; on CPU launch with "
-                f"`accelerate launch --config_file configs/accelerate/cpu_2proc.yaml train_grpo.py`"
+                f"accelerate launch asked for {max(world, asked)} processes but started {acc.num_processes} (its "
+                f"plain launcher starts one unless mpirun is installed); on CPU launch with `accelerate launch "
+                f"--config_file configs/accelerate/cpu_2proc.yaml train_grpo.py`"
             )
         if acc.is_main_process:
             prepare_output_dir(cfg)
@@ -154,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"held-out greedy accuracy: {b} -> {after:.1%}  ({summary['steps']} steps, "
                 f"{summary['wall_seconds']:.0f}s, {summary['num_completions']:,} completions sampled)"
             )
-        print(f"outputs in {cfg.output_dir}: metrics.jsonl, completions.jsonl, plots.png, final/")
+        out = Path(cfg.output_dir)
+        written = [f"{n}/" if (out / n).is_dir() else n for n in (*RUN_FILES, "final") if (out / n).exists()]
+        print(f"outputs in {cfg.output_dir}: {', '.join(written)}")
     return 0
 
 

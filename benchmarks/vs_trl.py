@@ -23,13 +23,8 @@ block of N steps of ours, then TRL runs N steps, and so on for --reps repetition
 completions in the block / its summed step times; the table gives the median and min-max over repetitions, and the
 ratio ours / TRL per repetition pair.
 
-Two adapters let TRL 1.16 run this (a transformers model registered with the Auto classes, not built into
-transformers), both applied in this process only:
-  * `TinyLMConfig.auto_map = {}`: TRL's `create_model_from_path` reads `config.auto_map` for architectures it cannot
-    find in `transformers`; a locally registered config has no such attribute.
-  * `TinyLMForCausalLM.base_model` -> a backbone returning `last_hidden_state`: TRL computes log-probs with a fused
-    LM head that calls `model.base_model(...)`; tiny_lm keeps its blocks in a ModuleDict. The backbone runs the
-    model's own modules (same code path as its forward without a cache), so the arithmetic is the same.
+TRL loads the model directory itself (`GRPOTrainer(model=path)`): tiny_lm is a conventional transformers model, with
+a `TinyLMModel` backbone for TRL's fused log-prob head and an `auto_map` in its saved config.
 """
 
 from __future__ import annotations
@@ -45,13 +40,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     build_our_trainer,
-    ensure_seed_reference,
     fmt_mmm,
     machine_line,
     md_table,
-    quiet,
     run_shapes,
-    set_threads,
     shape_parser,
 )
 
@@ -72,50 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# ---------------------------------------------------------------------------------------------------- TRL adapters
-def patch_tiny_lm_for_trl():
-    """Apply the two adapters (see the module docstring); returns a function that removes them."""
-    import torch
-    from transformers.modeling_outputs import BaseModelOutput
-
-    import tiny_lm
-    from tiny_lm.modeling_tiny_lm import build_attention_mask
-
-    had_auto_map = "auto_map" in vars(tiny_lm.TinyLMConfig)
-    tiny_lm.TinyLMConfig.auto_map = {}
-
-    class _Backbone:
-        """model.base_model for TRL's fused LM head: embeddings + blocks + final LayerNorm, no cache."""
-
-        def __init__(self, lm) -> None:
-            self.lm = lm
-
-        def __call__(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
-            tr = self.lm.transformer
-            B, T = input_ids.shape
-            if position_ids is None:
-                if attention_mask is not None:
-                    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]
-                else:
-                    position_ids = torch.arange(T, device=input_ids.device)[None]
-            attn_mask = None
-            if attention_mask is not None and not bool(attention_mask.all()):
-                attn_mask = build_attention_mask(attention_mask, T, 0)
-            x = tr.drop(tr.wte(input_ids) + tr.wpe(position_ids))
-            for block in tr.h:
-                x = block(x, attn_mask, None)
-            return BaseModelOutput(last_hidden_state=tr.ln_f(x))
-
-    tiny_lm.TinyLMForCausalLM.base_model = property(lambda self: _Backbone(self))
-
-    def undo() -> None:
-        del tiny_lm.TinyLMForCausalLM.base_model  # back to PreTrainedModel.base_model
-        if not had_auto_map:
-            del tiny_lm.TinyLMConfig.auto_map
-
-    return undo
-
-
+# ---------------------------------------------------------------------------------------------------- TRL
 def trl_accuracy(completions, answer, completion_ids=None, eos_token_id: int = 1, **kwargs):
     """Exact match for TRL: the text (decoded without special tokens) is the answer and the completion ended on EOS."""
     out = []
@@ -324,15 +273,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         import trl  # noqa: F401
     except ImportError:
         raise SystemExit("vs_trl.py needs TRL: pip install -e '.[bench]'") from None
-    # Train (or find) the reference before the TRL patches touch tiny_lm's classes; run_shapes then finds it.
-    set_threads(args.threads)
-    quiet()
-    args.model_name_or_path = ensure_seed_reference(args.model_name_or_path)
-    undo = patch_tiny_lm_for_trl()
-    try:
-        return run_shapes(args, run_shape, report)
-    finally:
-        undo()
+    return run_shapes(args, run_shape, report)
 
 
 if __name__ == "__main__":

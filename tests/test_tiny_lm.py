@@ -7,6 +7,10 @@ the same token forever, which would hide ordering and caching bugs).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -310,3 +314,96 @@ def test_labels_loss_matches_manual_cross_entropy(model):
         full = model(ids, labels=ids)
     ref = F.cross_entropy(full.logits[:, :-1].reshape(-1, 14), ids[:, 1:].reshape(-1))
     assert abs(full.loss.item() - ref.item()) < 1e-6
+
+
+# ---- a conventional Hugging Face model
+
+
+def test_backbone_gives_the_hidden_states_the_head_scores(model):
+    ids = torch.randint(2, 14, (2, 6), generator=torch.Generator().manual_seed(3))
+    assert type(model.base_model).__name__ == "TinyLMModel" and model.base_model is model.transformer
+    hidden = model.base_model(ids).last_hidden_state  # (B, T, C)
+    assert hidden.shape == (2, 6, model.config.n_embd)
+    torch.testing.assert_close(model.lm_head(hidden), model(ids).logits, atol=0, rtol=0)
+
+
+def test_activation_checkpointing_gives_the_same_gradients(tok):
+    # Trainers turn it on (TRL's GRPOTrainer by default): the blocks are recomputed in backward, same math.
+    torch.manual_seed(0)
+    a = TinyLMForCausalLM(tiny_lm.TinyLMConfig(initializer_range=0.3)).train()
+    b = TinyLMForCausalLM(a.config).train()
+    b.load_state_dict(a.state_dict())
+    # (transformers 5 renamed it; 4.x has only the old name)
+    (getattr(b, "activation_checkpointing_enable", None) or b.gradient_checkpointing_enable)()
+    enc = tok(["1+2=", "37+48="], padding=True, return_tensors="pt")
+    grads = []
+    for m in (a, b):
+        m(**enc, labels=enc["input_ids"]).loss.backward()
+        grads.append([p.grad for p in m.parameters()])
+    assert any(blk.gradient_checkpointing for blk in b.transformer.h)
+    for ga, gb in zip(*grads, strict=True):
+        torch.testing.assert_close(ga, gb, atol=1e-6, rtol=1e-5)
+
+
+def test_saved_model_loads_with_remote_code_in_a_process_that_never_imported_tiny_lm(model, tok, tmp_path):
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    assert {"modeling_tiny_lm.py", "configuration_tiny_lm.py"} <= {p.name for p in tmp_path.iterdir()}
+    want = model.generate(**tok(["37+48="], return_tensors="pt"), max_new_tokens=3, do_sample=False)
+    want = tok.decode(want[0], skip_special_tokens=True)  # as the pipeline shows it
+    script = (
+        "import sys\n"
+        "from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline\n"
+        f"path = {str(tmp_path)!r}\n"
+        "m = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)\n"
+        "t = AutoTokenizer.from_pretrained(path, trust_remote_code=True)\n"
+        "p = pipeline('text-generation', model=path, trust_remote_code=True)\n"
+        "out = p('37+48=', max_new_tokens=3, do_sample=False)[0]['generated_text']\n"
+        "assert not any(k == 'tiny_lm' or k.startswith(('tiny_lm.', 'tinygrpo')) for k in sys.modules), 'imported'\n"
+        "print(type(m).__name__, type(m.base_model).__name__, len(t), repr(out))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    name, backbone, vocab, out = r.stdout.strip().splitlines()[-1].split(" ", 3)
+    assert (name, backbone, int(vocab)) == ("TinyLMForCausalLM", "TinyLMModel", len(tok))
+    assert out == repr(want)  # the prompt and the greedy tokens
+
+
+def test_trl_trains_a_saved_tiny_lm_without_patches(model, tok, tmp_path):
+    """TRL's GRPOTrainer and SFTTrainer take the saved directory by path (remote code, no adapter of ours)."""
+    trl = pytest.importorskip("trl")
+    from datasets import Dataset
+
+    path = tmp_path / "model"
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    common = dict(
+        per_device_train_batch_size=8,
+        max_steps=2,
+        report_to="none",
+        use_cpu=True,
+        logging_strategy="no",
+        save_strategy="no",
+        model_init_kwargs={"trust_remote_code": True},
+    )
+    prompts = Dataset.from_dict({"prompt": ["1+2=", "3+4=", "2+2=", "5+1="], "answer": ["3", "7", "4", "6"]})
+
+    def exact(completions, answer, **kw):
+        return [float(c.strip() == a) for c, a in zip(completions, answer, strict=True)]
+
+    grpo = trl.GRPOConfig(
+        output_dir=str(tmp_path / "grpo"), num_generations=4, max_completion_length=3, **common
+    )
+    trainer = trl.GRPOTrainer(
+        model=str(path), reward_funcs=exact, args=grpo, train_dataset=prompts, processing_class=tok
+    )
+    trainer.train()
+    assert trainer.state.global_step == 2
+    pairs = Dataset.from_dict({"prompt": ["1+2=", "3+4="], "completion": ["3<eos>", "7<eos>"]})
+    sft = trl.SFTConfig(output_dir=str(tmp_path / "sft"), **common)
+    trainer = trl.SFTTrainer(model=str(path), args=sft, train_dataset=pairs, processing_class=tok)
+    trainer.train()
+    assert trainer.state.global_step == 2

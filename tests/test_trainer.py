@@ -771,3 +771,43 @@ def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path)
     assert a["grad_norm"] > 1e-3
     for k in ("grad_norm", "loss", "entropy"):
         assert b[k] == pytest.approx(a[k], rel=1e-5, abs=1e-7), k
+
+
+# ================================================================================================ launching, outputs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cpu", [True, False])
+def test_accelerate_launch_with_two_processes_that_starts_one_refuses(seed_reference, tmp_path, cpu):
+    # accelerate's plain launcher (CPU, no mpirun) starts ONE process for --num_processes 2 and says nothing.
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--quiet", *(["--cpu"] if cpu else [])]
+    cmd += [
+        *"--num_processes 2 --num_machines 1 --mixed_precision no --dynamo_backend no".split(),
+        "train_grpo.py",
+    ]
+    cmd += ["--model_name_or_path", seed_reference, "--dataset", "seed_bank", "--output_dir", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: accelerate launch asked for 2 processes but started 1 (its plain launcher starts one unless mpirun "
+        "is installed); on CPU launch with `accelerate launch --config_file configs/accelerate/cpu_2proc.yaml "
+        "train_grpo.py`"
+    ]
+    assert "Traceback" not in proc.stderr and not out.exists()
+
+
+def test_outputs_line_lists_only_what_was_written_and_plots_show_entropy_without_kl(
+    seed_reference, tmp_path, capsys
+):
+    from tinygrpo.metrics_io import plot_metrics
+
+    out = tmp_path / "run"
+    assert run_main(seed_reference, out, "--make_plots", "false") == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"outputs in {out}: metrics.jsonl, completions.jsonl, summary.json, config.json, final/"
+    assert plot_metrics(out / "metrics.jsonl", tmp_path / "a.png")[2] == "entropy"  # beta 0: no KL is logged
+    assert run_main(seed_reference, tmp_path / "kl", "--beta", "0.02", "--make_plots", "false") == 0
+    assert plot_metrics(tmp_path / "kl" / "metrics.jsonl", tmp_path / "b.png")[2] == "kl"

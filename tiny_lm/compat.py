@@ -10,7 +10,7 @@ from dataclasses import fields
 
 import transformers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 # transformers 5 renamed the key/value cache from `past_key_values` to `cache`, both as the output field and as the
 # models' forward keyword (5.x still takes the old name, with a deprecation warning); 4.x knows only the old one.
@@ -25,6 +25,16 @@ def cache_kwargs(cache) -> dict:
 def causal_lm_output(loss, logits, cache) -> CausalLMOutputWithPast:
     """`CausalLMOutputWithPast` with the cache under this transformers' field name."""
     return CausalLMOutputWithPast(loss=loss, logits=logits, **cache_kwargs(cache))
+
+
+def base_model_output(hidden, cache) -> BaseModelOutputWithPast:
+    """`BaseModelOutputWithPast` with the cache under this transformers' field name."""
+    return BaseModelOutputWithPast(last_hidden_state=hidden, **cache_kwargs(cache))
+
+
+def cache_of(output):
+    """The cache a model output carries, under either name."""
+    return getattr(output, CACHE_KEYWORD)
 
 
 def register_tokenizer(config_class: type) -> None:

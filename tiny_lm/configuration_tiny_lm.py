@@ -69,3 +69,6 @@ class TinyLMConfig(PretrainedConfig):
     @property
     def max_position_embeddings(self) -> int:
         return self.n_positions
+
+
+TinyLMConfig.register_for_auto_class()  # saved configs carry an auto_map (see modeling_tiny_lm.py)

@@ -15,9 +15,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
-from .compat import causal_lm_output
+from .compat import base_model_output, cache_of, causal_lm_output
 from .configuration_tiny_lm import TinyLMConfig
 from .grouped import GroupedDecoder, GroupedWeights, grouped_logits, read_weights
 from .grouped_layout import FrameCache, GroupLayout, group_layout
@@ -66,7 +67,10 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
 
 
-class Block(nn.Module):
+class Block(GradientCheckpointingLayer):
+    """A pre-LayerNorm block. A GradientCheckpointingLayer, so that trainers can turn on activation checkpointing
+    (TRL's GRPOTrainer does by default): it recomputes the block in backward instead of storing its activations."""
+
     def __init__(self, config: TinyLMConfig, layer_idx: int) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
@@ -84,6 +88,7 @@ class TinyLMPreTrainedModel(PreTrainedModel):
     base_model_prefix = "transformer"
     _no_split_modules = ["Block"]
     _supports_sdpa = True
+    supports_gradient_checkpointing = True
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -121,25 +126,96 @@ def build_attention_mask(
     return keep[:, None]  # (B, 1, T, K)
 
 
+class TinyLMModel(TinyLMPreTrainedModel):
+    """The backbone: token and position embeddings, the blocks, the final LayerNorm -> hidden states (B, T, C).
+    `TinyLMForCausalLM.transformer` is one (GPT-2's layout); libraries that look for `base_model` find it."""
+
+    def __init__(self, config: TinyLMConfig, *, initialize: bool = True) -> None:
+        super().__init__(config)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.n_positions, config.n_embd)
+        self.drop = nn.Dropout(config.dropout)
+        self.h = nn.ModuleList([Block(config, i) for i in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        for block in self.h:
+            block.attn.c_proj._is_residual_proj = True
+            block.mlp.c_proj._is_residual_proj = True
+        if initialize:  # (under a head, the head's post_init initializes everything in one pass, see there)
+            self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.wte
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.wte = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        """input_ids (B, T) -> last_hidden_state (B, T, C), and the cache when one is used.
+
+        `cache` (alias `past_key_values`, the pre-5.x name) holds the keys/values of earlier tokens;
+        `attention_mask` (B, T_past + T) marks real tokens (1) and left padding (0).
+        """
+        cache = cache if cache is not None else past_key_values
+        if use_cache is None:
+            # A cache only pays off when decoding; a training forward keeps none unless asked.
+            use_cache = self.config.use_cache and not self.training
+        if not use_cache:
+            cache = None
+        elif cache is None:
+            cache = DynamicCache()
+        B, T = input_ids.shape
+        past_len = cache.get_seq_length() if cache is not None else 0
+
+        if position_ids is None:
+            if attention_mask is not None:
+                # Left padding: a sequence's first real token is position 0, whatever its column.
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]  # (B, T)
+            else:
+                position_ids = torch.arange(past_len, past_len + T, device=input_ids.device)[None]  # (1, T)
+        if int(position_ids.max()) >= self.config.n_positions:
+            raise ValueError(
+                f"sequence reaches position {int(position_ids.max())}, beyond the model's context "
+                f"(n_positions={self.config.n_positions})"
+            )
+
+        # Without padding, SDPA needs no mask at all when there is no past (its fused causal path) or when a single
+        # new token attends to everything before it (decoding); otherwise an explicit boolean mask.
+        padded = attention_mask is not None and not bool(attention_mask.all())
+        attn_mask = None
+        if padded or (past_len > 0 and T > 1):
+            mask2d = (
+                attention_mask
+                if attention_mask is not None
+                else torch.ones(B, past_len + T, device=input_ids.device)
+            )
+            attn_mask = build_attention_mask(mask2d, T, past_len)
+
+        x = self.drop(self.wte(input_ids) + self.wpe(position_ids))  # (B, T, C)
+        for block in self.h:
+            x = block(x, attn_mask, cache)
+        return base_model_output(self.ln_f(x), cache)
+
+
 class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
     # transformers 5 reads {tied: source}; 4.x iterates it as the list of tied names (the keys): both work.
     _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
 
     def __init__(self, config: TinyLMConfig) -> None:
         super().__init__(config)
-        self.transformer = nn.ModuleDict(
-            dict(
-                wte=nn.Embedding(config.vocab_size, config.n_embd),
-                wpe=nn.Embedding(config.n_positions, config.n_embd),
-                drop=nn.Dropout(config.dropout),
-                h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
-                ln_f=nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon),
-            )
-        )
+        # Every module is built before any weight is drawn, so a seed gives the same weights as it always has: the
+        # random stream is consumed in one order (the modules' default init, then _init_weights over the tree).
+        self.transformer = TinyLMModel(config, initialize=False)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        for block in self.transformer.h:
-            block.attn.c_proj._is_residual_proj = True
-            block.mlp.c_proj._is_residual_proj = True
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -216,51 +292,17 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
         return_dict: bool | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
-        """input_ids (B, T) -> logits (B, T, V), or (B, logits_to_keep, V) when logits_to_keep > 0.
-
-        `cache` (alias `past_key_values`, the pre-5.x name) holds the keys/values of earlier tokens;
-        `attention_mask` (B, T_past + T) marks real tokens (1) and left padding (0).
-        """
-        cache = cache if cache is not None else past_key_values
-        if use_cache is None:
-            # A cache only pays off when decoding; a training forward keeps none unless asked.
-            use_cache = self.config.use_cache and not self.training
-        if not use_cache:
-            cache = None
-        elif cache is None:
-            cache = DynamicCache()
-        B, T = input_ids.shape
-        past_len = cache.get_seq_length() if cache is not None else 0
-
-        if position_ids is None:
-            if attention_mask is not None:
-                # Left padding: a sequence's first real token is position 0, whatever its column.
-                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]  # (B, T)
-            else:
-                position_ids = torch.arange(past_len, past_len + T, device=input_ids.device)[None]  # (1, T)
-        if int(position_ids.max()) >= self.config.n_positions:
-            raise ValueError(
-                f"sequence reaches position {int(position_ids.max())}, beyond the model's context "
-                f"(n_positions={self.config.n_positions})"
-            )
-
-        # Without padding, SDPA needs no mask at all when there is no past (its fused causal path) or when a single
-        # new token attends to everything before it (decoding); otherwise an explicit boolean mask.
-        padded = attention_mask is not None and not bool(attention_mask.all())
-        attn_mask = None
-        if padded or (past_len > 0 and T > 1):
-            mask2d = (
-                attention_mask
-                if attention_mask is not None
-                else torch.ones(B, past_len + T, device=input_ids.device)
-            )
-            attn_mask = build_attention_mask(mask2d, T, past_len)
-
-        tr = self.transformer
-        x = tr.drop(tr.wte(input_ids) + tr.wpe(position_ids))  # (B, T, C)
-        for block in tr.h:
-            x = block(x, attn_mask, cache)
-        x = tr.ln_f(x)
+        """input_ids (B, T) -> logits (B, T, V), or (B, logits_to_keep, V) when logits_to_keep > 0; the cache
+        arguments as in `TinyLMModel.forward`."""
+        out = self.transformer(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+        )
+        x = out.last_hidden_state
         if logits_to_keep:
             x = x[:, -logits_to_keep:]  # only the positions whose next token is wanted
         logits = self.lm_head(x)  # (B, T', V)
@@ -273,4 +315,10 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
                 labels[:, 1:].reshape(-1),
                 ignore_index=-100,
             )
-        return causal_lm_output(loss, logits, cache)
+        return causal_lm_output(loss, logits, cache_of(out))
+
+
+# Saved directories carry this code and an `auto_map`, so they load with trust_remote_code in a process that never
+# imported tiny_lm (and the registration travels with the code).
+TinyLMModel.register_for_auto_class("AutoModel")
+TinyLMForCausalLM.register_for_auto_class("AutoModelForCausalLM")

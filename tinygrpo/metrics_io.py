@@ -41,18 +41,20 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
-def plot_metrics(metrics_path: Path, out_path: Path) -> None:
-    """Four panels from metrics.jsonl: reward, held-out accuracy, KL, fraction of zero-variance groups."""
+def plot_metrics(metrics_path: Path, out_path: Path) -> list[str]:
+    """Four panels from metrics.jsonl: reward, held-out accuracy, KL to the reference (or, when there is none,
+    the policy's entropy), fraction of zero-variance groups."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = read_jsonl(metrics_path)
+    has_kl = any("kl" in r for r in rows)
     panels = [
         ("reward", "sampled reward (mean)"),
         ("eval/accuracy", "held-out greedy accuracy"),
-        ("kl", "KL to reference (mean per token)"),
+        ("kl", "KL to reference (mean per token)") if has_kl else ("entropy", "policy entropy (nats per token)"),
         ("frac_reward_zero_std", "fraction of zero-variance groups"),
     ]
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
@@ -69,3 +71,4 @@ def plot_metrics(metrics_path: Path, out_path: Path) -> None:
     fig.tight_layout()
     fig.savefig(out_path, dpi=110)
     plt.close(fig)
+    return [key for key, _ in panels]
