@@ -54,7 +54,9 @@ def plot_metrics(metrics_path: Path, out_path: Path) -> list[str]:
     panels = [
         ("reward", "sampled reward (mean)"),
         ("eval/accuracy", "held-out greedy accuracy"),
-        ("kl", "KL to reference (mean per token)") if has_kl else ("entropy", "policy entropy (nats per token)"),
+        ("kl", "KL to reference (mean per token)")
+        if has_kl
+        else ("entropy", "policy entropy (nats per token)"),
         ("frac_reward_zero_std", "fraction of zero-variance groups"),
     ]
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
