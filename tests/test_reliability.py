@@ -665,7 +665,12 @@ def test_no_pickle_loading_in_project_code():
 
 def test_checkpoints_hold_safetensors_and_resume_never_unpickles(seed_reference, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    assert run_inproc(seed_reference, out, *"--max_steps 2 --save_steps 1 --eval_split".split(), "") == 0
+    # (a constant schedule: resuming with more steps is the same run; a decaying one would be refused)
+    constant = ("--lr_scheduler_type", "constant")
+    assert (
+        run_inproc(seed_reference, out, *"--max_steps 2 --save_steps 1 --eval_split".split(), "", *constant)
+        == 0
+    )
     for p in [*ckpt.checkpoint_dirs(out), out / "final"]:
         names = {f.name for f in p.iterdir()}
         assert "model.safetensors" in names and not names & {"pytorch_model.bin", "model.bin"}, names
@@ -688,6 +693,7 @@ def test_checkpoints_hold_safetensors_and_resume_never_unpickles(seed_reference,
             "",
             "--resume_from_checkpoint",
             str(out / "checkpoint-2"),
+            *constant,
         )
         == 0
     )

@@ -165,9 +165,9 @@ def test_reference_is_built_only_when_beta_is_positive(seed_reference, tmp_path,
         loads.append(what)
         return real_load(path, what)
 
-    def recording_train(self):
+    def recording_train(self, *args):
         trainers.append(self)
-        return real_train(self)
+        return real_train(self, *args)
 
     monkeypatch.setattr(train_grpo, "load_model_and_tokenizer", counting_load)
     monkeypatch.setattr(GRPOTrainer, "train", recording_train)

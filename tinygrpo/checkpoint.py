@@ -2,24 +2,32 @@
 
 A checkpoint directory `checkpoint-<step>` holds what `accelerator.save_state` writes (model weights as
 safetensors, optimizer, per-process RNG states; loaded back with `weights_only=True`), the reference
-model when it is being synced, and `trainer_state.json` (step, data cursor, the learning-rate scheduler's state;
-each process's sampling generator in sampler_<rank>.json).
+model when it is being synced, `trainer_state.json` (step, data cursor, the learning-rate scheduler's state;
+each process's sampling generator in sampler_<rank>.json), the run's settings (`grpo_config.json`) and a manifest
+of every file's size and SHA-256 (`manifest.json`), written last.
 A kill at any moment leaves either no `checkpoint-<step>` or a complete one: the directory is renamed into place
-after everything in it is written and flushed, and `latest` only ever considers complete ones.
+after everything in it is written and flushed, and `latest` only ever considers complete ones. A checkpoint damaged
+later (a truncated or edited file) fails its manifest: `latest` skips it, and says so.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from .config import ConfigError
+
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"
+CONFIG_FILE = "grpo_config.json"
+MANIFEST_FILE = "manifest.json"
 
 
 def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
@@ -31,19 +39,63 @@ def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found) if (p / STATE_FILE).is_file()]
 
 
-def resolve_checkpoint(spec: str, output_dir: str | Path) -> Path:
-    """'latest' -> the newest complete checkpoint in output_dir; otherwise the given directory, checked."""
+def resolve_checkpoint(spec: str, output_dir: str | Path, say: Callable[[str], None] = print) -> Path:
+    """'latest' -> the newest complete checkpoint in output_dir that verifies (each one that does not is skipped,
+    with a line saying why); otherwise the given directory, which must verify."""
     if spec == "latest":
         found = checkpoint_dirs(output_dir)
-        if not found:
-            raise FileNotFoundError(f"resume_from_checkpoint=latest: no complete checkpoint in {output_dir}")
-        return found[-1]
+        for path in reversed(found):
+            problem = verify(path)
+            if problem is None:
+                return path
+            say(f"skipping {path}: {problem}")
+        raise ConfigError(
+            f"resume_from_checkpoint=latest: no complete checkpoint in {output_dir}"
+            + (" that verifies" if found else "")
+        )
     path = Path(spec)
     if not (path / STATE_FILE).is_file():
-        raise FileNotFoundError(
-            f"resume_from_checkpoint={spec}: not a checkpoint directory (no {STATE_FILE})"
-        )
+        raise ConfigError(f"resume_from_checkpoint={spec}: not a checkpoint directory (no {STATE_FILE})")
+    problem = verify(path)
+    if problem is not None:
+        raise ConfigError(f"resume_from_checkpoint={spec}: {problem}")
     return path
+
+
+def write_manifest(path: Path) -> None:
+    """Size and SHA-256 of every file in a checkpoint, written last (a checkpoint without it is incomplete)."""
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+    manifest = {str(p.relative_to(path)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    write_json_atomic(path / MANIFEST_FILE, manifest)
+
+
+def verify(path: Path) -> str | None:
+    """None if every file of the manifest is there with its size and hash; else what is wrong. (A checkpoint
+    written before manifests existed has none and is taken as it is.)"""
+    manifest_path = path / MANIFEST_FILE
+    if not manifest_path.is_file():
+        return None
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as e:
+        return f"its manifest cannot be read ({e})"
+    for name, want in manifest.items():
+        p = path / name
+        if not p.is_file():
+            return f"{name} is missing"
+        if p.stat().st_size != want["bytes"]:
+            return f"{name} has {p.stat().st_size:,} bytes, the manifest says {want['bytes']:,}"
+        if _sha256(p) != want["sha256"]:
+            return f"{name} does not match its SHA-256 in the manifest"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def fsync_tree(path: Path) -> None:

@@ -7,6 +7,7 @@ that names the field and the allowed values.
 
 from __future__ import annotations
 
+import math
 import sys
 import typing
 from dataclasses import dataclass, field, fields
@@ -217,6 +218,15 @@ class GRPOConfig:
     )
 
     def __post_init__(self) -> None:
+        for f in fields(
+            self
+        ):  # inf or nan in any number is a mistake (an infinite learning rate trains NaNs)
+            value = getattr(self, f.name)
+            for x in value if isinstance(value, list) else [value]:
+                if isinstance(x, float) and not math.isfinite(x):
+                    raise ConfigError(f"{f.name} must be a finite number, got {x}")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.num_generations < 2:
             raise ConfigError(
                 f"num_generations must be >= 2 (a group needs a baseline), got {self.num_generations}"
@@ -261,6 +271,11 @@ class GRPOConfig:
             raise ConfigError(f"beta must be >= 0, got {self.beta}")
         if not self.learning_rate > 0:
             raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.max_grad_norm < 0:
             raise ConfigError(f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
         if not 0 <= self.ref_model_mixup_alpha <= 1:
@@ -293,10 +308,8 @@ class GRPOConfig:
 
 
 class _Parser(HfArgumentParser):
-    def error(
-        self, message: str
-    ) -> None:  # argparse prints usage and exits; we raise, the caller prints one line
-        raise ConfigError(message)
+    def error(self, message: str) -> None:
+        raise ConfigError(message)  # argparse prints usage and exits; the caller prints one line instead
 
 
 def _yaml_to_argv(path: str) -> list[str]:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from rewards import EOS, combine_rewards, compute_rewards
+from rewards import EOS, RewardError, combine_rewards, compute_rewards
 
 from .backend import Backend
 from .batch import Batch, concat_batches
@@ -156,6 +156,12 @@ class BatchGenerator:
 
         # Advantages on the GLOBAL batch (exact for scale_rewards="batch"); each process keeps its own rows.
         all_rewards = self.procs.gather(rewards)
+        if bool(all_rewards.isnan().all()):
+            raise RewardError(
+                f"no reward function applies to any of the {all_rewards.numel()} samples (every reward is None): "
+                f"nothing to learn from; check the reward functions ({', '.join(rw.names)}) and the dataset's "
+                f"columns"
+            )
         adv, zero_std = group_advantages(
             all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards
         )

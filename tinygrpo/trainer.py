@@ -21,7 +21,7 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -46,7 +46,7 @@ from .prompts import PromptSource, left_pad
 from .update import NonFiniteError, PolicyUpdate
 from .validation import check_inputs
 
-__all__ = ["GRPOTrainer", "NonFiniteError", "StepOutput"]
+__all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput"]
 
 
 @dataclass
@@ -186,50 +186,75 @@ class GRPOTrainer:
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
         """checkpoint-<step>: model, optimizer and RNG states (accelerate), each process's sampling generator, the
-        reference when it is synced, and trainer_state.json; written under a temporary name, then renamed."""
+        reference when it is synced, trainer_state.json, the settings and a manifest; written under a temporary
+        name, then renamed. Non-finite weights are never saved."""
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise NonFiniteError(
+                f"step {self.step}: the weights are NaN or infinite (a learning rate too large?); not saved, the "
+                f"last checkpoint in {self.out} is intact"
+            )
         final = self.out / f"checkpoint-{self.step}"
         tmp = self.out / f".tmp-checkpoint-{self.step}"
-        if self.procs.is_main:
-            shutil.rmtree(tmp, ignore_errors=True)
-        self.procs.wait()
-        self.acc.save_state(str(tmp), safe_serialization=True)
-        sampler = {"state": ckpt.generator_state_to_list(self.generator.generator)}
-        ckpt.write_json_atomic(tmp / f"sampler_{self.procs.rank}.json", sampler)
-        self.procs.wait()
-        if self.procs.is_main:
-            if self.ref_model is not None and self.cfg.sync_ref_model:
-                save_model(self.ref_model, str(tmp / "ref_model.safetensors"))  # (tied weights stored once)
-            state = {
-                "step": self.step,
-                **self.prompts.state_dict(),
-                "total_completions": self.total_completions,
-                "nonfinite_skipped": self.nonfinite_skipped,
-                "num_processes": self.procs.num,
-                "scheduler": self.optim.scheduler.state_dict(),
-            }
-            ckpt.write_json_atomic(tmp / ckpt.STATE_FILE, state)
-            ckpt.publish(tmp, final)
-            ckpt.prune(self.out, self.cfg.save_total_limit)
+        try:
+            if self.procs.is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            self.procs.wait()
+            self.acc.save_state(str(tmp), safe_serialization=True)
+            sampler = {"state": ckpt.generator_state_to_list(self.generator.generator)}
+            ckpt.write_json_atomic(tmp / f"sampler_{self.procs.rank}.json", sampler)
+            self.procs.wait()
+            if self.procs.is_main:
+                if self.ref_model is not None and self.cfg.sync_ref_model:
+                    save_model(
+                        self.ref_model, str(tmp / "ref_model.safetensors")
+                    )  # (tied weights stored once)
+                state = {
+                    "step": self.step,
+                    **self.prompts.state_dict(),
+                    "total_completions": self.total_completions,
+                    "nonfinite_skipped": self.nonfinite_skipped,
+                    "num_processes": self.procs.num,
+                    "scheduler": self.optim.scheduler.state_dict(),
+                }
+                ckpt.write_json_atomic(tmp / ckpt.STATE_FILE, state)
+                ckpt.write_json_atomic(tmp / ckpt.CONFIG_FILE, asdict(self.cfg))
+                ckpt.write_manifest(tmp)
+                ckpt.publish(tmp, final)
+                ckpt.prune(self.out, self.cfg.save_total_limit)
+        except OSError as e:
+            kept = ckpt.checkpoint_dirs(self.out)
+            raise SaveError(
+                f"step {self.step}: could not write the checkpoint: {e.strerror or e}"
+                + (f" ({e.filename})" if e.filename else "")
+                + (f"; the last complete checkpoint is {kept[-1]}" if kept else "; no checkpoint was kept")
+            ) from None
         self.procs.wait()
         return final
 
     def load_checkpoint(self, path: Path) -> None:
-        state = json.loads((path / ckpt.STATE_FILE).read_text())
-        if state["num_processes"] != self.procs.num:
-            raise ConfigError(
-                f"checkpoint {path} was written by {state['num_processes']} processes; resume with the same number "
-                f"(this launch has {self.procs.num})"
-            )
-        self.acc.load_state(str(path))
-        self.optim.scheduler.load_state_dict(state["scheduler"])
-        sampler = json.loads((path / f"sampler_{self.procs.rank}.json").read_text())
-        ckpt.generator_state_from_list(self.generator.generator, sampler["state"])
-        if self.ref_model is not None and (path / "ref_model.safetensors").is_file():
-            load_model(self.ref_model, str(path / "ref_model.safetensors"))
-        self.step = state["step"]
-        self.prompts.load_state_dict(state)
-        self.total_completions = state["total_completions"]
-        self.nonfinite_skipped = state["nonfinite_skipped"]
+        """Restore a checkpoint (see save_checkpoint); a file that cannot be read is one ConfigError naming it."""
+        try:
+            state = json.loads((path / ckpt.STATE_FILE).read_text())
+            if state["num_processes"] != self.procs.num:
+                raise ConfigError(
+                    f"checkpoint {path} was written by {state['num_processes']} processes; resume with the same "
+                    f"number (this launch has {self.procs.num})"
+                )
+            self.acc.load_state(str(path))
+            self.optim.scheduler.load_state_dict(state["scheduler"])
+            sampler = json.loads((path / f"sampler_{self.procs.rank}.json").read_text())
+            ckpt.generator_state_from_list(self.generator.generator, sampler["state"])
+            if self.ref_model is not None and (path / "ref_model.safetensors").is_file():
+                load_model(self.ref_model, str(path / "ref_model.safetensors"))
+            self.step = state["step"]
+            self.prompts.load_state_dict(state)
+            self.total_completions = state["total_completions"]
+            self.nonfinite_skipped = state["nonfinite_skipped"]
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001  (a damaged file of the user's checkpoint: say which and why)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"cannot resume from {path}: {first}") from None
 
     # ------------------------------------------------------------------ the loop
     def log(self, metrics: dict) -> None:
@@ -245,12 +270,15 @@ class GRPOTrainer:
             row = {"step": self.step, "prompt": first.prompts[i], "completion": first.completions[i]}
             self.completions_log.write({**row, "rewards": rewards})
 
-    def train(self) -> dict:
-        """Run to max_steps; returns a summary (held-out accuracy before/after, wall time)."""
+    def train(self, resume_from: Path | None = None) -> dict:
+        """Run to max_steps; returns a summary (held-out accuracy before/after, wall time). `resume_from`: a
+        checkpoint already chosen (train_grpo.py checks it first); else cfg.resume_from_checkpoint is resolved."""
         cfg = self.cfg
         t_start = time.perf_counter()
-        if cfg.resume_from_checkpoint:
-            path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, self.out)
+        if resume_from is None and cfg.resume_from_checkpoint:
+            resume_from = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, self.out, self.acc.print)
+        if resume_from is not None:
+            path = resume_from
             self.load_checkpoint(path)
             if self.procs.is_main:
                 for name in ("metrics.jsonl", "completions.jsonl"):
@@ -307,8 +335,8 @@ class GRPOTrainer:
         self.save_checkpoint()
         if self.step < cfg.max_steps:
             raise KeyboardInterrupt(
-                f"interrupted after step {self.step}; checkpoint saved in {self.out}. Resume with the same command "
-                f"plus --resume_from_checkpoint latest"
+                f"{stop.name}: stopped after step {self.step}; checkpoint saved in {self.out}. Resume with the same "
+                f"command plus --resume_from_checkpoint latest"
             )
         eval_after = {k: v for k, v in m.items() if k.startswith("eval/")}
         summary.update(
@@ -330,27 +358,36 @@ class GRPOTrainer:
         return summary
 
 
+class SaveError(OSError):
+    """A checkpoint could not be written (disk full, permissions): what was kept is in the message."""
+
+
 class StopOnSignal:
-    """Ctrl-C asks for a stop at the next step boundary (a checkpoint there is exact); a second one stops at once.
-    Installed only in the main thread (signal handlers can be set nowhere else)."""
+    """Ctrl-C (SIGINT) or SIGTERM (what Docker, Kubernetes and Slurm send) asks for a stop at the next step
+    boundary, where a checkpoint is exact; a second signal stops at once. Installed only in the main thread
+    (signal handlers can be set nowhere else)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, verbose: bool) -> None:
         self.verbose = verbose
         self.requested = False
-        self._previous = None
+        self.name = "interrupted"
+        self._previous: dict = {}
 
     def __enter__(self) -> StopOnSignal:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
 
     def _handle(self, signum, frame) -> None:
         if self.requested:
-            raise KeyboardInterrupt  # second Ctrl-C: stop now, without a checkpoint
+            raise KeyboardInterrupt  # a second signal: stop now, without a checkpoint
         self.requested = True
+        self.name = signal.Signals(signum).name
         if self.verbose:
-            tqdm.write("Ctrl-C: stopping after this step and saving a checkpoint (press again to abort)")
+            tqdm.write(f"{self.name}: stopping after this step and saving a checkpoint (again to abort)")

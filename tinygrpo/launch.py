@@ -1,0 +1,189 @@
+"""What a launch checks and sets up before any expensive work: the output directory (writable, held by this run
+alone, not another run's unless asked), the launcher, and the checkpoint a resume starts from and its settings.
+
+Every check fails with a ConfigError naming the problem; train_grpo.py prints it as one `error:` line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from . import checkpoint as ckpt
+from .config import ConfigError, GRPOConfig
+
+RUN_FILES = ("metrics.jsonl", "completions.jsonl", "plots.png", "summary.json", "config.json")
+# What shows that a run happened (config.json alone is a failed start).
+RUN_EVIDENCE = ("metrics.jsonl", "completions.jsonl", "summary.json", "final")
+LOCK_FILE = ".lock"
+
+# Settings a resumed run may change: they decide what is logged, saved or shown, not what is trained. (max_steps
+# too, when the learning-rate schedule does not depend on it; threads change float rounding, not the run.)
+RESUMABLE_CHANGES = frozenset(
+    {
+        "resume_from_checkpoint",
+        "overwrite_output_dir",
+        "output_dir",
+        "eval_split",
+        "logging_steps",
+        "eval_steps",
+        "eval_pass_k",
+        "save_steps",
+        "save_total_limit",
+        "num_completions_to_log",
+        "report_to",
+        "disable_tqdm",
+        "make_plots",
+        "torch_num_threads",
+    }
+)
+
+
+def check_writable(out: Path) -> None:
+    """Create the output directory if needed and write a file in it, so that a read-only or missing place fails
+    now, not after the models are loaded."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output_dir {out} exists and is not a directory")
+    probe = out / ".write-test"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"output_dir {out} is not writable: {e.strerror or e}") from None
+
+
+def lock_output_dir(out: Path) -> int:
+    """Hold output_dir for this run (an exclusive lock on its .lock file, released when the process ends, even by
+    SIGKILL); a second run into the same directory is refused, naming the holder's pid. Returns the lock's fd,
+    which must stay open for the run."""
+    import fcntl
+
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise ConfigError(
+            f"output_dir {out} is in use by another run (pid {holder}); wait for it to finish or choose another "
+            f"--output_dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def prepare_output_dir(cfg: GRPOConfig) -> None:
+    """Refuse to overwrite another run's output unless asked (or resuming); when asked, clear it."""
+    out = Path(cfg.output_dir)
+    previous = any((out / f).exists() for f in RUN_EVIDENCE) or any(out.glob("checkpoint-*"))
+    if cfg.resume_from_checkpoint or not previous:
+        return
+    if not cfg.overwrite_output_dir:
+        raise ConfigError(
+            f"output_dir {out} already holds a run; pass --overwrite_output_dir to replace it, "
+            f"--resume_from_checkpoint latest to continue it, or choose another --output_dir"
+        )
+    for f in RUN_FILES:
+        (out / f).unlink(missing_ok=True)
+    for d in [out / "final", *out.glob("checkpoint-*"), *out.glob(".tmp-checkpoint-*"), out / "runs"]:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def resume_point(cfg: GRPOConfig, say=print) -> Path | None:
+    """The checkpoint to resume from (verified against its manifest; `latest` skips, and says so, any that does
+    not verify), after checking that this launch's settings would continue the same run."""
+    if not cfg.resume_from_checkpoint:
+        return None
+    path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir, say)
+    saved = path / ckpt.CONFIG_FILE
+    if saved.is_file():
+        try:
+            before = json.loads(saved.read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"resume_from_checkpoint: cannot read {saved}: {e}") from None
+        check_same_run(before, cfg, path)
+    return path
+
+
+def check_same_run(before: dict, cfg: GRPOConfig, path: Path) -> None:
+    now = asdict(cfg)
+    allowed = set(RESUMABLE_CHANGES)
+    if before.get("lr_scheduler_type") == cfg.lr_scheduler_type == "constant":
+        allowed.add("max_steps")  # (a decaying schedule is a function of max_steps)
+    changed = [
+        f"{f.name} {before[f.name]!r} -> {now[f.name]!r}"
+        for f in fields(GRPOConfig)
+        if f.name in before and f.name not in allowed and before[f.name] != now[f.name]
+    ]
+    if changed:
+        raise ConfigError(
+            f"resume_from_checkpoint: {path} was trained with other settings ({'; '.join(changed)}); resume with "
+            f"the same values, or start a new run in another --output_dir"
+        )
+
+
+def on_main_process(acc, fn) -> None:
+    """Run `fn` on the main process only; if it raises a ConfigError there, the other processes raise an empty one
+    (the main process reports it) instead of waiting for the main one forever."""
+    import torch
+
+    error = None
+    if acc.is_main_process:
+        try:
+            fn()
+        except ConfigError as e:
+            error = e
+    failed = torch.tensor(float(error is not None))
+    if acc.num_processes > 1:
+        failed = acc.reduce(failed, "max")
+    if error is not None:
+        raise error
+    if failed.item() > 0:
+        raise ConfigError("")
+
+
+def launcher_processes() -> int:
+    """The number of processes asked of the `accelerate launch` that started this process: its --num_processes,
+    else its config file's. accelerate's plain launcher (CPU without mpirun) starts ONE process whatever that
+    number is, and says nothing. Read from the launcher's command line (Linux); 1 when it cannot be told."""
+    try:
+        argv = [a.decode() for a in Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0") if a]
+        # `accelerate launch ...`, `accelerate-launch ...` or `python -m accelerate.commands.launch ...`
+        start = next(
+            i + 1
+            for i, a in enumerate(argv[:4])
+            if (a == "launch" and "accelerate" in " ".join(argv[:i]))
+            or a.endswith(("accelerate.commands.launch", "accelerate-launch"))
+        )
+        from accelerate.commands.config.config_args import default_config_file, load_config_from_file
+        from accelerate.commands.launch import launch_command_parser
+
+        args = launch_command_parser().parse_args(argv[start:])
+        if args.num_processes is not None:
+            return int(args.num_processes)
+        path = args.config_file or default_config_file
+        return int(load_config_from_file(path).num_processes or 1) if Path(path).is_file() else 1
+    except (OSError, ValueError, StopIteration, SystemExit, AttributeError, UnicodeDecodeError):
+        return 1
+
+
+def stop_with_launcher() -> None:
+    """Under `accelerate launch`, ask the kernel for a SIGTERM when the launcher dies (Linux): its plain launcher
+    does not pass SIGTERM on, and the training process would run on as an orphan. SIGTERM stops at the next step
+    boundary with a checkpoint, as Ctrl-C does."""
+    if not any(k.startswith("ACCELERATE_") for k in os.environ):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
