@@ -16,13 +16,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from tinygrpo.sft import SFTConfig, train_reference
 
+    class Parser(HfArgumentParser):
+        def error(self, message: str) -> None:
+            raise ValueError(message)  # one `error:` line instead of argparse's usage and exit 2
+
     hf_logging.disable_progress_bar()
     try:
-        (cfg,) = HfArgumentParser(SFTConfig).parse_args_into_dataclasses(args=argv)
-    except ValueError as e:
+        (cfg,) = Parser(SFTConfig, allow_abbrev=False).parse_args_into_dataclasses(args=argv)
+        train_reference(cfg)
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    train_reference(cfg)
     return 0
 
 

@@ -20,31 +20,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from _runs import ENV, REPO, cli, run_inproc, snapshot
+from safetensors.torch import load_file
 
-import train_grpo
 from tinygrpo import checkpoint as ckpt
 from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
 
-REPO = Path(train_grpo.__file__).resolve().parent
-SMALL = "--dataset seed_bank --train_split train --eval_split train --per_device_train_batch_size 32 --num_generations 4 --max_completion_length 3 --disable_tqdm true --make_plots false --torch_num_threads 1".split()
 # The kill/resume runs: long enough (N steps of ~15-50 ms) that a poller catches the run mid-way after its first
 # checkpoints; every step logged, so that resume has lines to truncate.
 N_STEPS = 150
 LONG = ("--max_steps", str(N_STEPS), "--save_steps", "3", "--logging_steps", "1", "--eval_steps", "25")
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 # ================================================================================================ helpers
-
-
-def cli(ref: str, out: Path, *extra: str) -> list[str]:
-    """train_grpo argv on the seed bank; `extra` flags come last, so they override these (later flags win)."""
-    return ["--model_name_or_path", ref, *SMALL, "--output_dir", str(out), *extra]
-
-
-def run_inproc(ref: str, out: Path, *extra: str) -> int:
-    return train_grpo.main(cli(ref, out, *extra))
 
 
 def start(ref: str, out: Path, *extra: str, tag: str = "run") -> subprocess.Popen:
@@ -124,10 +112,6 @@ def assert_same_run(out: Path, reference: Path) -> None:
     assert len(got) == len(want) and got == want
     assert (out / "completions.jsonl").read_bytes() == (reference / "completions.jsonl").read_bytes()
     assert_same_weights(out / "final", reference / "final")
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 # (the learning-rate scheduler's state is JSON inside STATE_FILE)
@@ -314,11 +298,12 @@ def test_second_run_into_the_same_output_dir_is_refused_and_changes_nothing(seed
     assert not (out / "checkpoint-2").exists()  # the old run's checkpoints are gone, not mixed in
 
 
-def test_sigint_stops_at_a_step_boundary_saves_and_resumes(seed_reference, straight_run, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_at_a_step_boundary_saves_and_resumes(seed_reference, straight_run, tmp_path, sig):
     out = tmp_path / "i"
     proc = start(seed_reference, out, *LONG)
     wait_for(lambda: last_step(out) >= 4, proc, "step 4")
-    os.kill(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, sig)
     assert proc.wait(timeout=120) == 130
     err = stderr_of(out)
     assert "--resume_from_checkpoint" in err and "Traceback" not in err, err
@@ -404,235 +389,7 @@ def test_nonfinite_loss_with_skip_completes_and_counts_the_skips(seed_reference,
 
 
 # ================================================================================================ 5. bad input
-
-
-def _ref_copy(tmp: Path, ref: str) -> Path:
-    dst = tmp / "ref_copy"
-    shutil.copytree(ref, dst)
-    return dst
-
-
-def _dataset(tmp: Path, lines: list[dict] | None) -> str:
-    d = tmp / "ds"
-    d.mkdir()
-    (d / "train.jsonl").write_text("" if lines is None else "".join(json.dumps(r) + "\n" for r in lines))
-    return str(d)
-
-
-def _truncated_weights(tmp, ref):
-    d = _ref_copy(tmp, ref)
-    data = (d / "model.safetensors").read_bytes()
-    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
-    return ["--model_name_or_path", str(d)]
-
-
-def _weights_missing_a_tensor(tmp, ref):
-    d = _ref_copy(tmp, ref)
-    w = load_file(str(d / "model.safetensors"))
-    w.pop(next(k for k in w if k.endswith("ln_f.weight")))
-    save_file(w, str(d / "model.safetensors"), metadata={"format": "pt"})
-    return ["--model_name_or_path", str(d)]
-
-
-def _config(tmp, ref, text):
-    d = _ref_copy(tmp, ref)
-    (d / "config.json").write_text(text)
-    return ["--model_name_or_path", str(d)]
-
-
-def _bert(tmp, ref):
-    cfg = json.loads((Path(ref) / "config.json").read_text())
-    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
-    return _config(
-        tmp, ref, json.dumps({**cfg, **small, "model_type": "bert", "architectures": ["BertLMHeadModel"]})
-    )
-
-
-def _tokenizer_mismatch(tmp, ref):
-    from tiny_lm.tokenization_tiny_lm import build_tokenizer
-
-    d = _ref_copy(tmp, ref)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        (d / f).unlink()
-    build_tokenizer("0123456789+=abc").save_pretrained(d)
-    return ["--model_name_or_path", str(d)]
-
-
-def _yaml(tmp, text):
-    p = tmp / "recipe.yaml"
-    p.write_text(text)
-    return ["--config", str(p)]
-
-
-def _reward_file(tmp, body, func):
-    p = tmp / "myreward.py"
-    p.write_text(body)
-    return ["--reward_funcs", f"{p}:{func}"]
-
-
-def _output_is_a_file(tmp, ref):
-    (tmp / "out").write_text("not a directory")
-    return []
-
-
-BAD = {
-    # --- config: caught by parse_config / GRPOConfig.__post_init__
-    # A typo'd flag must not be ignored silently.
-    "unknown_flag": (lambda t, r: ["--num_generatoins", "4"], "--num_generatoins"),
-    # ...nor a typo'd key in a recipe.
-    "unknown_yaml_key": (lambda t, r: _yaml(t, "learning_rat: 0.1\n"), "learning_rat"),
-    # A group needs at least 2 samples for a baseline.
-    "G_below_2": (
-        lambda t, r: [*"--num_generations 1 --per_device_train_batch_size 8".split()],
-        "num_generations",
-    ),
-    # Each process must hold whole groups.
-    "batch_not_whole_groups": (
-        lambda t, r: ["--per_device_train_batch_size", "30"],
-        "per_device_train_batch_size",
-    ),
-    # epsilon <= 0 makes the clip range empty.
-    "epsilon_zero": (lambda t, r: ["--epsilon", "0"], "epsilon"),
-    # A negative KL coefficient rewards drifting away from the reference.
-    "beta_negative": (lambda t, r: ["--beta", "-0.1"], "beta"),
-    # Enumerated choices are checked and the allowed values listed.
-    "unknown_loss_type": (lambda t, r: ["--loss_type", "ppo"], "loss_type"),
-    "unknown_kl_estimator": (lambda t, r: [*"--kl_estimator k4 --beta 0.1".split()], "kl_estimator"),
-    # One weight per reward function.
-    "reward_weights_count": (lambda t, r: ["--reward_weights", "1", "2"], "reward_weights"),
-    # A NaN learning rate would poison every weight at step 1.
-    "learning_rate_nan": (lambda t, r: ["--learning_rate", "nan"], "learning_rate"),
-    # A recipe that is not YAML at all.
-    "invalid_yaml": (lambda t, r: _yaml(t, "max_steps: [1, 2\n"), "not valid YAML"),
-    # --- output dir
-    # output_dir names an existing file.
-    "output_dir_is_a_file": (_output_is_a_file, "not a directory"),
-    # --- data: caught by load_split / GRPOTrainer._check_inputs
-    # A dataset name that does not exist.
-    "unknown_dataset": (lambda t, r: ["--dataset", str(t / "nope")], "no such directory"),
-    # A split that does not exist.
-    "unknown_split": (lambda t, r: ["--train_split", "validation"], "validation"),
-    # An empty training set: nothing to sample prompts from.
-    "empty_dataset": (lambda t, r: ["--dataset", _dataset(t, None), "--eval_split", ""], "empty"),
-    # Rows without the prompt column.
-    "no_prompt_column": (
-        lambda t, r: ["--dataset", _dataset(t, [{"question": "1+2=", "answer": "3"}]), "--eval_split", ""],
-        "prompt",
-    ),
-    # The accuracy reward needs the answer column.
-    "no_answer_column": (
-        lambda t, r: ["--dataset", _dataset(t, [{"prompt": "1+2="}]), "--eval_split", ""],
-        "answer",
-    ),
-    # '*' is not in the char tokenizer's vocabulary (there is no <unk>).
-    "char_outside_vocab": (
-        lambda t, r: ["--dataset", _dataset(t, [{"prompt": "3*4=", "answer": "12"}]), "--eval_split", ""],
-        "'*'",
-    ),
-    # 4-token prompts + 100 completion tokens exceed the 16 positions of the reference.
-    "longer_than_context": (lambda t, r: ["--max_completion_length", "100"], "context"),
-    # --- model / tokenizer: caught by load_model_and_tokenizer / _check_inputs
-    "missing_model_dir": (lambda t, r: ["--model_name_or_path", str(t / "missing")], "missing config.json"),
-    # A half-written weights file.
-    "truncated_weights": (_truncated_weights, "cannot load the model"),
-    # config.json that is not JSON.
-    "garbage_config": (lambda t, r: _config(t, r, "{ this is not json"), "cannot load the model"),
-    # A weights file without the final layer norm's weight (a partial / wrong export).
-    "weights_missing_a_tensor": (_weights_missing_a_tensor, "ln_f.weight"),
-    # A different architecture under the same directory layout.
-    "wrong_architecture": (_bert, "model_name_or_path"),
-    # A tokenizer with 3 more tokens than the model's embedding.
-    "tokenizer_vocab_mismatch": (_tokenizer_mismatch, "tokenizer has 17 tokens"),
-    # --- rewards: caught by resolve_rewards and the probe in _check_inputs
-    "unknown_reward": (lambda t, r: ["--reward_funcs", "acuracy"], "unknown reward 'acuracy'"),
-    "missing_reward_file": (lambda t, r: ["--reward_funcs", str(t / "nope.py") + ":f"], "not found"),
-    "reward_raises": (
-        lambda t, r: _reward_file(
-            t, "def boom(completions, **kw):\n    raise RuntimeError('kaboom')\n", "boom"
-        ),
-        "kaboom",
-    ),
-    "reward_file_has_no_such_function": (
-        lambda t, r: _reward_file(t, "def f(completions):\n    return []\n", "g"),
-        "no function 'g'",
-    ),
-    # --- resume
-    "resume_from_nowhere": (
-        lambda t, r: ["--resume_from_checkpoint", str(t / "nowhere")],
-        "not a checkpoint",
-    ),
-    "resume_latest_without_checkpoints": (
-        lambda t, r: ["--resume_from_checkpoint", "latest"],
-        "no complete checkpoint",
-    ),
-}
-
-# Parser (argparse) errors: in-process, main() raises SystemExit instead of returning 1 (see the report).
-PARSER_ERRORS = {
-    # A value of the wrong type.
-    "wrong_type": (lambda t, r: ["--num_generations", "two"], "num_generations"),
-    # ...also from a recipe, whose values go through the same parser.
-    "wrong_type_in_yaml": (lambda t, r: _yaml(t, "num_generations: two\n"), "num_generations"),
-}
-
-ERROR_LINES: dict[str, str] = {}
-
-
-def check_one_error_line(stderr: str, needle: str, rc, out: Path) -> str:
-    assert isinstance(rc, int) and rc != 0, f"exit code {rc!r}"
-    assert "Traceback" not in stderr, stderr
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("error:"), lines
-    assert needle in lines[0], lines[0]
-    assert not (out / "metrics.jsonl").exists()  # no training happened
-    return lines[0]
-
-
-def _main_rc(argv: list[str]):
-    try:
-        return train_grpo.main(argv)
-    except SystemExit as e:
-        return f"SystemExit({e.code!r})"
-
-
-@pytest.mark.parametrize("name", [*BAD, *(f"{n}-inprocess" for n in PARSER_ERRORS)])
-def test_bad_input_is_one_error_line_and_no_training(name, seed_reference, tmp_path, capfd):
-    make, needle = BAD.get(name) or PARSER_ERRORS[name.removesuffix("-inprocess")]
-    out = tmp_path / "out"
-    # --max_steps 2: should a bad input slip through, it trains 2 steps, not the default 150.
-    argv = cli(seed_reference, out, "--max_steps", "2", *make(tmp_path, seed_reference))
-    capfd.readouterr()
-    rc = _main_rc(argv)
-    captured = capfd.readouterr()
-    print(f"{name}: rc={rc} stderr={captured.err.strip()!r}")
-    ERROR_LINES[name] = check_one_error_line(captured.err, needle, rc, out)
-
-
-@pytest.mark.parametrize("name", list(PARSER_ERRORS))
-def test_bad_input_subprocess(name, seed_reference, tmp_path):
-    make, needle = PARSER_ERRORS[name]
-    out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "train_grpo.py", *cli(seed_reference, out, *make(tmp_path, seed_reference))],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    print(f"{name}: rc={proc.returncode} stderr={proc.stderr.strip()!r}")
-    ERROR_LINES[name] = check_one_error_line(proc.stderr, needle, proc.returncode, out)
-    assert proc.stdout == ""
-
-
-def test_custom_dataset_error_is_the_only_stderr_output(seed_reference, tmp_path, capfd):
-    out = tmp_path / "out"
-    ds = _dataset(tmp_path, [{"question": "1+2=", "answer": "3"}])
-    capfd.readouterr()
-    assert run_inproc(seed_reference, out, "--dataset", ds, "--eval_split", "") == 1
-    lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), lines
+# The table of bad inputs, by class, is tests/test_bad_input.py.
 
 
 def test_a_failed_launch_leaves_the_output_dir_reusable(seed_reference, tmp_path, capfd):
@@ -701,25 +458,6 @@ def test_checkpoints_hold_safetensors_and_resume_never_unpickles(seed_reference,
     assert calls and all(w is True for w in calls), calls
 
 
-# ================================================================================================ a crafted NaN model
-
-
-def test_model_with_a_nan_weight_is_refused(seed_reference, tmp_path, capfd):
-    """A checkpoint whose weights hold a NaN (written with safetensors) -> exit 1, one error line saying NaN (at load
-    time, or at the latest as step 1's non-finite loss)."""
-    d = _ref_copy(tmp_path, seed_reference)
-    w = load_file(str(d / "model.safetensors"))
-    key = next((k for k in w if k.endswith("ln_f.weight")), next(iter(w)))
-    w[key] = w[key].clone()
-    w[key].view(-1)[0] = float("nan")
-    save_file(w, str(d / "model.safetensors"), metadata={"format": "pt"})
-    out = tmp_path / "out"
-    capfd.readouterr()
-    rc = run_inproc(str(d), out, "--max_steps", "3", "--eval_split", "", "--dynamic_sampling", "false")
-    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
-    assert rc == 1 and len(err) == 1 and err[0].startswith("error:") and "NaN" in err[0], (rc, err)
-
-
 CONSTANT_REWARD = """
 def const(completions, **kwargs):
     return [1.0] * len(completions)
@@ -741,3 +479,126 @@ def test_dynamic_sampling_with_no_signal_at_all_does_not_crash(seed_reference, t
         "",
     )
     assert rc == 0 and last_step(out) == 2
+
+
+# ================================================================================================ launchers and signals
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+def _wait_gone(pid: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"process {pid} did not end")
+        time.sleep(0.01)
+
+
+LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--quiet", "--num_machines", "1"]
+LAUNCH += "--mixed_precision no --dynamo_backend no --main_process_port 0".split()
+
+
+def launched(ref: str, out: Path, processes: int, *extra: str, tag: str = "run") -> subprocess.Popen:
+    """train_grpo.py under `accelerate launch`: 1 process (its plain launcher), or 2 CPU processes (torchrun)."""
+    how = ["--cpu", "--num_processes", "1"] if processes == 1 else ["--multi_gpu", "--num_processes", "2"]
+    env = {**ENV, "ACCELERATE_USE_CPU": "true"}
+    logs = out.parent / f"{out.name}.{tag}"
+    return subprocess.Popen(
+        [*LAUNCH, *how, "train_grpo.py", *cli(ref, out, *extra)],
+        cwd=REPO,
+        env=env,
+        stdout=open(f"{logs}.out", "w"),
+        stderr=open(f"{logs}.err", "w"),
+        start_new_session=True,
+    )
+
+
+def test_sigterm_to_the_accelerate_launcher_reaches_the_run_which_saves_and_resumes_exactly(
+    seed_reference, straight_run, tmp_path
+):
+    # accelerate's plain launcher dies of SIGTERM without passing it on; the run gets it from the kernel when its
+    # parent dies (PR_SET_PDEATHSIG), stops at the next step boundary and saves.
+    out = tmp_path / "l"
+    proc = launched(seed_reference, out, 1, *LONG)
+    wait_for(lambda: last_step(out) >= 4, proc, "step 4")
+    (child,) = _children(proc.pid)
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+    _wait_gone(child)
+    stopped = last_step(out)
+    assert 4 <= stopped < N_STEPS and latest_step(out) == stopped
+    assert_checkpoints_sound(out)
+    assert run_inproc(seed_reference, out, *LONG, "--resume_from_checkpoint", "latest") == 0
+    assert_same_run(out, straight_run)
+
+
+TWO = ("--max_steps", "30", "--save_steps", "2", "--logging_steps", "1", "--eval_steps", "15")
+
+
+@pytest.fixture(scope="module")
+def straight_2proc(seed_reference, tmp_path_factory) -> Path:
+    """The uninterrupted 2-process run that the interrupted 2-process runs must reproduce."""
+    out = tmp_path_factory.mktemp("straight2") / "a"
+    proc = launched(seed_reference, out, 2, *TWO, tag="straight")
+    assert proc.wait(timeout=300) == 0, stderr_of(out, "straight")
+    return out
+
+
+@pytest.mark.slow
+def test_two_processes_stopped_by_sigterm_resume_exactly(seed_reference, straight_2proc, tmp_path):
+    # SIGTERM to the (torchrun) launcher of 2 CPU processes: it passes SIGTERM to both, they agree on the step to
+    # stop after, save one checkpoint together, and a resumed 2-process run ends as the uninterrupted one.
+    steps, straight = TWO, straight_2proc
+    out = tmp_path / "t"
+    proc = launched(seed_reference, out, 2, *steps)
+    wait_for(lambda: last_step(out) >= 3, proc, "step 3")
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=120)
+    stopped = last_step(out)
+    assert 3 <= stopped < 30 and latest_step(out) == stopped, stderr_of(out)
+    proc = launched(seed_reference, out, 2, *steps, "--resume_from_checkpoint", "latest", tag="resumed")
+    assert proc.wait(timeout=300) == 0, stderr_of(out, "resumed")
+    assert_same_run(out, straight)
+
+
+@pytest.mark.slow
+def test_two_processes_killed_at_a_random_moment_resume_exactly(seed_reference, straight_2proc, tmp_path):
+    # SIGKILL to every process of a 2-process run at once (mid-step or mid-save): the newest complete checkpoint is
+    # sound, and resuming from it ends as the uninterrupted run.
+    steps, straight = TWO, straight_2proc
+    out = tmp_path / "k"
+    proc = launched(seed_reference, out, 2, *steps)
+    wait_for(lambda: latest_step(out) >= 2, proc, "the first checkpoint")
+    time.sleep(random.Random(7).uniform(0.0, 0.3))
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert_checkpoints_sound(out)
+    proc = launched(seed_reference, out, 2, *steps, "--resume_from_checkpoint", "latest", tag="resumed")
+    assert proc.wait(timeout=300) == 0, stderr_of(out, "resumed")
+    assert_same_run(out, straight)
+
+
+def test_latest_skips_a_damaged_checkpoint_says_so_and_resumes_exactly(
+    seed_reference, straight_run, tmp_path, capsys
+):
+    out = tmp_path / "d"
+    assert run_inproc(seed_reference, out, *LONG[:1], "6", *LONG[2:]) == 0  # checkpoints at steps 3 and 6
+    weights = out / "checkpoint-6" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")  # one byte changed: same size, another hash
+    capsys.readouterr()
+    assert (
+        run_inproc(seed_reference, out, *LONG[:1], "6", *LONG[2:], "--resume_from_checkpoint", "latest") == 0
+    )
+    printed = capsys.readouterr().out
+    assert (
+        f"skipping {out / 'checkpoint-6'}: model.safetensors does not match its SHA-256 in the manifest"
+        in printed
+    )
+    assert f"resumed from {out / 'checkpoint-3'} at step 3" in printed
+    straight = tmp_path / "s"
+    assert run_inproc(seed_reference, straight, *LONG[:1], "6", *LONG[2:]) == 0
+    assert_same_run(out, straight)

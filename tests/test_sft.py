@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,27 @@ def test_encode_examples_match_model_loss():
             for t in range(len(p), x.size(1)):  # positions of the answer characters and <eos>
                 nll.append(-float(logp[t - 1, x[0, t]]))
     assert loss == pytest.approx(sum(nll) / len(nll), abs=1e-5)
+
+
+def test_sft_never_overwrites_a_model_unless_asked(sft_run, tmp_path):
+    out, _ = sft_run
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    cfg = SFTConfig(
+        output_dir=str(out), dataset="seed_bank", eval_split="", max_steps=2, batch_size=8, log_every=0
+    )
+    with pytest.raises(ValueError, match="already holds a model; pass --overwrite_output_dir true"):
+        train_reference(cfg, verbose=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    cfg = SFTConfig(
+        output_dir=str(copy),
+        dataset="seed_bank",
+        eval_split="",
+        max_steps=2,
+        batch_size=8,
+        log_every=0,
+        overwrite_output_dir=True,
+    )
+    train_reference(cfg, verbose=False)
+    assert (copy / "model.safetensors").read_bytes() != before["model.safetensors"]

@@ -377,6 +377,17 @@ def test_trl_trains_a_saved_tiny_lm_without_patches(model, tok, tmp_path):
     trl = pytest.importorskip("trl")
     from datasets import Dataset
 
+    environ = dict(
+        os.environ
+    )  # TrainingArguments writes ACCELERATE_* variables that later Accelerators would read
+    try:
+        _train_with_trl(trl, Dataset, model, tok, tmp_path)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+
+
+def _train_with_trl(trl, Dataset, model, tok, tmp_path) -> None:
     path = tmp_path / "model"
     model.save_pretrained(path)
     tok.save_pretrained(path)
@@ -387,6 +398,7 @@ def test_trl_trains_a_saved_tiny_lm_without_patches(model, tok, tmp_path):
         use_cpu=True,
         logging_strategy="no",
         save_strategy="no",
+        bf16=False,
         model_init_kwargs={"trust_remote_code": True},
     )
     prompts = Dataset.from_dict({"prompt": ["1+2=", "3+4=", "2+2=", "5+1="], "answer": ["3", "7", "4", "6"]})

@@ -89,10 +89,72 @@ def load_problems(name_or_path: str) -> DatasetDict:
     files = {p.stem: str(p) for p in sorted(path.glob("*.jsonl"))}
     if not files:
         raise ValueError(f"dataset {name_or_path!r}: no <split>.jsonl files in {path}")
-    for split, f in files.items():
-        if Path(f).stat().st_size == 0:
-            raise ValueError(f"dataset {name_or_path!r} split {split!r} is empty ({f} has no rows)")
+    columns = {split: check_rows(Path(f)) for split, f in files.items()}
+    first, cols = next(iter(columns.items()))
+    for split, other in columns.items():
+        for c in cols:
+            if c not in other:
+                raise ValueError(
+                    f"{files[split]}: split {split!r} has no column {c!r}, which split {first!r} has"
+                )
+        for c in other:
+            if c not in cols:
+                raise ValueError(
+                    f"{files[first]}: split {first!r} has no column {c!r}, which split {split!r} has"
+                )
     return load_dataset("json", data_files=files)
+
+
+def check_rows(path: Path) -> dict[str, str]:
+    """Every line of a <split>.jsonl file, in one pass: a JSON object with the fields of the first row, each field
+    of one JSON type throughout (or null), and a non-empty string prompt. Returns {field: type name}. A problem is a
+    ValueError naming the file, the line and the field."""
+    types: dict[str, str] = {}
+    rows = 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line.rstrip("\n"))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path} line {n}: not valid JSON ({e.msg}, column {e.colno})") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path} line {n}: expected a JSON object, got {_json_type(row)}")
+                if rows == 0:
+                    types = {k: _json_type(v) for k, v in row.items()}
+                elif row.keys() != types.keys():
+                    missing, extra = sorted(types.keys() - row.keys()), sorted(row.keys() - types.keys())
+                    what = f"has no field {missing[0]!r}" if missing else f"has a field {extra[0]!r}"
+                    raise ValueError(f"{path} line {n}: {what} that the first row does not")
+                for k, v in row.items():
+                    t = _json_type(v)
+                    if types[k] == "null":
+                        types[k] = t
+                    elif t not in ("null", types[k]):
+                        raise ValueError(f"{path} line {n}: field {k!r} is {t}, earlier rows have {types[k]}")
+                prompt = row.get("prompt", "")
+                if "prompt" in row and not (isinstance(prompt, str) and prompt):
+                    raise ValueError(
+                        f"{path} line {n}: field 'prompt' must be a non-empty string, got {prompt!r}"
+                    )
+                rows += 1
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if rows == 0:
+        raise ValueError(f"{path}: no rows (an empty split)")
+    return types
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {str: "a string", list: "a list", dict: "an object"}[type(value)]
 
 
 def load_split(name_or_path: str, split: str) -> Dataset:

@@ -32,6 +32,9 @@ class SFTConfig:
     output_dir: str = field(
         default="checkpoints/reference", metadata={"help": "Where model + tokenizer are saved."}
     )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Allow replacing a model that output_dir already holds."}
+    )
     dataset: str = field(
         default="addition", metadata={"help": "Problem set name or directory of <split>.jsonl."}
     )
@@ -92,6 +95,12 @@ def encode_examples(
 
 def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     """Train and save the reference; returns a summary dict (also written as sft_summary.json)."""
+    out = Path(cfg.output_dir)
+    if (out / "config.json").exists() and not cfg.overwrite_output_dir:
+        raise ValueError(
+            f"output_dir {out} already holds a model; pass --overwrite_output_dir true to replace it, or choose "
+            f"another --output_dir"
+        )
     t0 = time.time()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -166,7 +175,6 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             model, tokenizer, test["prompt"], test["answer"], max_new
         )
         summary["eval_problems"] = len(test)
-    out = Path(cfg.output_dir)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "sft_config.json").write_text(json.dumps(asdict(cfg), indent=2))

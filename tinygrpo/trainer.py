@@ -364,8 +364,9 @@ class SaveError(OSError):
 
 class StopOnSignal:
     """Ctrl-C (SIGINT) or SIGTERM (what Docker, Kubernetes and Slurm send) asks for a stop at the next step
-    boundary, where a checkpoint is exact; a second signal stops at once. Installed only in the main thread
-    (signal handlers can be set nowhere else)."""
+    boundary, where a checkpoint is exact; a second Ctrl-C stops at once. A SIGTERM after the first signal is taken
+    as the same request (a launcher that dies on Ctrl-C sends one: see launch.stop_with_launcher). Installed only in
+    the main thread (signal handlers can be set nowhere else)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -386,7 +387,9 @@ class StopOnSignal:
 
     def _handle(self, signum, frame) -> None:
         if self.requested:
-            raise KeyboardInterrupt  # a second signal: stop now, without a checkpoint
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
+            return
         self.requested = True
         self.name = signal.Signals(signum).name
         if self.verbose:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from rewards import EOS, compute_rewards
+from rewards import EOS, accuracy, compute_rewards
 
 from .config import ConfigError, GRPOConfig
 
@@ -43,7 +43,7 @@ def check_inputs(
             if bad:
                 ch = sorted(bad)[0]
                 raise ConfigError(
-                    f"{split} dataset row {i}: prompt {p!r} has character {ch!r} outside the tokenizer's "
+                    f"{split} dataset row {i + 1}: prompt {p!r} has character {ch!r} outside the tokenizer's "
                     f"vocabulary {''.join(sorted(known))!r}"
                 )
         longest = max(len(p) for p in ds["prompt"])  # one token per character
@@ -52,20 +52,40 @@ def check_inputs(
                 f"{split} prompts of {longest} tokens + max_completion_length={cfg.max_completion_length} "
                 f"exceed the model's context of {n_pos} positions"
             )
-    # Probe every reward function on two real rows: a missing column or a bad signature fails here, not
-    # after the first rollout.
-    rows = train_dataset.select(range(min(2, len(train_dataset))))
-    columns = {c: rows[c] for c in train_dataset.column_names if c != "prompt"}
-    probe = [str(a) + EOS for a in columns.get("answer", ["0"] * len(rows))]
+    # Every reward function on every row of the train split, and the verifier on every row of the eval split, with
+    # the gold answer as the completion: a missing column, a bad signature or an answer the verifier cannot parse
+    # fails here, naming the row, not at the first rollout or evaluation.
+    probe(reward_funcs, reward_names, train_dataset, f"{cfg.dataset}/{cfg.train_split}", reward_kwargs)
+    if eval_dataset is not None and "answer" in eval_dataset.column_names:
+        probe([accuracy], ["accuracy"], eval_dataset, f"{cfg.dataset}/{cfg.eval_split}", reward_kwargs)
+
+
+def probe(funcs: list, names: list[str], dataset, where: str, kwargs: dict) -> None:
+    """Call the reward functions on every row with the gold answer as the completion; ConfigError naming the first
+    row that fails. (What they return is not judged here: a reward may well skip gold-shaped completions.)"""
+    table = dataset.to_dict()
+    n = len(table["prompt"])
+
+    def rewards(lo: int, hi: int):
+        cols = {c: v[lo:hi] for c, v in table.items() if c != "prompt"}
+        answers = cols.get("answer", ["0"] * (hi - lo))
+        completions = ["" if a is None else str(a) + EOS for a in answers]
+        ids = [[0] * len(c) for c in completions]
+        return compute_rewards(funcs, names, table["prompt"][lo:hi], completions, ids, cols, kwargs)
+
     try:
-        compute_rewards(
-            reward_funcs,
-            reward_names,
-            rows["prompt"],
-            probe,
-            [[0] * len(s) for s in probe],
-            columns,
-            reward_kwargs,
-        )
-    except ValueError as e:
-        raise ConfigError(f"{e} (while probing the reward functions on dataset {cfg.dataset!r})") from None
+        rewards(0, n)
+    except ValueError as whole:
+        lo, hi = 0, n  # a row in [lo, hi) fails: find the first one
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            try:
+                rewards(lo, mid)
+                lo = mid
+            except ValueError:
+                hi = mid
+        try:
+            rewards(lo, lo + 1)
+        except ValueError as e:
+            raise ConfigError(f"{where} row {lo + 1}: {e}") from None
+        raise ConfigError(f"{where}: {whole}") from None  # (no single row fails: the split as a whole does)

@@ -67,6 +67,7 @@ def build_references(out: Path, seed: int, st: Settings) -> dict:
         _write_jsonl(rows, d / "data" / "train.jsonl")
         cfg = SFTConfig(
             output_dir=str(d / "model"),
+            overwrite_output_dir=True,  # (the study owns its directory: a rerun replaces its references)
             dataset=str(d / "data"),
             eval_split="",
             train_size=0,

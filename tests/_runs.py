@@ -1,0 +1,29 @@
+"""Helpers shared by the end-to-end test modules: train_grpo's command line on the seed bank, in process or not."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import train_grpo
+
+REPO = Path(train_grpo.__file__).resolve().parent
+SMALL = (
+    "--dataset seed_bank --train_split train --eval_split train --per_device_train_batch_size 32 "
+    "--num_generations 4 --max_completion_length 3 --disable_tqdm true --make_plots false --torch_num_threads 1"
+).split()
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def cli(ref: str, out: Path, *extra: str) -> list[str]:
+    """train_grpo argv on the seed bank; `extra` flags come last, so they override these (later flags win)."""
+    return ["--model_name_or_path", ref, *SMALL, "--output_dir", str(out), *extra]
+
+
+def run_inproc(ref: str, out: Path, *extra: str) -> int:
+    return train_grpo.main(cli(ref, out, *extra))
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under root, by relative path."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}

@@ -1,0 +1,542 @@
+"""Bad input, by class: every case is one exact `error:` line on stderr, a non-zero exit, no traceback, no training,
+and no file the user had changed (the dataset, the model, the recipe, an earlier run's output).
+
+Classes: settings (flags, recipes, values), the output directory, the data, the model and tokenizer, the reward
+functions, and resuming. Each case builds its bad input under the test's temporary directory; `{t}`, `{r}` and
+`{out}` in an expected line stand for that directory, the reference model and the output directory; `{n}` (a count)
+and `{msg}` (a library's own words) for what differs between the supported versions of transformers and safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _runs import ENV, REPO, cli, snapshot
+from safetensors.torch import load_file, save_file
+
+import train_grpo
+
+# ------------------------------------------------------------------------------------------------ builders
+
+
+def _yaml(t: Path, text: str) -> list[str]:
+    p = t / "recipe.yaml"
+    p.write_text(text)
+    return ["--config", str(p)]
+
+
+def _dataset(t: Path, train: str | bytes | None, test: str | None = None, name: str = "ds") -> list[str]:
+    """A dataset directory with train.jsonl (the text given) and, optionally, test.jsonl."""
+    d = t / name
+    d.mkdir()
+    if train is not None:
+        (d / "train.jsonl").write_bytes(train if isinstance(train, bytes) else train.encode())
+    if test is not None:
+        (d / "test.jsonl").write_text(test)
+    return ["--dataset", str(d), "--eval_split", "test" if test is not None else ""]
+
+
+def _rows(*rows: dict) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+GOOD = _rows({"prompt": "1+2=", "answer": "3"}, {"prompt": "2+2=", "answer": "4"})
+
+
+def _model_copy(t: Path, r: str) -> Path:
+    d = t / "model"
+    shutil.copytree(r, d)
+    return d
+
+
+def _truncated_weights(t, r, p=None):
+    d = _model_copy(t, r)
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+    return ["--model_name_or_path", str(d)]
+
+
+def _weights_edit(t, r, edit):
+    d = _model_copy(t, r)
+    w = load_file(str(d / "model.safetensors"))
+    edit(w)
+    save_file(w, str(d / "model.safetensors"), metadata={"format": "pt"})
+    return ["--model_name_or_path", str(d)]
+
+
+def _drop_ln_f(w):
+    w.pop("transformer.ln_f.weight")
+
+
+def _nan_in_ln_f(w):
+    w["transformer.ln_f.weight"] = w["transformer.ln_f.weight"].clone()
+    w["transformer.ln_f.weight"][0] = float("nan")
+
+
+def _config(t, r, text):
+    d = _model_copy(t, r)
+    (d / "config.json").write_text(text)
+    return ["--model_name_or_path", str(d)]
+
+
+def _bert(t, r, p=None):
+    cfg = json.loads((Path(r) / "config.json").read_text())
+    cfg.pop("auto_map", None)
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+    return _config(
+        t, r, json.dumps({**cfg, **small, "model_type": "bert", "architectures": ["BertLMHeadModel"]})
+    )
+
+
+def _tokenizer_mismatch(t, r, p=None):
+    from tiny_lm.tokenization_tiny_lm import build_tokenizer
+
+    d = _model_copy(t, r)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (d / f).unlink()
+    build_tokenizer("0123456789+=abc").save_pretrained(d)
+    return ["--model_name_or_path", str(d)]
+
+
+def _reward_file(t, body, func):
+    p = t / "myreward.py"
+    p.write_text(body)
+    return ["--reward_funcs", f"{p}:{func}"]
+
+
+def _file_at(t, name):
+    (t / name).write_text("not a directory\n")
+    return []
+
+
+def _locked(t, r, p=None):
+    from tinygrpo import launch
+
+    (t / "out").mkdir()
+    _locked.fd = launch.lock_output_dir(t / "out")  # held by "another run" (closed by the test)
+    return []
+
+
+def _earlier_run(t, prior, *extra):
+    shutil.copytree(prior, t / "out")
+    return list(extra)
+
+
+def _damage(t, prior, which, *extra):
+    shutil.copytree(prior, t / "out")
+    for step in which:
+        p = t / "out" / f"checkpoint-{step}" / "model.safetensors"
+        p.write_bytes(p.read_bytes()[:-10])
+    return list(extra)
+
+
+# ------------------------------------------------------------------------------------------------ the table
+# name -> (builder(t, r, prior) -> extra flags, the exact error line)
+
+CASES = {
+    # ---- settings: flags, recipes and values (parse_config, GRPOConfig.__post_init__)
+    "unknown_flag": (
+        lambda t, r, p: ["--num_generatoins", "4"],
+        "error: unknown argument(s): --num_generatoins 4 (see --help)",
+    ),
+    "wrong_type": (
+        lambda t, r, p: ["--num_generations", "two"],
+        "error: argument --num_generations/--num-generations: invalid int value: 'two'",
+    ),
+    "unknown_yaml_key": (
+        lambda t, r, p: _yaml(t, "learning_rat: 0.1\n"),
+        "error: --config {t}/recipe.yaml: unknown config key 'learning_rat'",
+    ),
+    "wrong_type_in_yaml": (
+        lambda t, r, p: _yaml(t, "num_generations: two\n"),
+        "error: argument --num_generations/--num-generations: invalid int value: 'two'",
+    ),
+    "invalid_yaml": (
+        lambda t, r, p: _yaml(t, "max_steps: [1, 2\n"),
+        "error: --config {t}/recipe.yaml: not valid YAML (line 2): expected ',' or ']', but got '<stream end>'",
+    ),
+    "yaml_not_a_mapping": (
+        lambda t, r, p: _yaml(t, "- 1\n- 2\n"),
+        "error: --config {t}/recipe.yaml: expected a mapping of field: value, got list",
+    ),
+    "missing_recipe": (
+        lambda t, r, p: ["--config", str(t / "nope.yaml")],
+        "error: --config {t}/nope.yaml: no such file",
+    ),
+    "G_below_2": (
+        lambda t, r, p: "--num_generations 1 --per_device_train_batch_size 8".split(),
+        "error: num_generations must be >= 2 (a group needs a baseline), got 1",
+    ),
+    "batch_not_whole_groups": (
+        lambda t, r, p: ["--per_device_train_batch_size", "30"],
+        "error: per_device_train_batch_size=30 is not a positive multiple of num_generations=4: each process "
+        "must hold whole groups",
+    ),
+    "mini_batches_not_dividing": (
+        lambda t, r, p: ["--num_mini_batches", "3"],
+        "error: num_mini_batches=3 must divide the 8 groups per process",
+    ),
+    "epsilon_zero": (lambda t, r, p: ["--epsilon", "0"], "error: epsilon must be > 0, got 0.0"),
+    "epsilon_high_zero": (
+        lambda t, r, p: ["--epsilon_high", "0"],
+        "error: epsilon_high must be > 0, got 0.0",
+    ),
+    "delta_too_small": (
+        lambda t, r, p: ["--delta", "1.1"],
+        "error: delta must be > 1 + epsilon_high, got 1.1",
+    ),
+    "beta_negative": (lambda t, r, p: ["--beta", "-0.1"], "error: beta must be >= 0, got -0.1"),
+    "beta_inf": (lambda t, r, p: ["--beta", "inf"], "error: beta must be a finite number, got inf"),
+    "learning_rate_nan": (
+        lambda t, r, p: ["--learning_rate", "nan"],
+        "error: learning_rate must be a finite number, got nan",
+    ),
+    "learning_rate_inf": (
+        lambda t, r, p: ["--learning_rate", "inf"],
+        "error: learning_rate must be a finite number, got inf",
+    ),
+    "learning_rate_zero": (
+        lambda t, r, p: ["--learning_rate", "0"],
+        "error: learning_rate must be > 0, got 0.0",
+    ),
+    "temperature_zero": (lambda t, r, p: ["--temperature", "0"], "error: temperature must be > 0, got 0.0"),
+    "top_p_above_one": (lambda t, r, p: ["--top_p", "1.5"], "error: top_p must be in (0, 1], got 1.5"),
+    "weight_decay_negative": (
+        lambda t, r, p: ["--weight_decay", "-0.1"],
+        "error: weight_decay must be >= 0, got -0.1",
+    ),
+    "adam_beta2_one": (lambda t, r, p: ["--adam_beta2", "1"], "error: adam_beta2 must be in [0, 1), got 1.0"),
+    "max_grad_norm_negative": (
+        lambda t, r, p: ["--max_grad_norm", "-1"],
+        "error: max_grad_norm must be >= 0, got -1.0",
+    ),
+    "mixup_alpha_above_one": (
+        lambda t, r, p: ["--ref_model_mixup_alpha", "1.5"],
+        "error: ref_model_mixup_alpha must be in [0, 1], got 1.5",
+    ),
+    "seed_negative": (lambda t, r, p: ["--seed", "-1"], "error: seed must be in [0, 2**32), got -1"),
+    "max_steps_zero": (lambda t, r, p: ["--max_steps", "0"], "error: max_steps must be >= 1, got 0"),
+    "save_total_limit_zero": (
+        lambda t, r, p: ["--save_total_limit", "0"],
+        "error: save_total_limit must be >= 1, got 0",
+    ),
+    "unknown_loss_type": (
+        lambda t, r, p: ["--loss_type", "ppo"],
+        "error: loss_type='ppo' is not one of grpo, bnpo, dr_grpo, dapo",
+    ),
+    "unknown_kl_estimator": (
+        lambda t, r, p: "--kl_estimator k4 --beta 0.1".split(),
+        "error: kl_estimator='k4' is not one of k1, k2, k3, full",
+    ),
+    "unknown_advantage_mode": (
+        lambda t, r, p: ["--advantage_mode", "ppo"],
+        "error: advantage_mode='ppo' is not one of grpo, rloo, reinforce",
+    ),
+    "unknown_scheduler": (
+        lambda t, r, p: ["--lr_scheduler_type", "step"],
+        "error: lr_scheduler_type='step' is not one of constant, linear, cosine",
+    ),
+    "reward_weights_count": (
+        lambda t, r, p: ["--reward_weights", "1", "2"],
+        "error: reward_weights has 2 values for 1 reward_funcs",
+    ),
+    "reward_weight_inf": (
+        lambda t, r, p: ["--reward_weights", "inf"],
+        "error: reward_weights must be a finite number, got inf",
+    ),
+    "sync_ref_without_beta": (
+        lambda t, r, p: ["--sync_ref_model", "true"],
+        "error: sync_ref_model needs beta > 0 (with beta == 0 there is no reference)",
+    ),
+    # ---- the output directory
+    "output_dir_is_a_file": (
+        lambda t, r, p: _file_at(t, "out"),
+        "error: output_dir {out} exists and is not a directory",
+    ),
+    "output_dir_under_a_file": (
+        lambda t, r, p: [*_file_at(t, "afile"), "--output_dir", str(t / "afile" / "out")],
+        "error: output_dir {t}/afile/out is not writable: Not a directory",
+    ),
+    "output_dir_holds_a_run": (
+        lambda t, r, p: _earlier_run(t, p),
+        "error: output_dir {out} already holds a run; pass --overwrite_output_dir to replace it, "
+        "--resume_from_checkpoint latest to continue it, or choose another --output_dir",
+    ),
+    "output_dir_in_use": (
+        _locked,
+        "error: output_dir {out} is in use by another run (pid {pid}); wait for it to finish or choose another "
+        "--output_dir",
+    ),
+    # ---- the data
+    "unknown_dataset": (
+        lambda t, r, p: ["--dataset", str(t / "nope")],
+        "error: dataset '{t}/nope': no such directory (known names: seed_bank, addition; or a directory of "
+        "<split>.jsonl files)",
+    ),
+    "unknown_split": (
+        lambda t, r, p: ["--train_split", "validation"],
+        "error: dataset 'seed_bank' has no split 'validation' (it has: train)",
+    ),
+    "no_split_files": (
+        lambda t, r, p: _dataset(t, None),
+        "error: dataset '{t}/ds': no <split>.jsonl files in {t}/ds",
+    ),
+    "empty_split": (lambda t, r, p: _dataset(t, ""), "error: {t}/ds/train.jsonl: no rows (an empty split)"),
+    "malformed_json_line": (
+        lambda t, r, p: _dataset(t, GOOD + '{"prompt": "1+3=", "answer": "4"\n'),
+        "error: {t}/ds/train.jsonl line 3: not valid JSON (Expecting ',' delimiter, column 33)",
+    ),
+    "line_not_an_object": (
+        lambda t, r, p: _dataset(t, GOOD + "[1, 2]\n"),
+        "error: {t}/ds/train.jsonl line 3: expected a JSON object, got a list",
+    ),
+    "prompt_null": (
+        lambda t, r, p: _dataset(t, GOOD + _rows({"prompt": None, "answer": "3"})),
+        "error: {t}/ds/train.jsonl line 3: field 'prompt' must be a non-empty string, got None",
+    ),
+    "prompt_empty": (
+        lambda t, r, p: _dataset(t, _rows({"prompt": "", "answer": "3"})),
+        "error: {t}/ds/train.jsonl line 1: field 'prompt' must be a non-empty string, got ''",
+    ),
+    "prompt_not_a_string": (
+        lambda t, r, p: _dataset(t, _rows({"prompt": 12, "answer": "3"})),
+        "error: {t}/ds/train.jsonl line 1: field 'prompt' must be a non-empty string, got 12",
+    ),
+    "row_missing_a_field": (
+        lambda t, r, p: _dataset(t, GOOD + _rows({"prompt": "1+3="})),
+        "error: {t}/ds/train.jsonl line 3: has no field 'answer' that the first row does not",
+    ),
+    "row_with_an_extra_field": (
+        lambda t, r, p: _dataset(t, GOOD + _rows({"prompt": "1+3=", "answer": "4", "note": "x"})),
+        "error: {t}/ds/train.jsonl line 3: has a field 'note' that the first row does not",
+    ),
+    "column_changes_type": (
+        lambda t, r, p: _dataset(t, GOOD + _rows({"prompt": "1+3=", "answer": 4})),
+        "error: {t}/ds/train.jsonl line 3: field 'answer' is a number, earlier rows have a string",
+    ),
+    "split_missing_a_column": (
+        lambda t, r, p: _dataset(t, GOOD, _rows({"prompt": "1+1="})),
+        "error: {t}/ds/test.jsonl: split 'test' has no column 'answer', which split 'train' has",
+    ),
+    "not_utf8": (
+        lambda t, r, p: _dataset(t, GOOD.encode() + b'{"prompt": "1+1=\xff", "answer": "2"}\n'),
+        "error: {t}/ds/train.jsonl: not UTF-8 text (invalid start byte at byte 84)",
+    ),
+    "no_prompt_column": (
+        lambda t, r, p: _dataset(t, _rows({"question": "1+2=", "answer": "3"})),
+        "error: dataset '{t}/ds' split 'train' has no 'prompt' column (columns: question, answer)",
+    ),
+    "no_answer_column": (
+        lambda t, r, p: _dataset(t, _rows({"prompt": "1+2="})),
+        "error: {t}/ds/train row 1: reward 'accuracy' needs argument 'answer', which is neither a standard "
+        "argument (prompts, completions, completion_ids) nor a dataset column or trainer keyword (available: "
+        "eos, max_completion_length)",
+    ),
+    "answer_not_an_integer": (
+        lambda t, r, p: _dataset(t, GOOD + _rows({"prompt": "1+1=", "answer": "two"})),
+        "error: {t}/ds/train row 3: reward 'accuracy' raised ValueError: gold answer 'two' is not an integer",
+    ),
+    "eval_answer_not_an_integer": (
+        lambda t, r, p: _dataset(
+            t, GOOD, _rows({"prompt": "1+1=", "answer": "2"}, {"prompt": "1+0=", "answer": "1."})
+        ),
+        "error: {t}/ds/test row 2: reward 'accuracy' raised ValueError: gold answer '1.' is not an integer",
+    ),
+    "char_outside_vocab": (
+        lambda t, r, p: _dataset(t, GOOD + _rows({"prompt": "3*4=", "answer": "12"})),
+        "error: train dataset row 3: prompt '3*4=' has character '*' outside the tokenizer's vocabulary "
+        "'+0123456789='",
+    ),
+    "eval_char_outside_vocab": (
+        lambda t, r, p: _dataset(t, GOOD, _rows({"prompt": "3 + 4=", "answer": "7"})),
+        "error: eval dataset row 1: prompt '3 + 4=' has character ' ' outside the tokenizer's vocabulary "
+        "'+0123456789='",
+    ),
+    "longer_than_context": (
+        lambda t, r, p: ["--max_completion_length", "100"],
+        "error: train prompts of 4 tokens + max_completion_length=100 exceed the model's context of 16 positions",
+    ),
+    # ---- the model and the tokenizer
+    "missing_model_dir": (
+        lambda t, r, p: ["--model_name_or_path", str(t / "missing")],
+        "error: model_name_or_path={t}/missing: no model there (missing config.json)",
+    ),
+    "truncated_weights": (
+        _truncated_weights,
+        # (the last words are safetensors', and differ between its versions)
+        "error: model_name_or_path={t}/model: cannot load the model: Error while deserializing header: {msg}",
+    ),
+    "garbage_config": (
+        lambda t, r, p: _config(t, r, "{ this is not json"),
+        "error: model_name_or_path={t}/model: cannot load the model: It looks like the config file at "
+        "'{t}/model/config.json' is not a valid JSON file.",
+    ),
+    "weights_missing_a_tensor": (
+        lambda t, r, p: _weights_edit(t, r, _drop_ln_f),
+        "error: model_name_or_path={t}/model: the weights do not match the TinyLMForCausalLM architecture "
+        "(1 missing keys, e.g. transformer.ln_f.weight)",
+    ),
+    "nan_weight": (
+        lambda t, r, p: _weights_edit(t, r, _nan_in_ln_f),
+        "error: model_name_or_path={t}/model: weight transformer.ln_f.weight holds NaN or infinite values",
+    ),
+    "wrong_architecture": (
+        _bert,
+        # (how many keys a BERT has depends on the transformers version)
+        "error: model_name_or_path={t}/model: the weights do not match the BertLMHeadModel architecture "
+        "({n} missing keys, e.g. bert.embeddings.LayerNorm.bias)",
+    ),
+    "tokenizer_vocab_mismatch": (
+        _tokenizer_mismatch,
+        "error: tokenizer has 17 tokens but the model's vocabulary has 14",
+    ),
+    "missing_reference": (
+        lambda t, r, p: ["--beta", "0.1", "--ref_model_name_or_path", str(t / "nowhere")],
+        "error: ref_model_name_or_path={t}/nowhere: no model there (missing config.json)",
+    ),
+    # ---- the reward functions
+    "unknown_reward": (
+        lambda t, r, p: ["--reward_funcs", "acuracy"],
+        "error: unknown reward 'acuracy'; registered: accuracy, accuracy_lenient, digit_match, format, "
+        "length_penalty (or use 'package.module:function' / 'path/to/file.py:function')",
+    ),
+    "missing_reward_file": (
+        lambda t, r, p: ["--reward_funcs", f"{t}/nope.py:f"],
+        "error: reward file '{t}/nope.py' not found (spec '{t}/nope.py:f')",
+    ),
+    "reward_raises": (
+        lambda t, r, p: _reward_file(
+            t, "def boom(completions, **kw):\n    raise RuntimeError('kaboom')\n", "boom"
+        ),
+        "error: seed_bank/train row 1: reward 'boom' raised RuntimeError: kaboom",
+    ),
+    "no_such_function_in_file": (
+        lambda t, r, p: _reward_file(t, "def f(completions):\n    return []\n", "g"),
+        "error: file '{t}/myreward.py' has no function 'g' (callables there: f)",
+    ),
+    "reward_file_syntax_error": (
+        lambda t, r, p: _reward_file(t, "def f(completions:\n", "f"),
+        "error: cannot load reward file '{t}/myreward.py': SyntaxError: '(' was never closed (myreward.py, line 1)",
+    ),
+    "reward_returns_wrong_length": (
+        lambda t, r, p: _reward_file(t, "def f(completions, **kw):\n    return [1.0]\n", "f"),
+        "error: seed_bank/train: reward 'f' returned 1 values for 36 samples",
+    ),
+    "reward_returns_a_string": (
+        lambda t, r, p: _reward_file(
+            t, "def f(completions, **kw):\n    return ['good'] * len(completions)\n", "f"
+        ),
+        "error: seed_bank/train row 1: reward 'f' returned non-number 'good' (str) for sample 0 (completion "
+        "'0<eos>')",
+    ),
+    # ---- resuming
+    "resume_from_nowhere": (
+        lambda t, r, p: ["--resume_from_checkpoint", str(t / "nowhere")],
+        "error: resume_from_checkpoint={t}/nowhere: not a checkpoint directory (no trainer_state.json)",
+    ),
+    "resume_latest_without_checkpoints": (
+        lambda t, r, p: ["--resume_from_checkpoint", "latest"],
+        "error: resume_from_checkpoint=latest: no complete checkpoint in {out}",
+    ),
+    "resume_with_another_learning_rate": (
+        lambda t, r, p: _earlier_run(t, p, *"--resume_from_checkpoint latest --learning_rate 0.01".split()),
+        "error: resume_from_checkpoint: {out}/checkpoint-2 was trained with other settings (learning_rate 0.002 "
+        "-> 0.01); resume with the same values, or start a new run in another --output_dir",
+    ),
+    "resume_with_another_G": (
+        lambda t, r, p: _earlier_run(
+            t,
+            p,
+            *"--resume_from_checkpoint latest --num_generations 8 --per_device_train_batch_size 32".split(),
+        ),
+        "error: resume_from_checkpoint: {out}/checkpoint-2 was trained with other settings (num_generations 4 -> "
+        "8); resume with the same values, or start a new run in another --output_dir",
+    ),
+    "resume_longer_with_a_decaying_schedule": (
+        lambda t, r, p: _earlier_run(t, p, *"--resume_from_checkpoint latest --max_steps 4".split()),
+        "error: resume_from_checkpoint: {out}/checkpoint-2 was trained with other settings (max_steps 2 -> 4); "
+        "resume with the same values, or start a new run in another --output_dir",
+    ),
+    "resume_from_a_damaged_checkpoint": (
+        lambda t, r, p: _damage(t, p, [2], "--resume_from_checkpoint", str(t / "out" / "checkpoint-2")),
+        "error: resume_from_checkpoint={out}/checkpoint-2: model.safetensors has {size_2} bytes, the manifest says "
+        "{size_2_full}",
+    ),
+    "resume_latest_all_damaged": (
+        lambda t, r, p: _damage(t, p, [1, 2], "--resume_from_checkpoint", "latest"),
+        "error: resume_from_checkpoint=latest: no complete checkpoint in {out} that verifies",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def prior_run(seed_reference, tmp_path_factory) -> Path:
+    """A finished 2-step run with checkpoints at steps 1 and 2."""
+    out = tmp_path_factory.mktemp("prior") / "run"
+    argv = cli(seed_reference, out, *"--max_steps 2 --save_steps 1 --eval_split".split(), "")
+    assert train_grpo.main(argv) == 0
+    return out
+
+
+def _rc(argv: list[str]):
+    try:
+        return train_grpo.main(argv)
+    except SystemExit as e:  # (argparse's own exits would land here: there must be none)
+        return f"SystemExit({e.code!r})"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_one_exact_error_line_and_changes_nothing(
+    name, seed_reference, prior_run, tmp_path, capfd
+):
+    build, expected = CASES[name]
+    t, out = tmp_path, tmp_path / "out"
+    extra = build(t, seed_reference, prior_run)
+    before = {**snapshot(t), **{f"ref/{k}": v for k, v in snapshot(Path(seed_reference)).items()}}
+    capfd.readouterr()
+    try:
+        rc = _rc(cli(seed_reference, out, *"--max_steps 2 --eval_split".split(), "", *extra))
+    finally:
+        if name == "output_dir_in_use":
+            os.close(_locked.fd)
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    size = len(prior_run.joinpath("checkpoint-2", "model.safetensors").read_bytes())
+    sizes = {"size_2": f"{size - 10:,}", "size_2_full": f"{size:,}"}
+    want = expected.format(t=t, r=seed_reference, out=out, pid=os.getpid(), n="{n}", msg="{msg}", **sizes)
+    pattern = re.escape(want).replace(re.escape("{n}"), r"\d+").replace(re.escape("{msg}"), r"\S.*")
+    assert rc == 1, (rc, err)
+    assert len(lines) == 1 and re.fullmatch(pattern, lines[0]), lines
+    after = {**snapshot(t), **{f"ref/{k}": v for k, v in snapshot(Path(seed_reference)).items()}}
+    changed = sorted(k for k in before if after.get(k) != before[k])
+    assert changed == []  # nothing the user had was changed or removed
+    assert (out / "metrics.jsonl").exists() == ("out/metrics.jsonl" in before)  # and no training happened
+
+
+@pytest.mark.parametrize("name", ["wrong_type", "malformed_json_line"])
+def test_bad_input_from_a_real_process(name, seed_reference, prior_run, tmp_path):
+    build, expected = CASES[name]
+    out = tmp_path / "out"
+    argv = cli(
+        seed_reference,
+        out,
+        *"--max_steps 2 --eval_split".split(),
+        "",
+        *build(tmp_path, seed_reference, prior_run),
+    )
+    cmd = [sys.executable, "train_grpo.py", *argv]
+    proc = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [expected.format(t=tmp_path, out=out)]
+    assert proc.stdout == ""
+
+
+def test_there_are_sixty_cases_at_least():
+    assert len(CASES) >= 60
