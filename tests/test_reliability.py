@@ -602,3 +602,44 @@ def test_latest_skips_a_damaged_checkpoint_says_so_and_resumes_exactly(
     straight = tmp_path / "s"
     assert run_inproc(seed_reference, straight, *LONG[:1], "6", *LONG[2:]) == 0
     assert_same_run(out, straight)
+
+
+def test_a_checkpoint_that_cannot_be_written_is_one_line_saying_what_was_kept(
+    seed_reference, tmp_path, monkeypatch, capfd
+):
+    # The disk fills up at the second checkpoint: the run stops with one line naming the cause and the checkpoint
+    # that is still complete; nothing half-written counts as a checkpoint.
+    from accelerate import Accelerator
+
+    out = tmp_path / "full"
+    real_save, calls = Accelerator.save_state, []
+
+    def save_state(self, path, **kw):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device", f"{path}/optimizer.bin")
+        return real_save(self, path, **kw)
+
+    monkeypatch.setattr(Accelerator, "save_state", save_state)
+    capfd.readouterr()
+    assert run_inproc(seed_reference, out, *"--max_steps 6 --save_steps 2 --eval_split".split(), "") == 1
+    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert err == [
+        f"error: step 4: could not write the checkpoint: No space left on device "
+        f"({out}/.tmp-checkpoint-4/optimizer.bin); the last complete checkpoint is {out / 'checkpoint-2'}"
+    ]
+    assert [p.name for p in ckpt.checkpoint_dirs(out)] == ["checkpoint-2"]
+    assert ckpt.verify(out / "checkpoint-2") is None
+
+
+def test_a_run_whose_every_reward_is_none_stops(seed_reference, tmp_path, capfd):
+    (tmp_path / "none.py").write_text("def none(completions, **kw):\n    return [None] * len(completions)\n")
+    out = tmp_path / "run"
+    capfd.readouterr()
+    rc = run_inproc(seed_reference, out, "--reward_funcs", f"{tmp_path / 'none.py'}:none", "--eval_split", "")
+    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert rc == 1 and err == [
+        "error: no reward function applies to any of the 32 samples (every reward is None): nothing to learn from; "
+        "check the reward functions (none) and the dataset's columns"
+    ]
+    assert not (out / "final").exists()

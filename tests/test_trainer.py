@@ -384,6 +384,43 @@ def _seed_grpo_loss(table, q, answers, adv, ref_table, old_table=None):
     return clip_loss + KL_BETA * kl, ratio.detach()
 
 
+def _oracle_loss(table, q, answers, adv, ref_table, old_table, *, T, eps_high, delta, kl):
+    """The demo's GRPO loss with each option written out (temperature, asymmetric clip, TRL's delta, the KL
+    estimator), again with torch's distributions only."""
+    dist = Categorical(logits=table[q] / T)
+    new_lp = dist.log_prob(answers)
+    old_lp = Categorical(logits=old_table[q] / T).log_prob(answers).detach()
+    ratio = torch.exp(new_lp - old_lp)
+    surr1 = (ratio if delta is None else torch.clamp(ratio, max=delta)) * adv
+    surr2 = torch.clamp(ratio, 1.0 - CLIP_EPS, 1.0 + (eps_high or CLIP_EPS)) * adv
+    clip_loss = -torch.min(surr1, surr2).mean()
+    ref = Categorical(logits=ref_table[q] / T)
+    log_r = ref.log_prob(answers) - new_lp  # per sampled answer
+    per_sample = {"k1": -log_r, "k2": 0.5 * log_r**2, "k3": torch.exp(log_r) - log_r - 1}
+    kl = torch.distributions.kl.kl_divergence(dist, ref) if kl == "full" else per_sample[kl].mean()
+    return clip_loss + KL_BETA * kl
+
+
+def _moved(table, q, answers, adv):
+    """Row q moved to chosen ratios pi_new / pi_old: the right answer 1.3 (A > 0: clipped at 1.2), one wrong answer
+    0.5 (A < 0: clipped at 0.8), another wrong one 1.4 (A < 0: NOT clipped, the min keeps r * A); the answers nobody
+    sampled absorb the rest of the probability mass."""
+    p_old = table[q].softmax(-1)
+    gold = int(answers[adv > 0][0])
+    wrong = [int(a) for a in answers.unique() if int(a) != gold]
+    assert len(wrong) >= 2
+    rho = torch.ones(N_ANS)
+    rho[gold], rho[wrong[0]], rho[wrong[1]] = 1.3, 0.5, 1.4
+    unsampled = torch.ones(N_ANS, dtype=torch.bool)
+    unsampled[answers] = False
+    rest = 1 - (p_old * rho)[~unsampled].sum()
+    assert rest > 0
+    rho[unsampled] = rest / p_old[unsampled].sum()
+    moved = table.clone()
+    moved[q] = p_old.log() + rho.log()
+    return moved
+
+
 def _tables():
     g = torch.Generator().manual_seed(1234)
     table = torch.randn(N_Q, N_ANS, generator=g)
@@ -393,10 +430,10 @@ def _tables():
     return table, ref_table
 
 
-def _table_trainer(tmp_path, loss_type, num_iterations=1):
+def _table_trainer(tmp_path, loss_type, num_iterations=1, **options):
     tok = build_table_tokenizer()
     table, ref_table = _tables()
-    cfg = GRPOConfig(
+    settings = dict(
         output_dir=str(tmp_path / "table"),
         dataset="seed_bank",
         eval_split=None,
@@ -415,6 +452,7 @@ def _table_trainer(tmp_path, loss_type, num_iterations=1):
         seed=5,
         dynamic_sampling=False,
     )
+    cfg = GRPOConfig(**{**settings, **options})
     trainer = GRPOTrainer(
         cfg,
         build_table_policy(tok, table),
@@ -485,22 +523,7 @@ def test_table_policy_clipped_second_pass_matches_seed_demo(tmp_path, loss_type)
     assert mb.inputs.old_logps is not None
     torch.testing.assert_close(mb.inputs.old_logps[:, 0], Categorical(logits=table[q]).log_prob(answers))
 
-    # Move row q to chosen ratios pi_new / pi_old: the right answer 1.3 (A > 0: clipped), one wrong answer 0.5
-    # (A < 0: clipped), another wrong one 1.4 (A < 0: NOT clipped, the min keeps r * A); the answers nobody sampled
-    # absorb the rest of the probability mass.
-    p_old = table[q].softmax(-1)
-    gold = int(answers[adv > 0][0])
-    wrong = [int(a) for a in answers.unique() if int(a) != gold]
-    assert len(wrong) >= 2
-    rho = torch.ones(N_ANS)
-    rho[gold], rho[wrong[0]], rho[wrong[1]] = 1.3, 0.5, 1.4
-    unsampled = torch.ones(N_ANS, dtype=torch.bool)
-    unsampled[answers] = False
-    rest = 1 - (p_old * rho)[~unsampled].sum()
-    assert rest > 0
-    rho[unsampled] = rest / p_old[unsampled].sum()
-    moved = table.clone()
-    moved[q] = p_old.log() + rho.log()
+    moved = _moved(table, q, answers, adv)
     model = trainer.model
     with torch.no_grad():
         model.table.copy_(moved)
@@ -523,6 +546,40 @@ def test_table_policy_clipped_second_pass_matches_seed_demo(tmp_path, loss_type)
     dist = Categorical(logits=moved[q])
     kl = torch.distributions.kl.kl_divergence(dist, Categorical(logits=ref_table[q]))
     assert abs(float(-(ratio * adv).mean() + KL_BETA * kl - loss.detach())) > 1e-3
+
+
+@pytest.mark.parametrize(
+    "T, eps_high, delta, kl",
+    [(1.5, None, None, "k3"), (1.0, 0.35, 1.38, "k1"), (0.7, None, 1.25, "k2"), (1.3, 0.25, None, "full")],
+)
+def test_table_policy_step_matches_the_transcription_for_every_option(tmp_path, T, eps_high, delta, kl):
+    # Each option reaches the loss as its formula says: the second pass of num_iterations 2 on a table moved as in
+    # the test above, against _oracle_loss.
+    options = dict(temperature=T, epsilon_high=eps_high, delta=delta, kl_estimator=kl)
+    trainer, table, ref_table = _table_trainer(tmp_path, "dapo", num_iterations=2, **options)
+    mb, q, answers, adv = _batch_with_signal(trainer)
+    moved = _moved(table, q, answers, adv)
+    with torch.no_grad():
+        trainer.model.table.copy_(moved)
+    trainer.model.zero_grad(set_to_none=True)
+    loss, stats = trainer.update.loss(mb)
+    loss.backward()
+    sums = dict(zip(stats.names, stats.sums, strict=True))
+    entropy = Categorical(logits=moved[q] / T).entropy()  # the logged entropy is the sampling distribution's
+    torch.testing.assert_close(sums["entropy"] / sums["tokens"], entropy, rtol=1e-5, atol=1e-6)
+    oracle_table = moved.clone().requires_grad_(True)
+    oracle = _oracle_loss(
+        oracle_table, q, answers, adv, ref_table, table, T=T, eps_high=eps_high, delta=delta, kl=kl
+    )
+    oracle.backward()
+    torch.testing.assert_close(loss, oracle, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(trainer.model.table.grad, oracle_table.grad, rtol=1e-5, atol=1e-6)
+    # and every option set here changes the loss: dropping any one of them gives another value
+    plain = dict(T=T, eps_high=eps_high, delta=delta, kl=kl)
+    for name, off in (("T", 1.0), ("eps_high", None), ("delta", None), ("kl", "full")):
+        if plain[name] != off:
+            other = _oracle_loss(moved, q, answers, adv, ref_table, table, **{**plain, name: off})
+            assert abs(float(other) - float(oracle)) > 1e-5, name
 
 
 def test_dynamic_sampling_trains_only_on_groups_with_signal(seed_reference, tmp_path):

@@ -358,7 +358,7 @@ class GRPOTrainer:
         return summary
 
 
-class SaveError(OSError):
+class SaveError(RuntimeError):
     """A checkpoint could not be written (disk full, permissions): what was kept is in the message."""
 
 
