@@ -489,9 +489,23 @@ def _children(pid: int) -> list[int]:
     return [int(c) for c in path.read_text().split()] if path.exists() else []
 
 
+def _descendants(pid: int) -> list[int]:
+    out = []
+    for child in _children(pid):
+        out += [child, *_descendants(child)]
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"  # (a zombie has ended)
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
 def _wait_gone(pid: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+    while _alive(pid):
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             pytest.fail(f"process {pid} did not end")
@@ -556,8 +570,11 @@ def test_two_processes_stopped_by_sigterm_resume_exactly(seed_reference, straigh
     out = tmp_path / "t"
     proc = launched(seed_reference, out, 2, *steps)
     wait_for(lambda: last_step(out) >= 3, proc, "step 3")
+    workers = _descendants(proc.pid)
     os.kill(proc.pid, signal.SIGTERM)
     proc.wait(timeout=120)
+    for pid in workers:
+        _wait_gone(pid)
     stopped = last_step(out)
     assert 3 <= stopped < 30 and latest_step(out) == stopped, stderr_of(out)
     proc = launched(seed_reference, out, 2, *steps, "--resume_from_checkpoint", "latest", tag="resumed")
@@ -574,8 +591,14 @@ def test_two_processes_killed_at_a_random_moment_resume_exactly(seed_reference, 
     proc = launched(seed_reference, out, 2, *steps)
     wait_for(lambda: latest_step(out) >= 2, proc, "the first checkpoint")
     time.sleep(random.Random(7).uniform(0.0, 0.3))
-    os.killpg(proc.pid, signal.SIGKILL)
+    # torchrun starts its workers in process groups of their own: kill the launcher and every process under it
+    pids = [proc.pid, *_descendants(proc.pid)]
+    assert len(pids) >= 3  # the launcher (the agent) and the two training processes
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
     proc.wait(timeout=60)
+    for pid in pids[1:]:
+        _wait_gone(pid)
     assert_checkpoints_sound(out)
     proc = launched(seed_reference, out, 2, *steps, "--resume_from_checkpoint", "latest", tag="resumed")
     assert proc.wait(timeout=300) == 0, stderr_of(out, "resumed")
