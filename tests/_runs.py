@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import train_grpo
@@ -13,6 +15,18 @@ SMALL = (
     "--num_generations 4 --max_completion_length 3 --disable_tqdm true --make_plots false --torch_num_threads 1"
 ).split()
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+# `accelerate launch` as tests call it; two CPU processes need the torchrun launcher (--multi_gpu) plus
+# ACCELERATE_USE_CPU, which makes accelerate pick gloo (its plain launcher would start one process).
+LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--quiet", "--num_machines", "1"]
+LAUNCH += "--mixed_precision no --dynamo_backend no --main_process_port 0".split()
+TWO_CPU_PROCESSES = [*LAUNCH, "--multi_gpu", "--num_processes", "2"]
+LAUNCH_ENV = {**ENV, "ACCELERATE_USE_CPU": "true"}
+
+
+def launch_two(argv: list[str]) -> subprocess.CompletedProcess:
+    """train_grpo.py on 2 CPU processes, to the end."""
+    cmd = [*TWO_CPU_PROCESSES, "train_grpo.py", *argv]
+    return subprocess.run(cmd, cwd=REPO, env=LAUNCH_ENV, capture_output=True, text=True, timeout=300)
 
 
 def cli(ref: str, out: Path, *extra: str) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _runs import ENV, REPO, cli, run_inproc, snapshot
+from _runs import ENV, LAUNCH, LAUNCH_ENV, REPO, TWO_CPU_PROCESSES, cli, run_inproc, snapshot
 from safetensors.torch import load_file
 
 from tinygrpo import checkpoint as ckpt
@@ -512,19 +512,14 @@ def _wait_gone(pid: int, timeout: float = 120) -> None:
         time.sleep(0.01)
 
 
-LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--quiet", "--num_machines", "1"]
-LAUNCH += "--mixed_precision no --dynamo_backend no --main_process_port 0".split()
-
-
 def launched(ref: str, out: Path, processes: int, *extra: str, tag: str = "run") -> subprocess.Popen:
     """train_grpo.py under `accelerate launch`: 1 process (its plain launcher), or 2 CPU processes (torchrun)."""
-    how = ["--cpu", "--num_processes", "1"] if processes == 1 else ["--multi_gpu", "--num_processes", "2"]
-    env = {**ENV, "ACCELERATE_USE_CPU": "true"}
+    launcher = [*LAUNCH, "--cpu", "--num_processes", "1"] if processes == 1 else TWO_CPU_PROCESSES
     logs = out.parent / f"{out.name}.{tag}"
     return subprocess.Popen(
-        [*LAUNCH, *how, "train_grpo.py", *cli(ref, out, *extra)],
+        [*launcher, "train_grpo.py", *cli(ref, out, *extra)],
         cwd=REPO,
-        env=env,
+        env=LAUNCH_ENV,
         stdout=open(f"{logs}.out", "w"),
         stderr=open(f"{logs}.err", "w"),
         start_new_session=True,

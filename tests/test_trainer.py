@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _runs import launch_two
 from _trainer_table import ANSWERS, N_ANS, N_B, N_Q, build_table_policy, build_table_tokenizer
 from safetensors.torch import load_file
 from torch.distributions import Categorical
@@ -297,24 +298,15 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
     # without mpirun); two CPU ranks need the torchrun launcher (--multi_gpu) plus ACCELERATE_USE_CPU, which makes
     # accelerate pick the gloo backend (DistributedType.MULTI_CPU).
     out = tmp_path / "ddp"
-    cmd = [
-        sys.executable,
-        *"-m accelerate.commands.launch --multi_gpu --num_processes 2 --num_machines 1".split(),
-        *"--mixed_precision no --dynamo_backend no --main_process_port 0 train_grpo.py".split(),
-        *"--model_name_or_path".split(),
+    argv = [
+        "--model_name_or_path",
         seed_reference,
         *"--dataset seed_bank --eval_split train --num_generations 4 --per_device_train_batch_size 32".split(),
         *"--max_completion_length 3 --max_steps 2 --logging_steps 1 --disable_tqdm true --make_plots false".split(),
         *"--dynamic_sampling false --lr_scheduler_type linear --output_dir".split(),
         str(out),
     ]
-    env = {
-        **os.environ,
-        "ACCELERATE_USE_CPU": "true",
-        "OMP_NUM_THREADS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = launch_two(argv)
     assert proc.returncode == 0, proc.stderr[-3000:]
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["num_processes"] == 2
@@ -806,21 +798,7 @@ def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path)
     one = tmp_path / "one"
     assert train_grpo.main([*common, "--per_device_train_batch_size", "32", "--output_dir", str(one)]) == 0
     two = tmp_path / "two"
-    cmd = [
-        sys.executable,
-        *"-m accelerate.commands.launch --multi_gpu --num_processes 2 --num_machines 1".split(),
-        *"--mixed_precision no --dynamo_backend no --main_process_port 0 train_grpo.py".split(),
-        *common,
-        *"--per_device_train_batch_size 16 --output_dir".split(),
-        str(two),
-    ]
-    env = {
-        **os.environ,
-        "ACCELERATE_USE_CPU": "true",
-        "OMP_NUM_THREADS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = launch_two([*common, "--per_device_train_batch_size", "16", "--output_dir", str(two)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     (a,), (b,) = metric_rows(one), metric_rows(two)
     assert a["reward"] == b["reward"] == 0.5 and a["trained_completions"] == b["trained_completions"] == 32
