@@ -7,6 +7,7 @@ whole file takes well under a minute and a half on 2 cores; the 2-process launch
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -571,7 +572,7 @@ def test_table_policy_step_matches_the_transcription_for_every_option(tmp_path, 
     for name, off in (("T", 1.0), ("eps_high", None), ("delta", None), ("kl", "full")):
         if plain[name] != off:
             other = _oracle_loss(moved, q, answers, adv, ref_table, table, **{**plain, name: off})
-            assert abs(float(other) - float(oracle)) > 1e-5, name
+            assert abs(other.item() - oracle.item()) > 1e-5, name
 
 
 def test_dynamic_sampling_trains_only_on_groups_with_signal(seed_reference, tmp_path):
@@ -846,3 +847,66 @@ def test_outputs_line_lists_only_what_was_written_and_plots_show_entropy_without
     assert plot_metrics(out / "metrics.jsonl", tmp_path / "a.png")[2] == "entropy"  # beta 0: no KL is logged
     assert run_main(seed_reference, tmp_path / "kl", "--beta", "0.02", "--make_plots", "false") == 0
     assert plot_metrics(tmp_path / "kl" / "metrics.jsonl", tmp_path / "b.png")[2] == "kl"
+
+
+# ================================================================================================ steps without signal
+
+
+def _constant_reward_trainer(seed_reference, tmp_path, reward, **overrides) -> GRPOTrainer:
+    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    ref, _ = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    kw = dict(
+        output_dir=str(tmp_path / "t"),
+        dataset="seed_bank",
+        eval_split=None,
+        num_generations=4,
+        per_device_train_batch_size=16,
+        max_completion_length=3,
+        disable_tqdm=True,
+        make_plots=False,
+        seed=3,
+        beta=0.04,
+        dynamic_sampling=True,
+    )
+    cfg = GRPOConfig(**{**kw, **overrides})
+    return GRPOTrainer(
+        cfg, model, tok, load_split("seed_bank", "train"), ref_model=ref, reward_funcs=[reward]
+    )
+
+
+def test_a_step_that_finds_no_group_with_signal_trains_nothing_not_even_the_kl(seed_reference, tmp_path):
+    # Every reward is equal, so dynamic sampling finds no group with signal in any round: the step keeps one group
+    # as a placeholder (every process must run a forward under DDP) and trains nothing on it, not even the KL term,
+    # although the policy has moved away from the reference (so the KL alone would have a gradient).
+    def same(completions, **kw):
+        return [1.0] * len(completions)
+
+    trainer = _constant_reward_trainer(seed_reference, tmp_path, same)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    for _ in range(2):
+        out = trainer.training_step()
+        assert out.scored.batch.placeholder
+        assert out.metrics["trained_completions"] == 0
+    after = trainer.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_rewards_that_stop_applying_later_in_a_run_are_steps_without_signal(seed_reference, tmp_path):
+    # Only a run on which no reward has ever applied is an error; later, a batch whose rewards are all None is a
+    # batch without signal, like one whose rewards are all equal: its advantages are 0 and the step goes on.
+    applies = [True]
+
+    def sometimes(completions, **kw):
+        return [float(i % 2) if applies[0] else None for i in range(len(completions))]
+
+    trainer = _constant_reward_trainer(seed_reference, tmp_path, sometimes, dynamic_sampling=False)
+    first = trainer.training_step()
+    assert first.scored.batch.advantages.ne(0).any()
+    applies[0] = False
+    second = trainer.training_step()
+    assert torch.isnan(second.scored.batch.rewards).all()
+    assert second.scored.batch.advantages.eq(0).all()
+    assert trainer.step == 2 and math.isfinite(second.metrics["loss"])

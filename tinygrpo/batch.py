@@ -18,9 +18,8 @@ class Batch:
     completion_mask: torch.Tensor  # (P*G, Tc) float; 0 after EOS (and for truncated rows if they are masked)
     advantages: torch.Tensor  # (P*G,)
     rewards: torch.Tensor  # (P*G,) combined (NaN = no applicable reward)
-    placeholder: bool = (
-        False  # no group with signal was found: kept only so that every process runs a forward
-    )
+    # No group with signal was found: kept only so that every process runs a forward (at weight 0).
+    placeholder: bool = False
 
     @property
     def num_groups(self) -> int:
@@ -69,4 +68,5 @@ def concat_batches(parts: list[Batch], pad_id: int) -> Batch:
         torch.cat([right(p.completion_mask, 0.0) for p in parts]),
         torch.cat([p.advantages for p in parts]),
         torch.cat([p.rewards for p in parts]),
+        placeholder=all(p.placeholder for p in parts),
     )

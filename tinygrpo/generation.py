@@ -11,7 +11,7 @@ describe the step (its prompts were drawn uniformly; refills are biased towards 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -86,6 +86,7 @@ class BatchGenerator:
         self.G = cfg.num_generations
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + processes.rank)
         self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_rows
+        self.rewarded = False  # some reward function has applied to some sample of this run
 
     def generate(self) -> ScoredBatch:
         """One batch; with dynamic sampling, zero-variance groups are dropped and refilled (bounded)."""
@@ -106,8 +107,7 @@ class BatchGenerator:
                 parts.append(r.batch.groups(sel))
                 have += sel.numel()
             if have == 0:  # nothing with signal in any round: one group, marked as a placeholder
-                parts = [first.batch.groups(torch.zeros(1, dtype=torch.long))]
-                parts[0].placeholder = True
+                parts = [replace(first.batch.groups(torch.zeros(1, dtype=torch.long)), placeholder=True)]
             batch = concat_batches(parts, self.tokenizer.pad_token_id)
         return ScoredBatch(
             batch=batch,
@@ -156,7 +156,9 @@ class BatchGenerator:
 
         # Advantages on the GLOBAL batch (exact for scale_rewards="batch"); each process keeps its own rows.
         all_rewards = self.procs.gather(rewards)
-        if bool(all_rewards.isnan().all()):
+        if not self.rewarded and bool(all_rewards.isnan().all()):
+            # Nothing has applied yet: a run on these rewards would train on nothing at all. (Later, a round whose
+            # rewards all are None is a round without signal, like one whose rewards are all equal.)
             raise RewardError(
                 f"no reward function applies to any of the {all_rewards.numel()} samples (every reward is None): "
                 f"nothing to learn from; check the reward functions ({', '.join(rw.names)}) and the dataset's "
@@ -165,6 +167,7 @@ class BatchGenerator:
         adv, zero_std = group_advantages(
             all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards
         )
+        self.rewarded = True
         n, r = rewards.numel(), self.procs.rank
         advantages = adv[r * n : (r + 1) * n].contiguous()
         if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer

@@ -40,9 +40,8 @@ class LossInputs:
     old_logps: Tensor | None = None  # (n, Tc) log-probs before this batch's first update; None = on-policy
     ref_logps: Tensor | None = None  # (n, Tc) the reference's (beta > 0)
     ref_logits: Tensor | None = None  # (n, Tc, V) the reference's, for kl_estimator="full"
-    dummy: bool = (
-        False  # nothing to learn from on this process; run only because DDP needs a forward: weight 0
-    )
+    # Nothing to learn from on this process; run only because DDP needs a forward on every process: weight 0.
+    dummy: bool = False
 
 
 @dataclass
@@ -68,6 +67,9 @@ def grpo_loss(
     num_items_in_batch (loss_type "dapo"): the normaliser, the completion tokens of the GLOBAL batch divided by the
     number of processes (DDP averages the processes' gradients, so their losses must add up to a global mean).
     """
+    if inputs.dummy:  # a forward that DDP needs, and a zero loss: every parameter gets an exact zero gradient
+        names = STAT_NAMES + (("kl",) if cfg.beta > 0 else ())
+        return logits.sum() * 0.0, LossStats(names, logits.new_zeros(len(names)))
     sub = inputs.batch
     mask = sub.completion_mask
     logp = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)  # (n, Tc)
@@ -97,8 +99,6 @@ def grpo_loss(
             loss = loss * mask.sum() / inputs.tokens.clamp(min=1)
         else:
             loss = loss * sub.completion_ids.size(0) / inputs.rows
-    if inputs.dummy:
-        loss = loss * 0.0
     with torch.no_grad():  # masked sums of the per-token statistics, in the order of the names, in one go
         per_token_stats = [
             mask,
@@ -109,6 +109,4 @@ def grpo_loss(
         if kl is not None:
             per_token_stats.append(kl.detach())
         sums = (torch.cat([t.view(-1, *mask.shape) for t in per_token_stats]) * mask).sum((1, 2))
-        if inputs.dummy:
-            sums = sums * 0.0
     return loss, LossStats(STAT_NAMES + (("kl",) if kl is not None else ()), sums)

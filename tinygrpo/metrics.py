@@ -40,7 +40,7 @@ def step_metrics(
     num_completions: int,
 ) -> dict[str, float]:
     """metrics.jsonl's row for one step (everything but the trainer's own counters)."""
-    first = scored.first
+    first, trained = scored.first, scored.batch  # the first round's samples; the groups kept to train on
     G = first.batch.completion_ids.size(0) // first.batch.num_groups
     all_rewards = first.all_rewards
     lengths = procs.gather(first.lengths).tolist()  # a few thousand ints at most: plain Python is cheaper
@@ -65,7 +65,9 @@ def step_metrics(
             "completions/clipped_ratio": float(truncated.mean()),
             "learning_rate": learning_rate,
             "num_completions": num_completions,
-            "trained_completions": int(procs.sum(scored.batch.completion_ids.size(0))),
+            "trained_completions": int(
+                procs.sum(0 if trained.placeholder else trained.completion_ids.size(0))
+            ),
         }
     )
     if "accuracy" in reward_names:

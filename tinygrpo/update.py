@@ -100,7 +100,7 @@ class PolicyUpdate:
             lo, hi = bisect_left(act, start), bisect_left(act, stop)  # this mini-batch's groups in `train`
             if hi == lo:
                 # Nothing to learn from here; if another process has something, DDP still needs a forward.
-                out.append(self._dummy(batch, start, ref_logits))
+                out.append(self._dummy(batch, start))
                 continue
             whole = batch.completion_mask[start * G : stop * G]  # the mini-batch, skipped groups included
             rows = slice(lo * G, hi * G)
@@ -115,18 +115,11 @@ class PolicyUpdate:
             out.append(MiniBatch(inputs, train_layout if one else self._layout(inputs.batch), hi - lo))
         return out
 
-    def _dummy(self, batch: Batch, start: int, ref_logits: torch.Tensor | None) -> MiniBatch:
-        """One group at weight 0 (finite inputs, so that 0 * loss is 0); its layout is built only if it is run."""
+    def _dummy(self, batch: Batch, start: int) -> MiniBatch:
+        """One group at weight 0 (see LossInputs.dummy); its layout is built only if it is run."""
         sub = batch.groups(torch.tensor([min(start, batch.num_groups - 1)]))
-        zeros = sub.completion_mask.new_zeros(sub.completion_mask.shape)  # (G, Tc)
         inputs = LossInputs(
-            sub,
-            rows=sub.completion_ids.size(0),
-            tokens=sub.completion_mask.sum(),
-            old_logps=zeros if self.cfg.needs_old_logps else None,
-            ref_logps=zeros if self.ref_model is not None else None,
-            ref_logits=None if ref_logits is None else zeros[..., None].expand(-1, -1, ref_logits.size(-1)),
-            dummy=True,
+            sub, rows=sub.completion_ids.size(0), tokens=sub.completion_mask.sum(), dummy=True
         )
         return MiniBatch(inputs, None, 0)
 
