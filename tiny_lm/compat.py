@@ -48,3 +48,12 @@ def register_tokenizer(config_class: type) -> None:
         return
     backend = type("TokenizersBackend", (PreTrainedTokenizerFast,), {"__module__": __name__})
     AutoTokenizer.register(config_class, fast_tokenizer_class=backend, exist_ok=True)
+
+
+def checkpoints_activations(model) -> bool:
+    """Whether activation (gradient) checkpointing is on: transformers 5 renamed `is_gradient_checkpointing` to
+    `is_activation_checkpointing` (the old name warns); a model that is not a PreTrainedModel has neither."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 from transformers.cache_utils import DynamicCache
 
-from tiny_lm.compat import cache_kwargs
+from tiny_lm.compat import cache_kwargs, checkpoints_activations
 
 
 class Decoder(Protocol):
@@ -76,9 +76,8 @@ class GroupedBackend:
         from tiny_lm.grouped_layout import FrameCache
 
         self.frames = FrameCache()
-        self._weights: dict[
-            int, tuple[nn.Module, Any]
-        ] = {}  # id -> (the model, held so the id stays its own)
+        # id -> (the model, held so that the id stays its own, its weights)
+        self._weights: dict[int, tuple[nn.Module, Any]] = {}
 
     def weights(self, model: nn.Module) -> Any:
         entry = self._weights.get(id(model))
@@ -122,6 +121,15 @@ class GenericBackend:
 
     def logits(self, model, layout: GenericLayout) -> torch.Tensor:
         G, completion_ids, prompt_mask = layout.G, layout.completion_ids, layout.prompt_mask
+        # Activation checkpointing replays each layer in backward, and a replayed layer would write its keys and
+        # values into the cache a second time: run every row's prompt and completion without a cache. (DDP wraps
+        # the model as .module.)
+        if torch.is_grad_enabled() and checkpoints_activations(getattr(model, "module", model)):
+            rows = torch.cat([layout.prompt_ids.repeat_interleave(G, 0), completion_ids[:, :-1]], dim=1)
+            ones = torch.ones_like(completion_ids[:, :-1])
+            mask = torch.cat([prompt_mask.repeat_interleave(G, 0), ones], 1)
+            logits = model(input_ids=rows, attention_mask=mask, use_cache=False).logits
+            return logits[:, prompt_mask.size(1) - 1 :]
         cache = DynamicCache()
         out = model(
             input_ids=layout.prompt_ids,
