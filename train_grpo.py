@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         from accelerate import Accelerator
 
         from tinygrpo import launch
-        from tinygrpo.problems import load_split
+        from tinygrpo.problems import load_splits
         from tinygrpo.trainer import GRPOTrainer
 
         launch.stop_with_launcher()
@@ -110,14 +110,15 @@ def main(argv: list[str] | None = None) -> int:
             ref_path = cfg.ref_model_name_or_path or cfg.model_name_or_path
             ref_model, _ = load_model_and_tokenizer(ref_path, "ref_model_name_or_path")
         try:
-            train = load_split(cfg.dataset, cfg.train_split)
-            evald = load_split(cfg.dataset, cfg.eval_split) if cfg.eval_split else None
+            train, evald = load_splits(cfg.dataset, cfg.train_split, cfg.eval_split or None)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         trainer = GRPOTrainer(cfg, model, tokenizer, train, evald, ref_model=ref_model, accelerator=acc)
         if acc.is_main_process:
             (out / "config.json").write_text(json.dumps(cfg.__dict__, indent=2))
         summary = trainer.train(resume_from)
+        if acc.is_main_process:  # (while the output directory is still locked)
+            (out / "summary.json").write_text(json.dumps(summary, indent=2))
     except ConfigError as e:
         if str(e):  # (empty on the other processes when the main one reported the problem)
             print(f"error: {e}", file=sys.stderr)
@@ -137,14 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         from tinygrpo.trainer import NonFiniteError, SaveError
 
         if isinstance(e, NonFiniteError | RewardError | SaveError):
-            print(f"error: {e}", file=sys.stderr)
+            if str(e):  # (a SaveError is empty on the processes that did not fail: the one that did says why)
+                print(f"error: {e}", file=sys.stderr)
             return 1
         raise
     finally:
         for fd in locks:
             os.close(fd)
     if acc.is_main_process:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
         before = summary["eval_before"].get("eval/accuracy")
         after = summary["eval_after"].get("eval/accuracy")
         if after is not None:

@@ -661,3 +661,60 @@ def test_a_run_whose_every_reward_is_none_stops(seed_reference, tmp_path, capfd)
         "check the reward functions (none) and the dataset's columns"
     ]
     assert not (out / "final").exists()
+
+
+def test_two_processes_stop_together_when_the_main_one_cannot_write_a_checkpoint(seed_reference, tmp_path):
+    # Only the main process writes the checkpoint's last files; when it fails there, the other process must stop
+    # too (not wait for it at the next hand-off), and the one line comes from the process that failed.
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import tinygrpo.checkpoint as ckpt\n"
+        "real = ckpt.write_manifest\n"
+        "def write_manifest(path):\n"
+        "    if str(path).endswith('-4'):\n"
+        "        raise OSError(28, 'No space left on device', str(path / 'MANIFEST'))\n"
+        "    return real(path)\n"
+        "ckpt.write_manifest = write_manifest\n"
+    )
+    out = tmp_path / "full"
+    env = {**LAUNCH_ENV, "PYTHONPATH": os.pathsep.join([str(hook), str(REPO)])}
+    argv = cli(seed_reference, out, *"--max_steps 6 --save_steps 2 --eval_split".split(), "")
+    proc = subprocess.run(
+        [*TWO_CPU_PROCESSES, "train_grpo.py", *argv],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode != 0
+    assert "[rank1]" not in proc.stderr, proc.stderr  # no traceback of a process left waiting at a barrier
+    assert errors == [
+        f"error: step 4: could not write the checkpoint: No space left on device "
+        f"({out}/.tmp-checkpoint-4/MANIFEST); the last complete checkpoint is {out / 'checkpoint-2'}"
+    ], proc.stderr
+    assert [p.name for p in ckpt.checkpoint_dirs(out)] == ["checkpoint-2"]
+    assert not (out / "final").exists()
+
+
+def test_the_trainer_api_refuses_to_resume_a_run_trained_with_other_settings(seed_reference, tmp_path):
+    # train_grpo.py checks the settings before it loads anything; a script that calls GRPOTrainer.train() with a
+    # checkpoint gets the same check from the trainer itself.
+    import train_grpo
+    from tinygrpo.config import ConfigError, GRPOConfig
+    from tinygrpo.problems import load_split
+    from tinygrpo.trainer import GRPOTrainer
+
+    out = tmp_path / "run"
+    assert run_inproc(seed_reference, out, *"--max_steps 2 --save_steps 2 --eval_split".split(), "") == 0
+    saved = json.loads((out / "checkpoint-2" / ckpt.CONFIG_FILE).read_text())
+    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    cfg = GRPOConfig(**{**saved, "learning_rate": saved["learning_rate"] * 2})
+    trainer = GRPOTrainer(cfg, model, tok, load_split("seed_bank", "train"))
+    with pytest.raises(
+        ConfigError, match=r"was trained with other settings \(learning_rate 0.002 -> 0.004\)"
+    ):
+        trainer.train(out / "checkpoint-2")
+    assert trainer.step == 0

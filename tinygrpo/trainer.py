@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from rewards import resolve_rewards
 
 from . import checkpoint as ckpt
+from . import launch
 from .backend import PolicyForward, select_backend
 from .config import ConfigError, GRPOConfig
 from .distributed import Processes
@@ -195,6 +196,9 @@ class GRPOTrainer:
             )
         final = self.out / f"checkpoint-{self.step}"
         tmp = self.out / f".tmp-checkpoint-{self.step}"
+        # A failure on one process is settled by all of them at each hand-off (procs.any), so that none waits for a
+        # process that has given up; the process that failed says why, the others stop with it silently.
+        failed: OSError | None = None
         try:
             if self.procs.is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -202,12 +206,13 @@ class GRPOTrainer:
             self.acc.save_state(str(tmp), safe_serialization=True)
             sampler = {"state": ckpt.generator_state_to_list(self.generator.generator)}
             ckpt.write_json_atomic(tmp / f"sampler_{self.procs.rank}.json", sampler)
-            self.procs.wait()
-            if self.procs.is_main:
+        except OSError as e:
+            failed = e
+        if not self.procs.any(failed is not None) and self.procs.is_main:
+            try:
                 if self.ref_model is not None and self.cfg.sync_ref_model:
-                    save_model(
-                        self.ref_model, str(tmp / "ref_model.safetensors")
-                    )  # (tied weights stored once)
+                    # (save_model stores tied weights once)
+                    save_model(self.ref_model, str(tmp / "ref_model.safetensors"))
                 state = {
                     "step": self.step,
                     **self.prompts.state_dict(),
@@ -221,14 +226,17 @@ class GRPOTrainer:
                 ckpt.write_manifest(tmp)
                 ckpt.publish(tmp, final)
                 ckpt.prune(self.out, self.cfg.save_total_limit)
-        except OSError as e:
+            except OSError as e:
+                failed = e
+        if self.procs.any(failed is not None):
+            if failed is None:
+                raise SaveError("")
             kept = ckpt.checkpoint_dirs(self.out)
             raise SaveError(
-                f"step {self.step}: could not write the checkpoint: {e.strerror or e}"
-                + (f" ({e.filename})" if e.filename else "")
+                f"step {self.step}: could not write the checkpoint: {failed.strerror or failed}"
+                + (f" ({failed.filename})" if failed.filename else "")
                 + (f"; the last complete checkpoint is {kept[-1]}" if kept else "; no checkpoint was kept")
-            ) from None
-        self.procs.wait()
+            )
         return final
 
     def load_checkpoint(self, path: Path) -> None:
@@ -240,6 +248,10 @@ class GRPOTrainer:
                     f"checkpoint {path} was written by {state['num_processes']} processes; resume with the same "
                     f"number (this launch has {self.procs.num})"
                 )
+            # (train_grpo.py checks the settings before loading anything; a caller of train() may not have)
+            saved = path / ckpt.CONFIG_FILE
+            if saved.is_file():
+                launch.check_same_run(json.loads(saved.read_text()), self.cfg, path)
             self.acc.load_state(str(path))
             self.optim.scheduler.load_state_dict(state["scheduler"])
             sampler = json.loads((path / f"sampler_{self.procs.rank}.json").read_text())
