@@ -138,7 +138,7 @@ def ensure_seed_reference(path: str | None, workdir: Path = DEFAULT_BENCH_DIR, s
     """
     if path:
         if not (Path(path) / "config.json").is_file():
-            raise SystemExit(f"--model_name_or_path {path}: no model there (missing config.json)")
+            raise SystemExit(f"error: --model_name_or_path {path}: no model there (missing config.json)")
         return str(path)
     out = Path(workdir) / "seed_reference"
     if (out / "config.json").is_file():

@@ -69,9 +69,8 @@ class Arch:
     n_embd: int
     n_inner: int
     vocab_size: int
-    attention: bool = (
-        True  # False: leave out QK^T and AV (FlopCounterMode has no formula for CPU SDPA kernels)
-    )
+    # False: leave out QK^T and AV (FlopCounterMode has no formula for CPU SDPA kernels)
+    attention: bool = True
 
     @classmethod
     def from_config(cls, c) -> Arch:

@@ -128,17 +128,28 @@ def instrument(trainer, timer: Timer):
     for cls, name, fn in saved:
         setattr(cls, name, timer.wrap("gen_forward", fn))
     update, opt = trainer.update, trainer.optim
-    update.policy.forward = timer.wrap("policy_forward", update.policy.forward)
-    update.loss = timer.wrap("compute_loss", update.loss)
-    opt.backward = timer.wrap("backward", opt.backward)
-    opt.clip = timer.wrap("clip", opt.clip)
-    opt.step = timer.wrap("optimizer", opt.step)
-    opt.zero_grad = timer.wrap("optimizer", opt.zero_grad)
+    parts = [
+        (update.policy, "forward", "policy_forward"),
+        (update, "loss", "compute_loss"),
+        (opt, "backward", "backward"),
+        (opt, "clip", "clip"),
+        (opt, "step", "optimizer"),
+        (opt, "zero_grad", "optimizer"),
+    ]
+    # What each object held itself before (a method is found on the class; an attribute of its own is put back).
+    own = [(obj, name, vars(obj).get(name)) for obj, name, _ in parts]
+    for obj, name, phase in parts:
+        setattr(obj, name, timer.wrap(phase, getattr(obj, name)))
 
     def undo() -> None:
         gmod.decode_rows, gmod.compute_rewards = orig_decode, orig_rewards
         for cls, name, fn in saved:
             setattr(cls, name, fn)
+        for obj, name, before in own:
+            if before is None:
+                del obj.__dict__[name]
+            else:
+                setattr(obj, name, before)
 
     return undo
 

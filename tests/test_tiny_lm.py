@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import DynamicCache
 
 import tiny_lm
@@ -278,6 +278,11 @@ def test_save_and_reload(model, tmp_path):
     ids = torch.randint(2, 14, (2, 8))
     assert torch.equal(loaded(ids).logits, model(ids).logits)
     assert loaded.config.to_dict()["model_type"] == tiny_lm.TinyLMConfig.model_type
+    # the backbone alone, as AutoModel loads any transformers checkpoint: the causal LM's hidden states
+    backbone = AutoModel.from_pretrained(tmp_path).eval()
+    assert isinstance(backbone, tiny_lm.TinyLMModel)
+    hidden = backbone(ids).last_hidden_state
+    assert torch.equal(loaded.lm_head(hidden), loaded(ids).logits)
 
 
 def test_too_long_sequence_raises(model):
@@ -362,7 +367,7 @@ def test_saved_model_loads_with_remote_code_in_a_process_that_never_imported_tin
     want = tok.decode(want[0], skip_special_tokens=True)  # as the pipeline shows it
     script = (
         "import sys\n"
-        "from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline\n"
+        "from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, pipeline\n"
         f"path = {str(tmp_path)!r}\n"
         "m = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)\n"
         "t = AutoTokenizer.from_pretrained(path, trust_remote_code=True)\n"

@@ -186,9 +186,8 @@ class GroupedDecoder:
         fr = (frames or prompt_frame)(prompt_mask, 1, 1, w.wte.dtype)
         x = _embed(w, prompt_ids.reshape(-1), fr.prompt_pos)  # (P*Tp, C)
         mask = fr.mask
-        self.kp: list[
-            torch.Tensor
-        ] = []  # per layer (P, nh, hd, Tp) keys (transposed), shared by the prompt's G rows
+        # per layer (P, nh, hd, Tp) keys (transposed), shared by the prompt's G rows
+        self.kp: list[torch.Tensor] = []
         self.vp: list[torch.Tensor] = []
         for i, layer in enumerate(w.layers):
             q, k, v = _split_heads(_qkv(layer, x), (P, Tp), self.nh)  # (P, nh, Tp, hd)

@@ -212,8 +212,8 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
 
     def __init__(self, config: TinyLMConfig) -> None:
         super().__init__(config)
-        # Every module is built before any weight is drawn, so a seed gives the same weights as it always has: the
-        # random stream is consumed in one order (the modules' default init, then _init_weights over the tree).
+        # Every module is built before any weight is drawn: the random stream is consumed in one order (each
+        # module's default init as it is built, then _init_weights over the whole tree), so a seed fixes the weights.
         self.transformer = TinyLMModel(config, initialize=False)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()

@@ -124,10 +124,8 @@ def grpo_step(
     answers = _sample_one_at_a_time(Categorical(logits=old_row), group_size)
     rewards = torch.tensor([1.0 if a == gold else 0.0 for a in answers], dtype=torch.float64)  # (G,)
     mean_reward = float(rewards.mean())
-    # float64 statistics, float32 advantages: the demo's numpy dtype round trip
-    adv, _ = group_advantages(
-        rewards, group_size, std_correction=DEMO_STD_CORRECTION, eps=DEMO_ADV_EPS
-    )  # (G,)
+    # (G,): float64 statistics, float32 advantages, the demo's numpy dtype round trip
+    adv, _ = group_advantages(rewards, group_size, std_correction=DEMO_STD_CORRECTION, eps=DEMO_ADV_EPS)
     if torch.allclose(adv, torch.zeros_like(adv)):  # the demo's np.allclose(adv, 0)
         return mean_reward, True
 
@@ -277,9 +275,10 @@ def train_chapter(
         with torch.no_grad():
             actions = Categorical(logits=policy.logits).sample((group_size,)).T  # (P, G)
         rewards = chapter_rewards(actions, n_prompts)  # (P, G)
+        flat = rewards.reshape(-1)  # (P*G,)
         adv, zero_std = group_advantages(
-            rewards.reshape(-1), group_size, std_correction=CHAPTER_STD_CORRECTION, eps=CHAPTER_ADV_EPS
-        )  # (P*G,)
+            flat, group_size, std_correction=CHAPTER_STD_CORRECTION, eps=CHAPTER_ADV_EPS
+        )
         logits = policy.logits.repeat_interleave(group_size, dim=0)  # (P*G, A): row k is prompt k // G
         logp = selective_log_softmax(logits, actions.reshape(-1))  # (P*G,)
         pg_loss = -(logp * adv).mean()

@@ -63,7 +63,7 @@ def resolve_checkpoint(spec: str, output_dir: str | Path, say: Callable[[str], N
 
 
 def write_manifest(path: Path) -> None:
-    """Size and SHA-256 of every file in a checkpoint, written last (a checkpoint without it is incomplete)."""
+    """Size and SHA-256 of every file in a checkpoint, written last, just before the checkpoint is published."""
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
     manifest = {str(p.relative_to(path)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files}
     write_json_atomic(path / MANIFEST_FILE, manifest)

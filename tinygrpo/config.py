@@ -218,9 +218,8 @@ class GRPOConfig:
     )
 
     def __post_init__(self) -> None:
-        for f in fields(
-            self
-        ):  # inf or nan in any number is a mistake (an infinite learning rate trains NaNs)
+        # inf or nan in any number is a mistake (an infinite learning rate trains NaNs)
+        for f in fields(self):
             value = getattr(self, f.name)
             for x in value if isinstance(value, list) else [value]:
                 if isinstance(x, float) and not math.isfinite(x):

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from datasets import Dataset, DatasetDict, load_dataset
+if TYPE_CHECKING:  # (datasets is imported where a split is loaded: the builders stay cheap to import)
+    from datasets import Dataset, DatasetDict
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 TEST_SIZE = 500
@@ -102,6 +104,8 @@ def load_problems(name_or_path: str) -> DatasetDict:
                 raise ValueError(
                     f"{files[first]}: split {first!r} has no column {c!r}, which split {split!r} has"
                 )
+    from datasets import load_dataset
+
     return load_dataset("json", data_files=files)
 
 
@@ -157,9 +161,16 @@ def _json_type(value) -> str:
     return {str: "a string", list: "a list", dict: "an object"}[type(value)]
 
 
-def load_split(name_or_path: str, split: str) -> Dataset:
-    """One split of a problem set, with a clear error when the split does not exist."""
+def load_splits(name_or_path: str, *splits: str | None) -> list[Dataset | None]:
+    """Splits of one problem set, loaded and checked once; None for a split given as None. A clear error when a
+    split does not exist."""
     ds = load_problems(name_or_path)
-    if split not in ds:
-        raise ValueError(f"dataset {name_or_path!r} has no split {split!r} (it has: {', '.join(ds)})")
-    return ds[split]
+    for split in splits:
+        if split is not None and split not in ds:
+            raise ValueError(f"dataset {name_or_path!r} has no split {split!r} (it has: {', '.join(ds)})")
+    return [None if split is None else ds[split] for split in splits]
+
+
+def load_split(name_or_path: str, split: str) -> Dataset:
+    """One split of a problem set (see load_splits)."""
+    return load_splits(name_or_path, split)[0]

@@ -110,7 +110,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     if cfg.train_size and cfg.train_size < len(train):
         train = train.shuffle(seed=cfg.seed).select(range(cfg.train_size))
     for i, (p, a) in enumerate(zip(train["prompt"], train["answer"], strict=True)):
-        check_text(p + a, tokenizer, where=f"{cfg.dataset}/{cfg.train_split} row {i}")
+        check_text(p + a, tokenizer, where=f"{cfg.dataset}/{cfg.train_split} row {i + 1}")
     ids, mask, labels = encode_examples(tokenizer, train["prompt"], train["answer"])
     if ids.size(1) > cfg.n_positions:
         raise ValueError(f"n_positions={cfg.n_positions} is shorter than the longest example ({ids.size(1)})")

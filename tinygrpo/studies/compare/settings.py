@@ -48,9 +48,8 @@ class Settings:
     imperfect_questions: int = 12
     belief_seed_index: int = 0
     addition_steps: int | None = None  # None: the trainer's default max_steps
-    addition_reference_steps: int | None = (
-        None  # only if checkpoints/reference is missing; None: pretrain default
-    )
+    # only if checkpoints/reference is missing; None: the SFT default
+    addition_reference_steps: int | None = None
     quick: bool = False
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import time
@@ -41,6 +42,7 @@ def _write_jsonl(rows: Sequence[dict], path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+@functools.cache
 def seed_bank():
     from tinygrpo.problems import load_split
 
@@ -232,7 +234,9 @@ def addition_section(out: Path, st: Settings, log: Callable[[str], None]) -> dic
         log(
             f"no {ADDITION_REFERENCE}: training the addition reference into {ref_path} (tinygrpo.sft, {kw or 'defaults'})"
         )
-        train_reference(SFTConfig(output_dir=str(ref_path), log_every=0, **kw), verbose=False)
+        train_reference(
+            SFTConfig(output_dir=str(ref_path), overwrite_output_dir=True, log_every=0, **kw), verbose=False
+        )
     sft_cfg = (
         json.loads((ref_path / "sft_config.json").read_text())
         if (ref_path / "sft_config.json").is_file()
