@@ -197,7 +197,8 @@ def test_reference_is_built_only_when_beta_is_positive(seed_reference, tmp_path,
 # ================================================================================================ the EOS mask
 
 
-def _reference_trainer(seed_reference, tmp_path, **overrides) -> GRPOTrainer:
+def _reference_trainer(seed_reference, tmp_path, reward_funcs=None, **overrides) -> GRPOTrainer:
+    """A trainer on the seed reference (and, with beta > 0, the reference as ref_model too)."""
     model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
     kw = dict(
         output_dir=str(tmp_path / "t"),
@@ -211,8 +212,13 @@ def _reference_trainer(seed_reference, tmp_path, **overrides) -> GRPOTrainer:
         seed=3,
         dynamic_sampling=False,
     )
-    kw.update(overrides)
-    return GRPOTrainer(GRPOConfig(**kw), model, tok, load_split("seed_bank", "train"))
+    cfg = GRPOConfig(**{**kw, **overrides})
+    ref = (
+        train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")[0] if cfg.beta > 0 else None
+    )
+    return GRPOTrainer(
+        cfg, model, tok, load_split("seed_bank", "train"), ref_model=ref, reward_funcs=reward_funcs
+    )
 
 
 def _first_eos(ids: torch.Tensor, eos: int) -> torch.Tensor:
@@ -853,25 +859,8 @@ def test_outputs_line_lists_only_what_was_written_and_plots_show_entropy_without
 
 
 def _constant_reward_trainer(seed_reference, tmp_path, reward, **overrides) -> GRPOTrainer:
-    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
-    ref, _ = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
-    kw = dict(
-        output_dir=str(tmp_path / "t"),
-        dataset="seed_bank",
-        eval_split=None,
-        num_generations=4,
-        per_device_train_batch_size=16,
-        max_completion_length=3,
-        disable_tqdm=True,
-        make_plots=False,
-        seed=3,
-        beta=0.04,
-        dynamic_sampling=True,
-    )
-    cfg = GRPOConfig(**{**kw, **overrides})
-    return GRPOTrainer(
-        cfg, model, tok, load_split("seed_bank", "train"), ref_model=ref, reward_funcs=[reward]
-    )
+    kw = dict(per_device_train_batch_size=16, beta=0.04, dynamic_sampling=True)
+    return _reference_trainer(seed_reference, tmp_path, reward_funcs=[reward], **{**kw, **overrides})
 
 
 def test_a_step_that_finds_no_group_with_signal_trains_nothing_not_even_the_kl(seed_reference, tmp_path):
