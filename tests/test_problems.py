@@ -8,7 +8,13 @@ import pytest
 
 from tinygrpo.problems import DATA_DIR, build_addition, build_all, build_seed_bank, load_split
 
-COMMITTED = ["seed_bank/train.jsonl", "addition/train.jsonl", "addition/test.jsonl"]
+COMMITTED = [
+    "seed_bank/train.jsonl",
+    "addition/train.jsonl",
+    "addition/test.jsonl",
+    "addition/validation.jsonl",
+    "addition/train_without_validation.jsonl",
+]
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +31,19 @@ def test_committed_files_equal_builder_output(tmp_path):
     assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == sorted(COMMITTED)
     for rel in COMMITTED:
         assert (tmp_path / rel).read_bytes() == (DATA_DIR / rel).read_bytes(), rel
+
+
+def test_validation_is_carved_from_train_out_of_the_reference_sft_sample(addition):
+    # The SFT sample as tinygrpo.sft draws it (datasets' shuffle with the default seed), computed by datasets itself.
+    from tinygrpo.sft import SFTConfig
+
+    cfg = SFTConfig()
+    train = load_split("addition", "train")
+    sft = set(train.shuffle(seed=cfg.seed).select(range(cfg.train_size))["id"])
+    ids = {k: {r["id"] for r in rows} for k, rows in addition.items()}
+    assert len(ids["validation"]) == 500 and not ids["validation"] & sft
+    assert ids["validation"] | ids["train_without_validation"] == ids["train"]
+    assert not ids["validation"] & ids["train_without_validation"] and not ids["validation"] & ids["test"]
 
 
 def test_seed_bank():
@@ -84,7 +103,7 @@ def test_load_split_by_directory(tmp_path):
     [
         ("no_such_dataset", "train", "no_such_dataset"),  # unknown name: the message names it
         ("seed_bank", "test", "test"),  # seed_bank has only a train split
-        ("addition", "validation", "validation"),  # unknown split of an existing set
+        ("addition", "dev", "dev"),  # unknown split of an existing set
     ],
 )
 def test_load_split_errors(name, split, match):

@@ -4,6 +4,9 @@ Each row: `prompt` ("37+48="), `answer` ("85"), the operands `a`, `b`, and an `i
 - `seed_bank`: the seed demo's 36 questions, a, b in 0..5 (id = a * 6 + b, as in the demo). One split, `train`.
 - `addition`: every a + b with a, b < 10**digits (default 2 digits: 10,000 problems). A fixed split: `test` is
   500 problems drawn with `random.Random(1234)`, held out from SFT and from GRPO alike; `train` is the rest.
+  `validation` (500 problems drawn with `random.Random(1235)` from the `train` problems the default SFT
+  reference was not trained on) and `train_without_validation` (the
+  rest of `train`) are for studies: every choice is made on validation, the test split only reports.
 The committed files under `data/` are this builder's output (a test checks that), loadable by path with
 `datasets.load_dataset("json", data_files=...)`.
 """
@@ -15,13 +18,19 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:  # (datasets is imported where a split is loaded: the builders stay cheap to import)
     from datasets import Dataset, DatasetDict
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 TEST_SIZE = 500
 SPLIT_SEED = 1234
-MAX_ENUMERATED = 20_000  # above this many pairs, sample instead of enumerating every pair
+MAX_ENUMERATED = 20_000
+SFT_SIZE, SFT_SEED = (
+    400,
+    0,
+)  # the default reference's training problems (tinygrpo/sft.py's train_size and seed)  # above this many pairs, sample instead of enumerating every pair
 
 
 def make_row(a: int, b: int, id_: int) -> dict:
@@ -54,9 +63,34 @@ def build_addition(
         raise ValueError(f"test_size must be in 1..{len(pairs) - 1}, got {test_size}")
     rows = [make_row(a, b, i) for i, (a, b) in enumerate(pairs)]
     test_ids = set(random.Random(seed).sample(range(len(rows)), test_size))
+    train = [r for r in rows if r["id"] not in test_ids]
+    # A validation split carved from train, for every choice a study makes (the test split is for reporting), out of
+    # the problems the default SFT reference did not see (its sample of train, as `datasets` shuffles with seed 0),
+    # so that validation is as new to the reference as test is.
+    sft = set(np.random.default_rng(SFT_SEED).permutation(len(train))[:SFT_SIZE].tolist())
+    unseen = [i for i in range(len(train)) if i not in sft]
+    val_ids = {
+        train[i]["id"] for i in random.Random(seed + 1).sample(unseen, min(test_size, len(unseen) // 2))
+    }
     return {
-        "train": [r for r in rows if r["id"] not in test_ids],
+        "train": train,
         "test": [r for r in rows if r["id"] in test_ids],
+        "validation": [r for r in train if r["id"] in val_ids],
+        "train_without_validation": [r for r in train if r["id"] not in val_ids],
+    }
+
+
+# The kinds of a+b problem that accuracy is broken down by (a problem may be of several kinds, or of none).
+PROBLEM_KINDS = ("one_digit_operand", "carry", "sum_ge_100")
+
+
+def problem_kinds(a: list[int], b: list[int]) -> dict[str, list[bool]]:
+    """For each kind of PROBLEM_KINDS, whether each problem a[i] + b[i] is of that kind: an operand below 10, a carry
+    out of the units, a sum of three digits or more."""
+    return {
+        "one_digit_operand": [x < 10 or y < 10 for x, y in zip(a, b, strict=True)],
+        "carry": [x % 10 + y % 10 >= 10 for x, y in zip(a, b, strict=True)],
+        "sum_ge_100": [x + y >= 100 for x, y in zip(a, b, strict=True)],
     }
 
 
@@ -68,7 +102,8 @@ def write_jsonl(rows: list[dict], path: Path) -> None:
 
 
 def build_all(out_dir: Path = DATA_DIR) -> list[Path]:
-    """Write the committed problem files: seed_bank/train.jsonl, addition/{train,test}.jsonl."""
+    """Write the committed problem files: seed_bank/train.jsonl, addition/{train,test,validation,
+    train_without_validation}.jsonl."""
     written = []
     for name, splits in (("seed_bank", build_seed_bank()), ("addition", build_addition())):
         for split, rows in splits.items():
