@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import torch
 
+from .prompt_stats import PromptStats, selection_weights
+
 
 class PromptSource:
     """Train prompts (text, token ids, other columns) and their visiting order."""
 
-    def __init__(self, dataset, tokenizer, seed: int) -> None:
+    def __init__(
+        self,
+        dataset,
+        tokenizer,
+        seed: int,
+        sampler: str = "uniform",
+        floor: float = 0.05,
+        stats: PromptStats | None = None,
+    ) -> None:
         table = dataset.to_dict()  # plain lists: a `datasets` column indexed row by row is slow
         self.texts: list[str] = table["prompt"]
         self.columns = {c: v for c, v in table.items() if c != "prompt"}
@@ -22,6 +32,8 @@ class PromptSource:
         self.pad_id = tokenizer.pad_token_id
         self.seed = seed
         self.cursor = 0  # global prompts handed out so far
+        self.sampler, self.floor = sampler, floor
+        self.stats = stats  # pass-rate estimates: the weights of a sampler other than "uniform"
         self._perm: tuple[int, list[int]] | None = None  # (epoch, order): only the current pass is kept
         # Every prompt left-padded once (when that table is small), so that a batch is a row selection.
         self._padded: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
@@ -34,6 +46,8 @@ class PromptSource:
 
     def take(self, count: int) -> list[int]:
         """The next `count` prompt indices of the global order."""
+        if self.sampler != "uniform":
+            return self._take_weighted(count)
         n = len(self.texts)
         out = []
         for k in range(self.cursor, self.cursor + count):
@@ -42,6 +56,20 @@ class PromptSource:
                 gen = torch.Generator().manual_seed(self.seed + epoch)
                 self._perm = (epoch, torch.randperm(n, generator=gen).tolist())
             out.append(self._perm[1][k % n])
+        self.cursor += count
+        return out
+
+    def _take_weighted(self, count: int) -> list[int]:
+        """`count` distinct prompts drawn with probability proportional to their weights, one after another without
+        replacement (Gumbel top-k: the `count` largest log w + Gumbel noise); seeded by the cursor, so resume is
+        exact given the statistics."""
+        w = selection_weights(self.stats.pass_rate, self.sampler, self.floor)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.cursor)
+        u = torch.rand(w.numel(), generator=gen, dtype=torch.float64).clamp(min=1e-300)
+        keys = w.log() - (-u.log()).log()
+        out = torch.topk(keys, min(count, w.numel())).indices.tolist()
+        while len(out) < count:  # a batch larger than the training set: the rest drawn again (rare)
+            out += out[: count - len(out)]
         self.cursor += count
         return out
 
