@@ -32,7 +32,9 @@ REPO = Path(train_grpo.__file__).resolve().parent
 
 
 def run_main(seed_reference: str, out: Path, *extra: str) -> int:
-    """train_grpo.main on the seed bank with small defaults; `extra` flags override them (later flags win)."""
+    """train_grpo.main on the seed bank with small defaults; `extra` flags override them (later flags win). Plain
+    GRPO (uniform order, no explore rounds): these tests count what one round samples (tests/test_exploration.py
+    covers the samplers)."""
     argv = [
         "--model_name_or_path",
         seed_reference,
@@ -40,7 +42,7 @@ def run_main(seed_reference: str, out: Path, *extra: str) -> int:
         "",
         *"--num_generations 4 --per_device_train_batch_size 32 --max_completion_length 3 --max_steps 2".split(),
         *"--logging_steps 1 --save_steps 0 --learning_rate 1e-3 --disable_tqdm true --make_plots false".split(),
-        *"--dynamic_sampling false --output_dir".split(),
+        *"--dynamic_sampling false --prompt_sampler uniform --explore_rounds 0 --output_dir".split(),
         str(out),
         *extra,
     ]
@@ -211,6 +213,8 @@ def _reference_trainer(seed_reference, tmp_path, reward_funcs=None, **overrides)
         make_plots=False,
         seed=3,
         dynamic_sampling=False,
+        prompt_sampler="uniform",  # plain GRPO: these tests count what one round samples
+        explore_rounds=0,
     )
     cfg = GRPOConfig(**{**kw, **overrides})
     ref = (
@@ -310,7 +314,7 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
         seed_reference,
         *"--dataset seed_bank --eval_split train --num_generations 4 --per_device_train_batch_size 32".split(),
         *"--max_completion_length 3 --max_steps 2 --logging_steps 1 --disable_tqdm true --make_plots false".split(),
-        *"--dynamic_sampling false --lr_scheduler_type linear --output_dir".split(),
+        *"--dynamic_sampling false --lr_scheduler_type linear --explore_rounds 0 --output_dir".split(),
         str(out),
     ]
     proc = launch_two(argv)

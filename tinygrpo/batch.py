@@ -20,6 +20,9 @@ class Batch:
     rewards: torch.Tensor  # (P*G,) combined (NaN = no applicable reward)
     # No group with signal was found: kept only so that every process runs a forward (at weight 0).
     placeholder: bool = False
+    # (P*G,) the temperature each completion was sampled at, where some were sampled at another than the run's
+    # (explore rounds, tinygrpo/generation.py); None: all at the run's temperature.
+    temperature: torch.Tensor | None = None
 
     @property
     def num_groups(self) -> int:
@@ -39,6 +42,7 @@ class Batch:
             self.advantages[rows],
             self.rewards[rows],
             self.placeholder,
+            None if self.temperature is None else self.temperature[rows],
         )
 
 
@@ -47,11 +51,20 @@ def group_rows(groups: torch.Tensor, G: int) -> torch.Tensor:
     return (groups[:, None] * G + torch.arange(G)).reshape(-1)
 
 
-def concat_batches(parts: list[Batch], pad_id: int) -> Batch:
+def concat_batches(parts: list[Batch], pad_id: int, temperature: float = 1.0) -> Batch:
     """Concatenate sub-batches: prompts re-padded on the left, completions on the right, to common widths.
 
-    (Generation stops when every sequence has stopped, so rounds can differ in completion width.)
+    (Generation stops when every sequence has stopped, so rounds can differ in completion width.) `temperature`: the
+    run's, for the rows of parts without a per-row temperature when another part has one.
     """
+    temps = None
+    if any(p.temperature is not None for p in parts):
+        temps = torch.cat(
+            [
+                p.temperature if p.temperature is not None else torch.full((p.rewards.numel(),), temperature)
+                for p in parts
+            ]
+        )
     Tp = max(p.prompt_ids.size(1) for p in parts)
     Tc = max(p.completion_ids.size(1) for p in parts)
 
@@ -69,4 +82,5 @@ def concat_batches(parts: list[Batch], pad_id: int) -> Batch:
         torch.cat([p.advantages for p in parts]),
         torch.cat([p.rewards for p in parts]),
         placeholder=all(p.placeholder for p in parts),
+        temperature=temps,
     )

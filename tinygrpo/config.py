@@ -17,6 +17,7 @@ import yaml
 from transformers import HfArgumentParser
 
 from .core import ADVANTAGE_MODES, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, SCALE_REWARDS
+from .prompt_stats import PROMPT_SAMPLERS
 
 
 class ConfigError(ValueError):
@@ -57,7 +58,7 @@ class GRPOConfig:
     # ----- batch shape (TRL counts completions) -----
     num_generations: int = field(default=8, metadata={"help": "G: completions sampled per prompt (>= 2)."})
     per_device_train_batch_size: int = field(
-        default=2048,
+        default=512,
         metadata={
             "help": "Completions per process per step (as in TRL): a multiple of num_generations, so that "
             "every process holds whole groups. Prompts per step = this / G * num_processes."
@@ -111,6 +112,56 @@ class GRPOConfig:
     )
     max_dynamic_sampling_rounds: int = field(
         default=3, metadata={"help": "Bound on dynamic sampling refills (extra generation rounds per step)."}
+    )
+    # ----- exploration: where samples are spent (per-prompt pass rates, tinygrpo/prompt_stats.py) -----
+    prompt_sampler: str = field(
+        default="unsolved",
+        metadata={
+            "help": f"How each step's prompts are drawn: {', '.join(PROMPT_SAMPLERS)}. uniform: a fresh permutation "
+            "per pass; unsolved: weight 1 - p (a curriculum that revisits failed prompts); informative: weight "
+            "p (1 - p), the variance of a 0/1 reward (Knapsack-RL, Li et al. 2025; online difficulty filtering, "
+            "Bae et al. 2025). p: the prompt's pass-rate estimate (pass_rate_ema)."
+        },
+    )
+    prompt_sampler_floor: float = field(
+        default=0.05, metadata={"help": "Added to every prompt's selection weight, so that none is left out."}
+    )
+    pass_rate_ema: float = field(
+        default=0.5,
+        metadata={
+            "help": "Weight of a prompt's newest group in its pass-rate estimate (an EMA of group means)."
+        },
+    )
+    explore_rounds: int = field(
+        default=3,
+        metadata={
+            "help": "Adaptive resampling of failed prompts (Reinforce-Ada, Xiong et al. 2025): a prompt whose G "
+            "samples all scored below the batch's best is sampled again, G at a time, at the next of "
+            "explore_temperatures, for at most this many rounds, until its group has signal (0 = off)."
+        },
+    )
+    explore_temperatures: list[float] = field(
+        default_factory=lambda: [2.0, 3.0, 4.0],
+        metadata={
+            "help": "Sampling temperature of each explore round (the last repeats). Higher temperatures find the "
+            "answers a confident policy misses; the loss reweights those samples to the policy's temperature "
+            "with truncated importance weights (explore_importance_sampling_clip_max)."
+        },
+    )
+    explore_importance_sampling_correction: bool = field(
+        default=False,
+        metadata={
+            "help": "Reweight the tokens of explore samples to the policy's temperature (explore_importance_sampling_"
+            "clip_max). False trains on them as if sampled at the run's temperature: biased, but a rare right "
+            "answer found hot keeps its full push (with the correction its weight is pi_T(y) / pi_T'(y), tiny)."
+        },
+    )
+    explore_importance_sampling_clip_max: float = field(
+        default=3.0,
+        metadata={
+            "help": "Cap C of the token-level truncated importance weight min(pi(y_t) / pi_T'(y_t), C) of a token "
+            "sampled at an explore temperature T' (TIS, Yao et al. 2025; TRL's vllm_importance_sampling_clip_max)."
+        },
     )
     grouped_forward: bool = field(
         default=True,
@@ -173,7 +224,7 @@ class GRPOConfig:
     adam_beta2: float = field(default=0.99, metadata={"help": "AdamW beta2."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient-norm clip (0 = off)."})
     max_steps: int = field(
-        default=300,
+        default=1000,
         metadata={"help": "Training steps (each: one generated batch, refilled under dynamic_sampling)."},
     )
     # ----- reference sync (TR-DPO style, as in TRL) -----
@@ -198,12 +249,12 @@ class GRPOConfig:
         default=10, metadata={"help": "Write metrics.jsonl and sample completions every N."}
     )
     eval_steps: int = field(
-        default=25, metadata={"help": "Held-out evaluation every N steps (and at 0 and the end)."}
+        default=50, metadata={"help": "Held-out evaluation every N steps (and at 0 and the end)."}
     )
     eval_pass_k: int = field(
         default=0, metadata={"help": "Also report pass@k with k samples per prompt (0 = off)."}
     )
-    save_steps: int = field(default=50, metadata={"help": "Checkpoint every N steps (0 = only at the end)."})
+    save_steps: int = field(default=100, metadata={"help": "Checkpoint every N steps (0 = only at the end)."})
     save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
     num_completions_to_log: int = field(default=8, metadata={"help": "Completions written per logging step."})
     report_to: str = field(default="none", metadata={"help": "none or tensorboard (through accelerate)."})
@@ -281,6 +332,21 @@ class GRPOConfig:
             raise ConfigError(f"ref_model_mixup_alpha must be in [0, 1], got {self.ref_model_mixup_alpha}")
         if self.ref_model_sync_steps < 1:
             raise ConfigError(f"ref_model_sync_steps must be >= 1, got {self.ref_model_sync_steps}")
+        _choice("prompt_sampler", self.prompt_sampler, PROMPT_SAMPLERS)
+        if not self.prompt_sampler_floor > 0:
+            raise ConfigError(f"prompt_sampler_floor must be > 0, got {self.prompt_sampler_floor}")
+        if not 0 < self.pass_rate_ema <= 1:
+            raise ConfigError(f"pass_rate_ema must be in (0, 1], got {self.pass_rate_ema}")
+        if self.explore_rounds < 0:
+            raise ConfigError(f"explore_rounds must be >= 0, got {self.explore_rounds}")
+        if not self.explore_temperatures or not all(t > 0 for t in self.explore_temperatures):
+            raise ConfigError(
+                f"explore_temperatures must be positive numbers, got {self.explore_temperatures}"
+            )
+        if not self.explore_importance_sampling_clip_max > 0:
+            raise ConfigError(
+                f"explore_importance_sampling_clip_max must be > 0, got {self.explore_importance_sampling_clip_max}"
+            )
         _choice("loss_type", self.loss_type, LOSS_TYPES)
         _choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         _choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)

@@ -64,13 +64,20 @@ def held_out_metrics(
     top_p: float = 1.0,
     seed: int = 0,
     backend: Backend | None = None,
+    kinds: dict[str, list[bool]] | None = None,
 ) -> dict[str, float]:
     """(P, Tp) left-padded prompts -> {"eval/accuracy": greedy exact-match rate, "eval/pass@k": any of k samples}.
 
-    pass@k samples with its own generator seeded by `seed`, so evaluating never moves the training RNG.
+    pass@k samples with its own generator seeded by `seed`, so evaluating never moves the training RNG. `kinds`
+    (name -> which prompts are of that kind) adds "eval/accuracy/<name>", the greedy accuracy on those prompts.
     """
     outs = greedy_completions(model, tokenizer, prompt_ids, prompt_mask, max_new_tokens, backend)
-    res = {"eval/accuracy": accuracy_rate(outs, answers)}
+    right = accuracy(completions=outs, answer=answers)
+    res = {"eval/accuracy": sum(right) / max(1, len(answers))}
+    for name, member in (kinds or {}).items():
+        hits = [r for r, m in zip(right, member, strict=True) if m]
+        if hits:
+            res[f"eval/accuracy/{name}"] = sum(hits) / len(hits)
     if pass_k:
         eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
         gen = torch.Generator().manual_seed(seed)

@@ -1,11 +1,14 @@
 """One step's generated batch: sample G completions per prompt, score them, turn rewards into advantages.
 
-    prompts (PromptSource) -> sample_completions -> decode -> reward functions -> weighted sum
-        -> group_advantages over the GLOBAL batch (rewards gathered from every process) -> Batch
+    prompts (PromptSource: uniform, or weighted by per-prompt pass rates) -> sample_completions -> decode
+        -> reward functions -> weighted sum -> group_advantages over the GLOBAL batch (rewards gathered from every
+        process) -> Batch; the per-prompt statistics fold in the round's global rewards
+    [explore rounds: prompts whose G samples all scored below the batch's best, sampled again at higher temperatures
+     until their group has signal (bounded)]
     [dynamic sampling (DAPO): drop zero-variance groups, refill from fresh prompts, at most N extra rounds]
 
 The result is a `ScoredBatch`: the groups the update trains on, plus the first round's samples and rewards, which
-describe the step (its prompts were drawn uniformly; refills are biased towards groups with signal).
+describe the step (refills and explore rounds are chosen for their signal and would bias them).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .batch import Batch, concat_batches
 from .config import GRPOConfig
 from .core import group_advantages
 from .distributed import Processes
+from .prompt_stats import PromptStats
 from .prompts import PromptSource
 from .rollout import decode_rows, sample_completions
 
@@ -40,10 +44,40 @@ class RewardSpec:
 
 
 @dataclass
+class Samples:
+    """G completions of each of P prompts on this process, decoded and scored (no advantages yet)."""
+
+    idx: list[int]  # (P,) training-prompt indices
+    prompt_ids: torch.Tensor  # (P, Tp)
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor  # (n, Tc), n = P * G
+    completion_mask: torch.Tensor  # (n, Tc) float
+    is_eos: torch.Tensor  # (n,) bool
+    lengths: torch.Tensor  # (n,)
+    prompts: list[str]  # (n,)
+    completions: list[str]  # (n,)
+    rewards_per_func: torch.Tensor  # (n, F) float32, NaN = None
+    rewards: torch.Tensor  # (n,) combined
+    seconds_generate: float
+    seconds_reward: float
+
+    def batch(self, advantages: torch.Tensor) -> Batch:
+        return Batch(
+            self.prompt_ids,
+            self.prompt_mask,
+            self.completion_ids,
+            self.completion_mask,
+            advantages,
+            self.rewards,
+        )
+
+
+@dataclass
 class Round:
     """One generation round on this process: G completions of each of its P prompts, scored."""
 
     batch: Batch  # (P groups) with advantages over the global batch
+    idx: list[int]  # (P,) training-prompt indices
     prompts: list[str]  # (n,) the prompt of each completion, n = P * G
     completions: list[str]  # (n,) decoded, <eos> kept
     rewards_per_func: torch.Tensor  # (n, F) float32, NaN = the function returned None
@@ -80,6 +114,7 @@ class BatchGenerator:
         prompts: PromptSource,
         rewards: RewardSpec,
         processes: Processes,
+        stats: PromptStats | None = None,
     ) -> None:
         self.cfg, self.model, self.backend, self.tokenizer = cfg, model, backend, tokenizer
         self.prompts, self.rewards, self.procs = prompts, rewards, processes
@@ -87,18 +122,30 @@ class BatchGenerator:
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + processes.rank)
         self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_rows
         self.rewarded = False  # some reward function has applied to some sample of this run
+        self.stats = stats  # per-prompt pass rates, updated by every base-temperature round (None: not kept)
 
     def generate(self) -> ScoredBatch:
-        """One batch; with dynamic sampling, zero-variance groups are dropped and refilled (bounded)."""
+        """One batch. Explore rounds resample the failed prompts at higher temperatures; dynamic sampling drops the
+        zero-variance groups left and refills from fresh prompts (both bounded)."""
         cfg = self.cfg
         first = self.round()
         rounds = [first]
         batch = first.batch
-        if cfg.dynamic_sampling:
+        explored: list[int] = []
+        if cfg.explore_rounds or cfg.dynamic_sampling:
             target = first.batch.num_groups
-            kept = first.batch.groups(torch.nonzero(first.has_signal).flatten())
+            # Dynamic sampling keeps only the groups with signal; without it the whole first batch is trained on.
+            kept = (
+                first.batch.groups(torch.nonzero(first.has_signal).flatten())
+                if cfg.dynamic_sampling
+                else batch
+            )
             parts, have = [kept], kept.num_groups
-            for _ in range(cfg.max_dynamic_sampling_rounds):
+            if cfg.explore_rounds:
+                found, explored = self.explore(first)
+                parts.append(found)
+                have += found.num_groups
+            for _ in range(cfg.max_dynamic_sampling_rounds if cfg.dynamic_sampling else 0):
                 if not self.procs.any(have < target):  # every process is full
                     break
                 r = self.round()
@@ -108,20 +155,63 @@ class BatchGenerator:
                 have += sel.numel()
             if have == 0:  # nothing with signal in any round: one group, marked as a placeholder
                 parts = [replace(first.batch.groups(torch.zeros(1, dtype=torch.long)), placeholder=True)]
-            batch = concat_batches(parts, self.tokenizer.pad_token_id)
+            parts = [p for p in parts if p.num_groups]
+            batch = (
+                concat_batches(parts, self.tokenizer.pad_token_id, cfg.temperature)
+                if len(parts) > 1
+                else parts[0]
+            )
         return ScoredBatch(
             batch=batch,
             first=first,
-            num_sampled=sum(len(r.all_rewards) for r in rounds),
+            num_sampled=sum(len(r.all_rewards) for r in rounds)
+            + (int(self.procs.sum(sum(explored))) if cfg.explore_rounds else 0),
             refill_rounds=len(rounds) - 1 if cfg.dynamic_sampling else None,
             seconds_generate=sum(r.seconds_generate for r in rounds),
             seconds_reward=sum(r.seconds_reward for r in rounds),
         )
 
-    def round(self) -> Round:
-        """G completions of this process's share of the next global prompts; advantages on the global batch."""
+    def explore(self, first: Round) -> tuple[Batch, list[int]]:
+        """Adaptive resampling of failed prompts (Reinforce-Ada, Xiong et al. 2025, with a temperature schedule):
+        a prompt of the first round whose G samples all scored the same and below the batch's best is sampled again,
+        G at a time at the next of `explore_temperatures`, until a round gives it a group whose rewards differ (that
+        group is trained on, its advantages computed within the group) or the temperatures are used up. Local to
+        this process: each process explores its own prompts. Returns the groups found and the completions sampled
+        per round."""
         cfg, G = self.cfg, self.G
-        idx = self._local_prompts()
+        P = first.batch.num_groups
+        r = self.procs.rank
+        best = float(first.all_rewards.nan_to_num(float("-inf")).max())
+        top = first.all_rewards.view(-1, G)[r * P : (r + 1) * P].nan_to_num(float("-inf")).amax(1)  # (P,)
+        todo = torch.nonzero(~first.has_signal & (top < best)).flatten()  # this process's failed groups
+        idx = [first.idx[i] for i in todo.tolist()]
+        found: list[Batch] = []
+        counts: list[int] = []
+        for k in range(cfg.explore_rounds):
+            temperature = cfg.explore_temperatures[min(k, len(cfg.explore_temperatures) - 1)]
+            if not idx:
+                break
+            s = self.sample(idx, temperature)
+            counts.append(len(idx) * G)
+            adv, zero_std = group_advantages(
+                s.rewards,
+                G,
+                mode=cfg.advantage_mode,
+                scale_rewards="group" if cfg.scale_rewards == "batch" else cfg.scale_rewards,
+            )
+            hit = torch.nonzero(~zero_std).flatten()
+            if hit.numel():
+                b = replace(s.batch(adv), temperature=torch.full((len(idx) * G,), temperature)).groups(hit)
+                found.append(b)
+            hits = set(hit.tolist())
+            idx = [i for j, i in enumerate(idx) if j not in hits]
+        if not found:
+            return first.batch.groups(torch.zeros(0, dtype=torch.long)), counts
+        return concat_batches(found, self.tokenizer.pad_token_id, cfg.temperature), counts
+
+    def sample(self, idx: list[int], temperature: float) -> Samples:
+        """G completions of each of the prompts `idx` (this process's), decoded and scored."""
+        cfg, G = self.cfg, self.G
         t0 = time.perf_counter()
         prompt_ids, prompt_mask = self.prompts.batch(idx)
         ro = sample_completions(
@@ -132,7 +222,7 @@ class BatchGenerator:
             cfg.max_completion_length,
             self.tokenizer.eos_token_id,
             self.tokenizer.pad_token_id,
-            cfg.temperature,
+            temperature,
             cfg.top_k,
             cfg.top_p,
             self.generator,
@@ -153,12 +243,38 @@ class BatchGenerator:
         per_func = per_func.astype(np.float32)  # (n, F), NaN = None
         rewards = torch.from_numpy(combine_rewards(per_func, rw.weights).astype(np.float32))  # (n,)
         t2 = time.perf_counter()
+        if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer
+            completion_mask = completion_mask * is_eos[:, None]
+        return Samples(
+            idx,
+            prompt_ids,
+            prompt_mask,
+            completion_ids,
+            completion_mask,
+            is_eos,
+            lengths,
+            prompts,
+            completions,
+            torch.from_numpy(per_func),
+            rewards,
+            t1 - t0,
+            t2 - t1,
+        )
+
+    def round(self) -> Round:
+        """G completions of this process's share of the next global prompts; advantages on the global batch."""
+        cfg, G = self.cfg, self.G
+        global_idx = self._global_prompts()
+        per_proc = len(global_idx) // self.procs.num
+        r = self.procs.rank
+        s = self.sample(global_idx[r * per_proc : (r + 1) * per_proc], cfg.temperature)
 
         # Advantages on the GLOBAL batch (exact for scale_rewards="batch"); each process keeps its own rows.
-        all_rewards = self.procs.gather(rewards)
+        all_rewards = self.procs.gather(s.rewards)
         if not self.rewarded and bool(all_rewards.isnan().all()):
             # Nothing has applied yet: a run on these rewards would train on nothing at all. (Later, a round whose
             # rewards all are None is a round without signal, like one whose rewards are all equal.)
+            rw = self.rewards
             raise RewardError(
                 f"no reward function applies to any of the {all_rewards.numel()} samples (every reward is None): "
                 f"nothing to learn from; check the reward functions ({', '.join(rw.names)}) and the dataset's "
@@ -168,30 +284,29 @@ class BatchGenerator:
             all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards
         )
         self.rewarded = True
-        n, r = rewards.numel(), self.procs.rank
-        advantages = adv[r * n : (r + 1) * n].contiguous()
-        if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer
-            completion_mask = completion_mask * is_eos[:, None]
+        if self.stats is not None:
+            self.stats.update(global_idx, all_rewards, G)
+        n = s.rewards.numel()
+        P = len(s.idx)
         return Round(
-            batch=Batch(prompt_ids, prompt_mask, completion_ids, completion_mask, advantages, rewards),
-            prompts=prompts,
-            completions=completions,
-            rewards_per_func=torch.from_numpy(per_func),
-            is_eos=is_eos,
-            lengths=lengths,
+            batch=s.batch(adv[r * n : (r + 1) * n].contiguous()),
+            idx=s.idx,
+            prompts=s.prompts,
+            completions=s.completions,
+            rewards_per_func=s.rewards_per_func,
+            is_eos=s.is_eos,
+            lengths=s.lengths,
             all_rewards=all_rewards,
             zero_std=zero_std,
-            has_signal=~zero_std[r * len(idx) : (r + 1) * len(idx)],
-            seconds_generate=t1 - t0,
-            seconds_reward=t2 - t1,
+            has_signal=~zero_std[r * P : (r + 1) * P],
+            seconds_generate=s.seconds_generate,
+            seconds_reward=s.seconds_reward,
         )
 
-    def _local_prompts(self) -> list[int]:
-        """This process's share (whole groups) of the next global batch of prompts."""
+    def _global_prompts(self) -> list[int]:
+        """The next global batch of prompts (each process takes its share: whole groups)."""
         per_proc = self.cfg.per_device_train_batch_size // self.G
-        idx = self.prompts.take(per_proc * self.procs.num)
-        r = self.procs.rank
-        return idx[r * per_proc : (r + 1) * per_proc]
+        return self.prompts.take(per_proc * self.procs.num)
 
 
 def reward_spec(funcs: list, names: list[str], weights: list[float], cfg: GRPOConfig) -> RewardSpec:

@@ -59,6 +59,15 @@ class LossStats:
         return {k: v / tokens for k, v in zip(self.names[1:], sums[1:], strict=True)}
 
 
+def explore_weights(logits: Tensor, sub: Batch, logp: Tensor, cfg: GRPOConfig) -> Tensor:
+    """(n, Tc) truncated importance weights of the tokens of rows sampled at another temperature; exactly 1 on the
+    rows sampled at the run's temperature."""
+    t = sub.temperature.to(logits.dtype)  # (n,)
+    behaviour = selective_log_softmax(logits / t[:, None, None], sub.completion_ids)  # (n, Tc)
+    w = torch.exp(logp - behaviour).clamp(max=cfg.explore_importance_sampling_clip_max)
+    return torch.where((t == cfg.temperature)[:, None], torch.ones_like(w), w)
+
+
 def grpo_loss(
     logits: Tensor, inputs: LossInputs, cfg: GRPOConfig, num_items_in_batch: Tensor | None = None
 ) -> tuple[Tensor, LossStats]:
@@ -83,6 +92,10 @@ def grpo_loss(
         delta=cfg.delta,
         importance_sampling_level=cfg.importance_sampling_level,
     )
+    if sub.temperature is not None and cfg.explore_importance_sampling_correction:
+        # Tokens sampled at another temperature T' (explore rounds): truncated importance weights
+        # min(pi_T(y) / pi_T'(y), C) bring them back to the policy's temperature (TIS, Yao et al. 2025).
+        per_token = per_token * explore_weights(logits.detach(), sub, logp.detach(), cfg)
     kl = None
     if cfg.beta > 0:
         if cfg.kl_estimator == "full":

@@ -68,6 +68,11 @@ def step_metrics(
             "trained_completions": int(
                 procs.sum(0 if trained.placeholder else trained.completion_ids.size(0))
             ),
+            # sampled completions that carried signal: a non-zero advantage in a group that was trained on
+            "frac_completions_with_signal": procs.sum(
+                0 if trained.placeholder else int(trained.advantages.ne(0).sum())
+            )
+            / max(scored.num_sampled, 1),
         }
     )
     if "accuracy" in reward_names:

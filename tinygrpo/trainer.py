@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, set_seed
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
 
 from rewards import resolve_rewards
@@ -43,6 +43,8 @@ from .generation import BatchGenerator, ScoredBatch, reward_spec
 from .metrics import StepTimes, step_metrics
 from .metrics_io import JsonlWriter, plot_metrics, truncate_after_step
 from .optim import OptimizerStep, build_optimizer
+from .problems import problem_kinds
+from .prompt_stats import PromptStats
 from .prompts import PromptSource, left_pad
 from .update import NonFiniteError, PolicyUpdate
 from .validation import check_inputs
@@ -89,9 +91,20 @@ class GRPOTrainer:
         self.rewards = reward_spec(funcs, names, weights, cfg)
         check_inputs(cfg, model, tokenizer, train_dataset, eval_dataset, funcs, names, self.rewards.kwargs)
         self.train_dataset = train_dataset
-        self.prompts = PromptSource(train_dataset, tokenizer, cfg.seed)
+        self.prompt_stats = PromptStats(len(train_dataset), cfg.pass_rate_ema)
+        self.prompts = PromptSource(
+            train_dataset,
+            tokenizer,
+            cfg.seed,
+            cfg.prompt_sampler,
+            cfg.prompt_sampler_floor,
+            self.prompt_stats,
+        )
         self.eval_rows = eval_dataset.to_dict() if eval_dataset is not None else None
         self._eval_prompts: tuple[torch.Tensor, torch.Tensor] | None = None  # tokenized on first use
+        rows = self.eval_rows or {}
+        ab = all(isinstance(v, int) for c in ("a", "b") for v in rows.get(c, [None]))  # an a+b problem set
+        self._eval_kinds = problem_kinds(rows["a"], rows["b"]) if ab else None
 
         set_seed(cfg.seed)
         self.model = model
@@ -106,13 +119,14 @@ class GRPOTrainer:
         policy.train()
         self.optim = OptimizerStep(policy, optimizer, scheduler, self.acc)
         self.generator = BatchGenerator(
-            cfg, model, self.backend, tokenizer, self.prompts, self.rewards, procs
+            cfg, model, self.backend, tokenizer, self.prompts, self.rewards, procs, self.prompt_stats
         )
         self.update = PolicyUpdate(cfg, policy, model, self.ref_model, self.backend, self.optim, procs)
 
         self.step = 0
         self.total_completions = 0
         self.nonfinite_skipped = 0
+        self.elapsed = 0.0  # wall-clock seconds spent in training steps (evaluation and checkpoints excluded)
         self.metrics_log = JsonlWriter(self.out / "metrics.jsonl", enabled=procs.is_main)
         self.completions_log = JsonlWriter(self.out / "completions.jsonl", enabled=procs.is_main)
 
@@ -138,6 +152,7 @@ class GRPOTrainer:
         self.step += 1
         self.total_completions += scored.num_sampled
         self.nonfinite_skipped += stats.nonfinite_skipped
+        self.elapsed += time.perf_counter() - t0
 
         m = step_metrics(
             scored,
@@ -148,6 +163,8 @@ class GRPOTrainer:
             learning_rate=self.optim.learning_rate,
             num_completions=self.total_completions,
         )
+        m.update(self.prompt_stats.counts())
+        m["time/elapsed"] = self.elapsed
         if cfg.on_nonfinite == "skip":
             m["nonfinite_skipped"] = self.nonfinite_skipped
         if not cfg.needs_old_logps:
@@ -182,6 +199,7 @@ class GRPOTrainer:
             top_p=cfg.top_p,
             seed=cfg.seed + 7919 * (self.step + 1),
             backend=self.backend,
+            kinds=self._eval_kinds,
         )
 
     # ------------------------------------------------------------------ checkpoints
@@ -206,6 +224,10 @@ class GRPOTrainer:
             self.acc.save_state(str(tmp), safe_serialization=True)
             sampler = {"state": ckpt.generator_state_to_list(self.generator.generator)}
             ckpt.write_json_atomic(tmp / f"sampler_{self.procs.rank}.json", sampler)
+            # Every process holds the same statistics (they fold in gathered rewards); each saves its copy.
+            save_file(
+                self.prompt_stats.state_dict(), str(tmp / f"prompt_stats_{self.procs.rank}.safetensors")
+            )
         except OSError as e:
             failed = e
         if not self.procs.any(failed is not None) and self.procs.is_main:
@@ -218,6 +240,7 @@ class GRPOTrainer:
                     **self.prompts.state_dict(),
                     "total_completions": self.total_completions,
                     "nonfinite_skipped": self.nonfinite_skipped,
+                    "elapsed_seconds": self.elapsed,
                     "num_processes": self.procs.num,
                     "scheduler": self.optim.scheduler.state_dict(),
                 }
@@ -262,6 +285,10 @@ class GRPOTrainer:
             self.prompts.load_state_dict(state)
             self.total_completions = state["total_completions"]
             self.nonfinite_skipped = state["nonfinite_skipped"]
+            self.elapsed = state.get("elapsed_seconds", 0.0)
+            stats = path / f"prompt_stats_{self.procs.rank}.safetensors"
+            if stats.is_file():  # (checkpoints of older versions have none: the statistics start afresh)
+                self.prompt_stats.load_state_dict(load_file(str(stats)))
         except ConfigError:
             raise
         except Exception as e:  # noqa: BLE001  (a damaged file of the user's checkpoint: say which and why)
@@ -305,7 +332,7 @@ class GRPOTrainer:
             )
         first_eval = self.evaluate() if self.step == 0 else {}
         if first_eval:
-            self.log(first_eval)
+            self.log({**first_eval, "num_completions": 0, "time/elapsed": 0.0})
         summary = {"eval_before": first_eval}
         bar = tqdm(
             total=cfg.max_steps,
