@@ -3,6 +3,7 @@ weights; each against an independent computation, and resume / two processes end
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -278,3 +279,28 @@ def test_bad_exploration_settings_are_one_line_errors(flag, value, message):
     with pytest.raises(ConfigError, match=None) as e:
         parse_config([flag, value])
     assert message in str(e.value)
+
+
+@pytest.mark.slow
+def test_exploration_study_runs_its_arms_and_writes_a_table_of_their_numbers(seed_reference, tmp_path):
+    from tinygrpo.studies import exploration
+
+    out, docs = tmp_path / "study", tmp_path / "docs"
+    argv = ["--arms", "default", "uniform", "--seeds", "1", "--max_steps", "4", "--eval_steps", "2"]
+    argv += ["--model_name_or_path", seed_reference, "--output_dir", str(out), "--docs", str(docs)]
+    assert exploration.main(argv) == 0
+    data = json.loads((out / "exploration.json").read_text())
+    rows = {r["arm"]: r for r in data["rows"]}
+    assert set(rows) == {"default", "uniform"}
+    for arm, row in rows.items():
+        metrics = read_jsonl(out / f"{arm}-seed1" / "metrics.jsonl")
+        last_eval = [r for r in metrics if "eval/accuracy" in r][-1]
+        assert row["val_final"] == [last_eval["eval/accuracy"]] and last_eval["step"] == 4
+        assert 0 <= row["test_final"][0] <= 1
+    text = (docs / "exploration.md").read_text()
+    assert f"| default | {rows['default']['val_final'][0]:.1%} |" in text
+    assert (docs / "exploration.png").stat().st_size > 0
+    # the docs are written again from the JSON alone, the same
+    (docs / "exploration.md").unlink()
+    assert exploration.main([*argv, "--rewrite_docs"]) == 0
+    assert (docs / "exploration.md").read_text() == text

@@ -1,0 +1,330 @@
+"""Where GRPO spends its samples: the exploration study (prompt samplers, explore rounds, the default), seeds x arms.
+
+    python -m tinygrpo.studies.exploration --jobs 2 --docs docs   # every arm, 3 seeds: ~25 min on 2 cores
+    python -m tinygrpo.studies.exploration --arms default unsolved --seeds 1 --max_steps 50    # a quick look
+
+Every run is `train_grpo.py` from the same reference (checkpoints/reference, 66.6 % held-out), one thread, trained on
+`train_without_validation` (9,000 problems) and evaluated every EVAL_STEPS on `validation` (500 problems carved from
+the training problems, none of them seen by the reference's SFT): every choice is made on validation. The test split
+(500 problems) is evaluated once per run, at the end, for reporting only. Runs go one at a time (`--jobs 2` runs two
+at once: faster, but each run's seconds then include the other's contention).
+
+Writes OUTPUT_DIR/<arm>-seed<k>/ (the runs), OUTPUT_DIR/exploration.json (every curve and figure) and, with
+`--docs DIR`, DIR/exploration.md (the table) and DIR/exploration.png (held-out accuracy against seconds and against
+completions, and the fraction of sampled completions that carried signal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# name -> (train_grpo.py flags, what it is). "default" is train_grpo.py as it is run with no flags: 64 prompts x 8
+# per step, 1000 steps, prompts weighted 1 - p, explore rounds at T = 2, 3, 4 without importance weights.
+ARMS: dict[str, tuple[list[str], str]] = {
+    "previous default": (
+        "--per_device_train_batch_size 2048 --max_steps 300 --prompt_sampler uniform --explore_rounds 0".split(),
+        "256 prompts x 8 per step, 300 steps, uniform prompts, dynamic sampling (the default before this study)",
+    ),
+    "uniform": (
+        "--prompt_sampler uniform --explore_rounds 0".split(),
+        "the default's shape (64 prompts x 8, 1000 steps), uniform prompts, dynamic sampling",
+    ),
+    "informative": (
+        "--prompt_sampler informative --explore_rounds 0".split(),
+        "prompts weighted p (1 - p), no explore rounds",
+    ),
+    "unsolved": ("--explore_rounds 0".split(), "prompts weighted 1 - p, no explore rounds"),
+    "explore+IS": (
+        "--prompt_sampler uniform --explore_importance_sampling_correction true".split(),
+        "uniform prompts; failed prompts resampled at T = 2, 3, 4, importance-weighted (TIS, C = 3)",
+    ),
+    "unsolved+explore+IS": (
+        "--explore_importance_sampling_correction true".split(),
+        "prompts weighted 1 - p; failed prompts resampled at T = 2, 3, 4, importance-weighted (TIS, C = 3)",
+    ),
+    "default": (
+        [],
+        "prompts weighted 1 - p; failed prompts resampled at T = 2, 3, 4, trained on without importance weights",
+    ),
+}
+THRESHOLDS = (0.95, 0.98, 0.99)
+DEFAULT_SEEDS = [42, 1, 2]
+DEFAULT_EVAL_STEPS = 25
+
+
+def run_one(arm: str, seed: int, args) -> Path:
+    out = Path(args.output_dir) / f"{arm}-seed{seed}"
+    cmd = [
+        sys.executable,
+        str(REPO / "train_grpo.py"),
+        *"--train_split train_without_validation --eval_split validation".split(),
+        *f"--seed {seed} --eval_steps {args.eval_steps} --logging_steps 5".split(),
+        *"--torch_num_threads 1 --disable_tqdm true --make_plots false --save_steps 0".split(),
+        *"--overwrite_output_dir true --output_dir".split(),
+        str(out),
+        "--model_name_or_path",
+        args.model_name_or_path,
+        *ARMS[arm][0],
+        *(["--max_steps", str(args.max_steps)] if args.max_steps else []),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    log = out.with_suffix(".log")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise SystemExit(f"error: {arm} seed {seed} failed (exit {rc}); see {log}")
+    return out
+
+
+def test_accuracy(run_dir: Path) -> float:
+    """Greedy accuracy of the run's final policy on the test split (reporting only)."""
+    import torch
+
+    from train_grpo import load_model_and_tokenizer
+
+    from ..evaluation import greedy_accuracy
+    from ..problems import load_split
+
+    torch.set_num_threads(1)
+    model, tok = load_model_and_tokenizer(str(run_dir / "final"), "final")
+    test = load_split("addition", "test")
+    return greedy_accuracy(model, tok, test["prompt"], test["answer"], max_new_tokens=4)[0]
+
+
+def curves(run_dir: Path) -> dict:
+    """The run's evaluation curve (step, seconds, completions, accuracy) and its signal fraction per logged step."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    ev = [r for r in rows if "eval/accuracy" in r]
+    steps = [r for r in rows if "frac_completions_with_signal" in r]
+    return {
+        "eval": [
+            [r["step"], r.get("time/elapsed", 0.0), r.get("num_completions", 0), r["eval/accuracy"]]
+            for r in ev
+        ],
+        "signal": [[r["step"], r["frac_completions_with_signal"], r["frac_reward_zero_std"]] for r in steps],
+        "kinds": {k: v for k, v in ev[-1].items() if k.startswith("eval/accuracy/")},
+        "kinds_before": {k: v for k, v in ev[0].items() if k.startswith("eval/accuracy/")},
+        "unsolved": steps[-1].get("prompts/unsolved"),
+    }
+
+
+def first_at(ev: list, threshold: float, col: int) -> float | None:
+    """The seconds (col 1) or completions (col 2) at the first evaluation at or above `threshold`."""
+    return next((row[col] for row in ev if row[3] >= threshold - 1e-12), None)
+
+
+def summarise(results: dict) -> list[dict]:
+    rows = []
+    for arm, runs in results.items():
+        finals = [r["eval"][-1][3] for r in runs]
+        tests = [r["test"] for r in runs]
+        row = {
+            "arm": arm,
+            "what": ARMS[arm][1],
+            "val_final": finals,
+            "test_final": tests,
+            "signal_last": statistics.median(statistics.mean(s[1] for s in r["signal"][-10:]) for r in runs),
+            "signal_mean": statistics.median(statistics.mean(s[1] for s in r["signal"]) for r in runs),
+            "zero_std_last": statistics.median(
+                statistics.mean(s[2] for s in r["signal"][-10:]) for r in runs
+            ),
+            "seconds": statistics.median(r["eval"][-1][1] for r in runs),
+        }
+        for t in THRESHOLDS:  # medians over the runs that got there (how many did is reported beside)
+            got = [g for g in (first_at(r["eval"], t, 1) for r in runs) if g is not None]
+            row[f"s_to_{round(t * 100)}"] = statistics.median(got) if got else None
+            row[f"reached_{round(t * 100)}"] = len(got)
+            got = [g for g in (first_at(r["eval"], t, 2) for r in runs) if g is not None]
+            row[f"n_to_{round(t * 100)}"] = statistics.median(got) if got else None
+        rows.append(row)
+    return rows
+
+
+def pct(xs: list[float]) -> str:
+    return " / ".join(f"{x:.1%}" for x in xs)
+
+
+def write_markdown(rows: list[dict], results: dict, args, path: Path) -> None:
+    head = (
+        "| arm | validation, final (per seed) | test, final (per seed) | training s to 95 / 98 / 99 % on validation "
+        "(median of the runs that got there; how many) | completions to 95 % | samples with signal: whole run / last 50 steps | zero-std groups, last "
+        "50 steps |"
+    )
+    lines = [head, "|" + "---|" * 7]
+    for r in rows:
+        s = " / ".join(
+            (f"{r[f's_to_{t}']:.0f}" if r[f"s_to_{t}"] is not None else "-") + f" ({r[f'reached_{t}']})"
+            for t in (95, 98, 99)
+        )
+        n = f"{r['n_to_95'] / 1e6:.2f} M ({r['reached_95']})" if r["n_to_95"] is not None else "-"
+        lines.append(
+            f"| {r['arm']} | {pct(r['val_final'])} | {pct(r['test_final'])} | {s} | {n} | "
+            f"{r['signal_mean']:.1%} / {r['signal_last']:.1%} | {r['zero_std_last']:.1%} |"
+        )
+    kinds = [
+        "| arm | " + " | ".join(k.split("/")[-1] for k in sorted(results[rows[0]["arm"]][0]["kinds"])) + " |"
+    ]
+    kinds.append("|" + "---|" * (len(kinds[0].split("|")) - 2))
+    first = results[rows[0]["arm"]][0]
+    kinds.append(
+        "| reference | "
+        + " | ".join(f"{first['kinds_before'][k]:.1%}" for k in sorted(first["kinds"]))
+        + " |"
+    )
+    for r in rows:
+        runs = results[r["arm"]]
+        cells = [statistics.median(run["kinds"][k] for run in runs) for k in sorted(runs[0]["kinds"])]
+        kinds.append(f"| {r['arm']} | " + " | ".join(f"{c:.1%}" for c in cells) + " |")
+    what = "\n".join(f"- **{r['arm']}**: {r['what']}" for r in rows)
+    # The flags that shape the results (where the runs and the docs go do not).
+    cmd = ["--jobs", str(args.jobs)]
+    if args.arms != list(ARMS):
+        cmd += ["--arms", *args.arms]
+    if args.seeds != DEFAULT_SEEDS:
+        cmd += ["--seeds", *map(str, args.seeds)]
+    if args.max_steps:
+        cmd += ["--max_steps", str(args.max_steps)]
+    if args.eval_steps != DEFAULT_EVAL_STEPS:
+        cmd += ["--eval_steps", str(args.eval_steps)]
+    cmd = shlex.join([*cmd, "--docs", "docs"])
+    steps = args.max_steps or "each arm's own"
+    path.write_text(
+        f"# Exploration study\n\nGenerated by `python -m tinygrpo.studies.exploration {cmd}`"
+        f" ({steps} steps, seeds {', '.join(map(str, args.seeds))}, one thread, "
+        f"{args.jobs} run(s) at a time). Trained on `train_without_validation`, curves and every choice on "
+        f"`validation`; `test` evaluated once at the end, for reporting.\n\n{what}\n\n"
+        + "\n".join(lines)
+        + "\n\nValidation accuracy by problem kind at the end (median over seeds):\n\n"
+        + "\n".join(kinds)
+        + "\n\n![exploration](exploration.png)\n"
+    )
+
+
+def plot(rows: list[dict], results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for i, r in enumerate(rows):
+        color = f"C{i}"
+        for j, run in enumerate(results[r["arm"]]):
+            ev = run["eval"]
+            label = r["arm"] if j == 0 else None
+            axes[0].plot([e[1] for e in ev], [e[3] for e in ev], color=color, alpha=0.8, label=label)
+            axes[1].plot([e[2] / 1e6 for e in ev], [e[3] for e in ev], color=color, alpha=0.8, label=label)
+            sig = run["signal"]
+            axes[2].plot([s[0] for s in sig], [s[1] for s in sig], color=color, alpha=0.6, label=label)
+    for ax, xl in zip(axes[:2], ("training seconds (time/elapsed)", "completions sampled (M)"), strict=True):
+        ax.set_xlabel(xl)
+        ax.set_ylabel("validation greedy accuracy")
+        ax.set_ylim(0.9, 1.0)
+        for t in THRESHOLDS:
+            ax.axhline(t, color="grey", lw=0.5, ls=":")
+    axes[2].set_xlabel("step")
+    axes[2].set_ylabel("sampled completions with a non-zero advantage")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="Arms to run (default all)."
+    )
+    p.add_argument("--seeds", nargs="+", type=int, default=DEFAULT_SEEDS, help="Run seeds (default 42 1 2).")
+    p.add_argument(
+        "--max_steps", type=int, default=None, help="Steps of every run (default: each arm's, 1000 or 300)."
+    )
+    p.add_argument(
+        "--eval_steps", type=int, default=25, help="Validation evaluation every N steps (default 25)."
+    )
+    p.add_argument(
+        "--model_name_or_path",
+        default=str(REPO / "checkpoints" / "reference"),
+        help="The reference every run starts from (default checkpoints/reference).",
+    )
+    p.add_argument("--jobs", type=int, default=1, help="Runs at once (default 1: seconds are uncontended).")
+    p.add_argument(
+        "--output_dir", default="runs/exploration", help="Where the runs go (default runs/exploration)."
+    )
+    p.add_argument("--docs", default=None, help="Write exploration.md and exploration.png here (e.g. docs).")
+    p.add_argument("--reuse", action="store_true", help="Keep runs already finished in OUTPUT_DIR.")
+    p.add_argument(
+        "--rewrite_docs",
+        action="store_true",
+        help="Run nothing: write the docs again from OUTPUT_DIR/exploration.json (with --docs).",
+    )
+    args = p.parse_args(argv)
+    if args.jobs < 1 or (args.max_steps is not None and args.max_steps < 1) or args.eval_steps < 1:
+        print("error: --jobs, --max_steps and --eval_steps must be >= 1", file=sys.stderr)
+        return 1
+    out = Path(args.output_dir)
+    if args.rewrite_docs:
+        results = json.loads((out / "exploration.json").read_text())["runs"]
+        write_docs(summarise(results), results, args)
+        return 0
+    if not (Path(args.model_name_or_path) / "config.json").is_file():
+        print(
+            f"error: no model at {args.model_name_or_path} (missing config.json): run python train_sft.py first",
+            file=sys.stderr,
+        )
+        return 1
+
+    todo = [(a, s) for a in args.arms for s in args.seeds]
+
+    def job(item: tuple[str, int]) -> Path:
+        arm, seed = item
+        out = Path(args.output_dir) / f"{arm}-seed{seed}"
+        if args.reuse and (out / "final" / "config.json").is_file():
+            return out
+        print(f"{arm} seed {seed} ...", flush=True)
+        return run_one(arm, seed, args)
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        dirs = list(pool.map(job, todo))
+    results: dict[str, list[dict]] = {}
+    for (arm, _), d in zip(todo, dirs, strict=True):
+        c = curves(d)
+        c["test"] = test_accuracy(d)
+        results.setdefault(arm, []).append(c)
+    rows = summarise(results)
+    (out / "exploration.json").write_text(json.dumps({"rows": rows, "runs": results}, indent=1))
+    for r in rows:
+        print(
+            f"{r['arm']:>22}: validation {pct(r['val_final'])}  test {pct(r['test_final'])}  "
+            f"s to 95/98/99 % {r['s_to_95']}/{r['s_to_98']}/{r['s_to_99']}  signal {r['signal_last']:.1%}"
+        )
+    write_docs(rows, results, args)
+    return 0
+
+
+def write_docs(rows: list[dict], results: dict, args) -> None:
+    if args.docs:
+        docs = Path(args.docs)
+        docs.mkdir(parents=True, exist_ok=True)
+        write_markdown(rows, results, args, docs / "exploration.md")
+        plot(rows, results, docs / "exploration.png")
+        print(f"wrote {docs / 'exploration.md'} and {docs / 'exploration.png'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
