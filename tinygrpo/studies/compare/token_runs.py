@@ -166,6 +166,8 @@ def run_token(
         make_plots=False,
         save_steps=0,
         dynamic_sampling=False,
+        prompt_sampler="uniform",  # plain GRPO, as the table runs it: every question every step, no explore rounds
+        explore_rounds=0,
     )
     model, tok = load_model(ref["path"])
     ref_model = load_model(ref["path"])[0] if beta > 0 else None
