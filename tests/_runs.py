@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 import train_grpo
+from tinygrpo.config import GRPOConfig
+from tinygrpo.problems import load_split
+from tinygrpo.trainer import GRPOTrainer
 
 REPO = Path(train_grpo.__file__).resolve().parent
 SMALL = (
@@ -41,3 +44,30 @@ def run_inproc(ref: str, out: Path, *extra: str) -> int:
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under root, by relative path."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+def reference_trainer(seed_reference, tmp_path, reward_funcs=None, **overrides) -> GRPOTrainer:
+    """A trainer on the seed reference (and, with beta > 0, the reference as ref_model too): plain GRPO (uniform
+    order, no explore rounds) on the 36 seed-bank prompts, 16 per step, unless `overrides` say otherwise."""
+    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    kw = dict(
+        output_dir=str(tmp_path / "t"),
+        dataset="seed_bank",
+        eval_split=None,
+        num_generations=4,
+        per_device_train_batch_size=64,
+        max_completion_length=3,
+        disable_tqdm=True,
+        make_plots=False,
+        seed=3,
+        dynamic_sampling=False,
+        prompt_sampler="uniform",  # plain GRPO: these tests count what one round samples
+        explore_rounds=0,
+    )
+    cfg = GRPOConfig(**{**kw, **overrides})
+    ref = (
+        train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")[0] if cfg.beta > 0 else None
+    )
+    return GRPOTrainer(
+        cfg, model, tok, load_split("seed_bank", "train"), ref_model=ref, reward_funcs=reward_funcs
+    )

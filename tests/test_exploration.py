@@ -9,17 +9,15 @@ import random
 
 import pytest
 import torch
-from _runs import cli, launch_two, run_inproc
+from _runs import cli, launch_two, reference_trainer, run_inproc
 from safetensors.torch import load_file
 
-import train_grpo
 from tinygrpo.batch import Batch
 from tinygrpo.config import ConfigError, GRPOConfig
 from tinygrpo.loss import explore_weights
 from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
-from tinygrpo.problems import load_split, problem_kinds
+from tinygrpo.problems import problem_kinds
 from tinygrpo.prompt_stats import PromptStats, selection_weights
-from tinygrpo.trainer import GRPOTrainer
 
 # ================================================================================================ statistics
 
@@ -154,29 +152,19 @@ def test_explore_weights_are_truncated_ratios_of_the_two_temperatures():
     assert float(got[0].min()) == float(got[0].max()) == 1.0
 
 
-def _trainer(seed_reference, tmp_path, **overrides) -> GRPOTrainer:
-    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
-    kw = dict(
-        output_dir=str(tmp_path / "t"),
-        dataset="seed_bank",
-        eval_split=None,
-        num_generations=4,
-        per_device_train_batch_size=144,
-        max_completion_length=3,
-        disable_tqdm=True,
-        make_plots=False,
-        seed=3,
-        dynamic_sampling=False,
-    )
-    cfg = GRPOConfig(**{**kw, **overrides})
-    return GRPOTrainer(cfg, model, tok, load_split("seed_bank", "train"))
-
-
 def test_a_prompt_whose_samples_all_fail_is_sampled_again_hotter_and_brings_signal(seed_reference, tmp_path):
     # At a near-greedy temperature most groups are G copies of one answer. Explore rounds sample the prompts whose G
     # samples were all wrong again at temperature 3; the groups that then differ are trained on, with the temperature
     # they were sampled at; prompts with a right sample are not sampled again.
-    tr = _trainer(seed_reference, tmp_path, temperature=0.01, explore_rounds=2, explore_temperatures=[3.0])
+    tr = reference_trainer(
+        seed_reference,
+        tmp_path,
+        per_device_train_batch_size=144,
+        prompt_sampler="unsolved",
+        temperature=0.01,
+        explore_rounds=2,
+        explore_temperatures=[3.0],
+    )
     G = 4
     scored = tr.generator.generate()
     first = scored.first
@@ -201,7 +189,7 @@ def test_a_prompt_whose_samples_all_fail_is_sampled_again_hotter_and_brings_sign
 
 
 def test_without_explore_rounds_no_failed_prompt_is_sampled_again(seed_reference, tmp_path):
-    tr = _trainer(seed_reference, tmp_path, temperature=0.05, explore_rounds=0)
+    tr = reference_trainer(seed_reference, tmp_path, per_device_train_batch_size=144, temperature=0.05)
     scored = tr.generator.generate()
     assert scored.num_sampled == scored.first.all_rewards.numel()
     assert scored.batch.temperature is None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _runs import launch_two
+from _runs import launch_two, reference_trainer
 from _trainer_table import ANSWERS, N_ANS, N_B, N_Q, build_table_policy, build_table_tokenizer
 from safetensors.torch import load_file
 from torch.distributions import Categorical
@@ -199,32 +199,6 @@ def test_reference_is_built_only_when_beta_is_positive(seed_reference, tmp_path,
 # ================================================================================================ the EOS mask
 
 
-def _reference_trainer(seed_reference, tmp_path, reward_funcs=None, **overrides) -> GRPOTrainer:
-    """A trainer on the seed reference (and, with beta > 0, the reference as ref_model too)."""
-    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
-    kw = dict(
-        output_dir=str(tmp_path / "t"),
-        dataset="seed_bank",
-        eval_split=None,
-        num_generations=4,
-        per_device_train_batch_size=64,
-        max_completion_length=3,
-        disable_tqdm=True,
-        make_plots=False,
-        seed=3,
-        dynamic_sampling=False,
-        prompt_sampler="uniform",  # plain GRPO: these tests count what one round samples
-        explore_rounds=0,
-    )
-    cfg = GRPOConfig(**{**kw, **overrides})
-    ref = (
-        train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")[0] if cfg.beta > 0 else None
-    )
-    return GRPOTrainer(
-        cfg, model, tok, load_split("seed_bank", "train"), ref_model=ref, reward_funcs=reward_funcs
-    )
-
-
 def _first_eos(ids: torch.Tensor, eos: int) -> torch.Tensor:
     """(B, T) -> (B,) index of the first EOS, T if none."""
     T = ids.size(1)
@@ -233,7 +207,7 @@ def _first_eos(ids: torch.Tensor, eos: int) -> torch.Tensor:
 
 
 def test_loss_ignores_tokens_after_eos(seed_reference, tmp_path):
-    trainer = _reference_trainer(seed_reference, tmp_path)
+    trainer = reference_trainer(seed_reference, tmp_path)
     eos, V = trainer.tokenizer.eos_token_id, len(trainer.tokenizer)
     batch = trainer.generator.generate().batch
     first = _first_eos(batch.completion_ids, eos)
@@ -588,7 +562,7 @@ def test_table_policy_step_matches_the_transcription_for_every_option(tmp_path, 
 def test_dynamic_sampling_trains_only_on_groups_with_signal(seed_reference, tmp_path):
     # DAPO's dynamic sampling: every group kept for the update has reward variance; refills come from fresh prompts
     # (the cursor moves past one batch) and rounds of different completion widths concatenate.
-    tr = _reference_trainer(
+    tr = reference_trainer(
         seed_reference, tmp_path, dynamic_sampling=True, max_dynamic_sampling_rounds=3, temperature=1.5
     )
     G = tr.cfg.num_generations
@@ -612,7 +586,7 @@ def test_dynamic_sampling_trains_only_on_groups_with_signal(seed_reference, tmp_
 
 
 def test_dynamic_sampling_off_keeps_the_whole_batch(seed_reference, tmp_path):
-    tr = _reference_trainer(seed_reference, tmp_path, dynamic_sampling=False)
+    tr = reference_trainer(seed_reference, tmp_path, dynamic_sampling=False)
     scored = tr.generator.generate()
     assert scored.batch.num_groups == tr.cfg.per_device_train_batch_size // tr.cfg.num_generations
     assert scored.refill_rounds is None
@@ -864,7 +838,7 @@ def test_outputs_line_lists_only_what_was_written_and_plots_show_entropy_without
 
 def _constant_reward_trainer(seed_reference, tmp_path, reward, **overrides) -> GRPOTrainer:
     kw = dict(per_device_train_batch_size=16, beta=0.04, dynamic_sampling=True)
-    return _reference_trainer(seed_reference, tmp_path, reward_funcs=[reward], **{**kw, **overrides})
+    return reference_trainer(seed_reference, tmp_path, reward_funcs=[reward], **{**kw, **overrides})
 
 
 def test_a_step_that_finds_no_group_with_signal_trains_nothing_not_even_the_kl(seed_reference, tmp_path):
