@@ -825,7 +825,7 @@ def test_outputs_line_lists_only_what_was_written_and_plots_show_entropy_without
     from tinygrpo.metrics_io import plot_metrics
 
     out = tmp_path / "run"
-    assert run_main(seed_reference, out, "--make_plots", "false") == 0
+    assert run_main(seed_reference, out, *"--make_plots false --make_report false".split()) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == f"outputs in {out}: metrics.jsonl, completions.jsonl, summary.json, config.json, final/"
     assert plot_metrics(out / "metrics.jsonl", tmp_path / "a.png")[2] == "entropy"  # beta 0: no KL is logged

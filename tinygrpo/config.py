@@ -264,6 +264,13 @@ class GRPOConfig:
     )
     disable_tqdm: bool = field(default=False, metadata={"help": "No progress bar."})
     make_plots: bool = field(default=True, metadata={"help": "Write plots.png at the end."})
+    make_report: bool = field(
+        default=True,
+        metadata={
+            "help": "Write report.html at the end (and when stopped): one self-contained page of the run "
+            "(python -m tinygrpo.report RUN_DIR builds it for any run)."
+        },
+    )
     torch_num_threads: int = field(
         default=0, metadata={"help": "torch threads per process (0 = cores / processes)."}
     )

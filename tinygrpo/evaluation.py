@@ -8,7 +8,7 @@ import torch
 from rewards import accuracy
 
 from .backend import Backend
-from .rollout import decode_completions, sample_completions
+from .rollout import completion_logits, decode_completions, sample_completions
 
 
 def accuracy_rate(completions: list[str], answers: list) -> float:
@@ -65,13 +65,17 @@ def held_out_metrics(
     seed: int = 0,
     backend: Backend | None = None,
     kinds: dict[str, list[bool]] | None = None,
+    completions_out: list[str] | None = None,
 ) -> dict[str, float]:
     """(P, Tp) left-padded prompts -> {"eval/accuracy": greedy exact-match rate, "eval/pass@k": any of k samples}.
 
     pass@k samples with its own generator seeded by `seed`, so evaluating never moves the training RNG. `kinds`
     (name -> which prompts are of that kind) adds "eval/accuracy/<name>", the greedy accuracy on those prompts.
+    `completions_out`, when given, receives the greedy completions (decoded, <eos> kept).
     """
     outs = greedy_completions(model, tokenizer, prompt_ids, prompt_mask, max_new_tokens, backend)
+    if completions_out is not None:
+        completions_out[:] = outs
     right = accuracy(completions=outs, answer=answers)
     res = {"eval/accuracy": sum(right) / max(1, len(answers))}
     for name, member in (kinds or {}).items():
@@ -99,3 +103,26 @@ def held_out_metrics(
         hits = torch.tensor(accuracy(completions=outs, answer=[a for a in answers for _ in range(pass_k)]))
         res[f"eval/pass@{pass_k}"] = float(hits.view(-1, pass_k).amax(1).sum()) / len(answers)
     return res
+
+
+@torch.no_grad()
+def answer_beliefs(
+    model: torch.nn.Module,
+    tokenizer,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    candidates: list[str],
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """(P, Tp) left-padded prompts, C candidate answers -> (P, C) the policy's probability of each answer followed by
+    <eos> (teacher forcing at temperature 1: what the policy believes, the token-level row of a table)."""
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    ids = [tokenizer(c)["input_ids"] + [eos] for c in candidates]
+    T = max(map(len, ids))
+    comp = torch.tensor([x + [pad] * (T - len(x)) for x in ids])  # (C, T)
+    mask = torch.tensor([[1.0] * len(x) + [0.0] * (T - len(x)) for x in ids])
+    P, C = prompt_ids.size(0), len(candidates)
+    comp, mask = comp.repeat(P, 1), mask.repeat(P, 1)  # (P*C, T): each prompt's C candidates
+    logits = completion_logits(model, prompt_ids, prompt_mask, comp, C, mask, backend)
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, comp[..., None])[..., 0]
+    return (logp * mask).sum(1).exp().view(P, C)

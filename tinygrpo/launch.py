@@ -16,7 +16,17 @@ from pathlib import Path
 from . import checkpoint as ckpt
 from .config import ConfigError, GRPOConfig
 
-RUN_FILES = ("metrics.jsonl", "completions.jsonl", "plots.png", "summary.json", "config.json")
+RUN_FILES = (
+    "metrics.jsonl",
+    "completions.jsonl",
+    "prompt_stats.jsonl",
+    "eval_failures.jsonl",
+    "beliefs.jsonl",
+    "plots.png",
+    "report.html",
+    "summary.json",
+    "config.json",
+)
 # What shows that a run happened (config.json alone is a failed start).
 RUN_EVIDENCE = ("metrics.jsonl", "completions.jsonl", "summary.json", "final")
 LOCK_FILE = ".lock"

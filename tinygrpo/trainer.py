@@ -31,14 +31,14 @@ from accelerate.utils import DistributedType, set_seed
 from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
 
-from rewards import resolve_rewards
+from rewards import accuracy, resolve_rewards
 
 from . import checkpoint as ckpt
 from . import launch
 from .backend import PolicyForward, select_backend
 from .config import ConfigError, GRPOConfig
 from .distributed import Processes
-from .evaluation import held_out_metrics
+from .evaluation import answer_beliefs, held_out_metrics
 from .generation import BatchGenerator, ScoredBatch, reward_spec
 from .metrics import StepTimes, step_metrics
 from .metrics_io import JsonlWriter, plot_metrics, truncate_after_step
@@ -46,10 +46,14 @@ from .optim import OptimizerStep, build_optimizer
 from .problems import problem_kinds
 from .prompt_stats import PromptStats
 from .prompts import PromptSource, left_pad
+from .report import write_report
 from .update import NonFiniteError, PolicyUpdate
 from .validation import check_inputs
 
 __all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput"]
+
+DETAIL_FILES = ("prompt_stats", "eval_failures", "beliefs")  # <name>.jsonl, written at every evaluation
+MAX_BELIEF_PROMPTS, MAX_BELIEF_ANSWERS = 64, 32  # beliefs are logged for problem sets this small
 
 
 @dataclass
@@ -105,6 +109,7 @@ class GRPOTrainer:
         rows = self.eval_rows or {}
         ab = all(isinstance(v, int) for c in ("a", "b") for v in rows.get(c, [None]))  # an a+b problem set
         self._eval_kinds = problem_kinds(rows["a"], rows["b"]) if ab else None
+        self._eval_completions: list[str] = []  # the latest evaluation's greedy completions
 
         set_seed(cfg.seed)
         self.model = model
@@ -129,6 +134,10 @@ class GRPOTrainer:
         self.elapsed = 0.0  # wall-clock seconds spent in training steps (evaluation and checkpoints excluded)
         self.metrics_log = JsonlWriter(self.out / "metrics.jsonl", enabled=procs.is_main)
         self.completions_log = JsonlWriter(self.out / "completions.jsonl", enabled=procs.is_main)
+        # What the report (tinygrpo/report.py) shows beside the metrics, written at every evaluation.
+        self.details_log = {
+            name: JsonlWriter(self.out / f"{name}.jsonl", enabled=procs.is_main) for name in DETAIL_FILES
+        }
 
     # ------------------------------------------------------------------ one step
     def training_step(self) -> StepOutput:
@@ -200,6 +209,7 @@ class GRPOTrainer:
             seed=cfg.seed + 7919 * (self.step + 1),
             backend=self.backend,
             kinds=self._eval_kinds,
+            completions_out=self._eval_completions,
         )
 
     # ------------------------------------------------------------------ checkpoints
@@ -302,12 +312,50 @@ class GRPOTrainer:
             self.acc.log(metrics, step=self.step)
 
     def log_completions(self, scored: ScoredBatch) -> None:
+        """The first num_completions_to_log samples of the step's first round: prompt, completion, each reward
+        function's value, the combined reward, the advantage and (when the data has one) the gold answer."""
         first, names = scored.first, self.rewards.names
+        G = self.cfg.num_generations
+        answers = self.prompts.columns.get("answer")
         for i in range(min(self.cfg.num_completions_to_log, len(first.completions))):
             values = first.rewards_per_func[i].tolist()
             rewards = {n: (None if math.isnan(v) else v) for n, v in zip(names, values, strict=True)}
+            reward = float(first.batch.rewards[i])
             row = {"step": self.step, "prompt": first.prompts[i], "completion": first.completions[i]}
-            self.completions_log.write({**row, "rewards": rewards})
+            row |= {"rewards": rewards, "reward": None if math.isnan(reward) else reward}
+            row["advantage"] = float(first.batch.advantages[i])
+            if answers is not None:
+                row["answer"] = answers[first.idx[i // G]]
+            self.completions_log.write(row)
+
+    def log_evaluation_details(self) -> None:
+        """At an evaluation (main process): every training prompt's pass-rate estimate, the held-out problems answered
+        wrong, and, on a small problem set, the policy's belief in each answer (the report's per-prompt pictures)."""
+        if not self.procs.is_main or self.eval_rows is None or not self._eval_completions:
+            return
+        rates = [None if r != r else round(r, 3) for r in self.prompt_stats.pass_rate.tolist()]
+        self.details_log["prompt_stats"].write({"step": self.step, "pass_rate": rates})
+        rows, outs = self.eval_rows, self._eval_completions
+        wrong = [
+            [p, str(a), c]
+            for p, a, c, ok in zip(
+                rows["prompt"],
+                rows["answer"],
+                outs,
+                accuracy(completions=outs, answer=rows["answer"]),
+                strict=True,
+            )
+            if not ok
+        ]
+        self.details_log["eval_failures"].write({"step": self.step, "total": len(outs), "failures": wrong})
+        answers = sorted({str(a) for a in rows["answer"]}, key=lambda a: (len(a), a))
+        if len(outs) <= MAX_BELIEF_PROMPTS and len(answers) <= MAX_BELIEF_ANSWERS:
+            probs = answer_beliefs(self.model, self.tokenizer, *self._eval_prompts, answers, self.backend)
+            row = {"step": self.step, "questions": rows["prompt"], "answers": answers}
+            row["gold"] = [str(a) for a in rows["answer"]]
+            self.details_log["beliefs"].write(
+                {**row, "probs": [[round(x, 4) for x in r] for r in probs.tolist()]}
+            )
 
     def train(self, resume_from: Path | None = None) -> dict:
         """Run to max_steps; returns a summary (held-out accuracy before/after, wall time). `resume_from`: a
@@ -320,7 +368,7 @@ class GRPOTrainer:
             path = resume_from
             self.load_checkpoint(path)
             if self.procs.is_main:
-                for name in ("metrics.jsonl", "completions.jsonl"):
+                for name in ("metrics.jsonl", "completions.jsonl", *(f"{d}.jsonl" for d in DETAIL_FILES)):
                     truncate_after_step(self.out / name, self.step)
             self.acc.print(f"resumed from {path} at step {self.step}")
         if cfg.report_to != "none":
@@ -333,6 +381,7 @@ class GRPOTrainer:
         first_eval = self.evaluate() if self.step == 0 else {}
         if first_eval:
             self.log({**first_eval, "num_completions": 0, "time/elapsed": 0.0})
+            self.log_evaluation_details()
         summary = {"eval_before": first_eval}
         bar = tqdm(
             total=cfg.max_steps,
@@ -350,6 +399,7 @@ class GRPOTrainer:
                     m = out.metrics
                     if self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps:
                         m.update(self.evaluate())
+                        self.log_evaluation_details()
                     if (
                         self.step % cfg.logging_steps == 0
                         or self.step == cfg.max_steps
@@ -373,6 +423,8 @@ class GRPOTrainer:
         wall = time.perf_counter() - t_start
         self.save_checkpoint()
         if self.step < cfg.max_steps:
+            if cfg.make_report and self.procs.is_main:
+                write_report(self.out)
             raise KeyboardInterrupt(
                 f"{stop.name}: stopped after step {self.step}; checkpoint saved in {self.out}. Resume with the same "
                 f"command plus --resume_from_checkpoint latest"
@@ -391,6 +443,8 @@ class GRPOTrainer:
             self.tokenizer.save_pretrained(self.out / "final")
             if cfg.make_plots:
                 plot_metrics(self.out / "metrics.jsonl", self.out / "plots.png")
+            if cfg.make_report:
+                write_report(self.out)
         if cfg.report_to != "none":
             self.acc.end_training()
         self.procs.wait()

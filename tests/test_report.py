@@ -1,0 +1,120 @@
+"""report.html: built from a run directory's files alone, for finished, interrupted and older runs; rendered in a
+real headless browser where one is installed (.ci/run installs Debian's chromium)."""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from _runs import run_inproc
+
+from tinygrpo.metrics_io import read_jsonl
+from tinygrpo.report import REPORT_FILE, build_report, main
+
+SECTIONS = ("run", "curves", "groups", "prompts", "beliefs")
+
+
+@pytest.fixture(scope="module")
+def run_dir(seed_reference, tmp_path_factory) -> Path:
+    """A finished 6-step run on the seed bank, evaluated on its 36 questions every 3 steps."""
+    out = tmp_path_factory.mktemp("report") / "run"
+    argv = "--max_steps 6 --eval_steps 3 --logging_steps 2 --save_steps 0 --prompt_sampler uniform".split()
+    assert run_inproc(seed_reference, out, *argv) == 0
+    return out
+
+
+def _numbers(run: Path) -> dict:
+    """What the report must show, read from the run's files independently of tinygrpo.report."""
+    metrics = read_jsonl(run / "metrics.jsonl")
+    evals = [r for r in metrics if "eval/accuracy" in r]
+    fails = read_jsonl(run / "eval_failures.jsonl")[-1]
+    return {
+        "accuracy": f"{evals[0]['eval/accuracy']:.1%} -&gt; {evals[-1]['eval/accuracy']:.1%}",
+        "completions": f"{metrics[-1]['num_completions']:,}",
+        "failures": f"{len(fails['failures'])} wrong of {fails['total']}",
+        "completion": html.escape(read_jsonl(run / "completions.jsonl")[-1]["completion"]),
+    }
+
+
+def test_the_trainer_writes_a_self_contained_report_with_the_run_numbers(run_dir):
+    text = (run_dir / REPORT_FILE).read_text()
+    for s in SECTIONS:
+        assert f'<section id="{s}">' in text
+    for name, value in _numbers(run_dir).items():
+        assert value in text, name
+    assert "Not recorded" not in text  # this version's run writes every file the report reads
+    # self-contained: no script, no stylesheet or image fetched from anywhere
+    assert "<script" not in text and "<link" not in text and 'src="http' not in text
+    assert text.count('src="data:image/png;base64,') == 3  # curves, pass rates, beliefs
+    assert len(text) < 2_000_000
+    config = json.loads((run_dir / "config.json").read_text())
+    assert f"--max_steps {config['max_steps']}" in text  # the command that reproduces the run
+
+
+def test_a_report_of_an_interrupted_run_and_of_an_older_run_says_what_is_missing(run_dir, tmp_path):
+    # interrupted: metrics cut after step 2, the last line cut in the middle; older: only what old versions wrote
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    keep = [line for line in lines if json.loads(line)["step"] <= 2]
+    (cut / "metrics.jsonl").write_text("\n".join(keep) + "\n" + lines[len(keep)][:20])
+    shutil.copy(run_dir / "config.json", cut / "config.json")
+    assert main([str(cut)]) == 0
+    text = (cut / REPORT_FILE).read_text()
+    assert "2 of 6 (stopped early, or still running)" in text
+    assert text.count("Not recorded in this run") == 4  # groups, pass rates, failures, beliefs
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("metrics.jsonl", "completions.jsonl"):
+        rows = read_jsonl(run_dir / name)
+        for r in rows:
+            for k in ("time/elapsed", "advantage", "reward", "answer", "frac_completions_with_signal"):
+                r.pop(k, None)
+        (old / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = build_report(old)
+    assert '<section id="groups">' in text and "Not recorded in this run (prompt_stats.jsonl" in text
+
+
+def test_report_of_a_directory_that_is_no_run_is_an_error_line(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 1
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path} is not a run directory (no metrics.jsonl)"
+
+
+def _browser() -> str | None:
+    return next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    _browser() is None, reason="no headless Chromium installed (.ci/run installs Debian's chromium)"
+)
+def test_the_report_renders_in_a_headless_browser(run_dir, tmp_path):
+    browser = _browser()
+    url = (run_dir / REPORT_FILE).resolve().as_uri()
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'p'}",
+    ]
+    dom = subprocess.run(
+        [browser, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    for s in SECTIONS:
+        assert f'<section id="{s}">' in dom
+    for name, value in _numbers(run_dir).items():
+        assert value in dom, name
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [browser, *flags, "--window-size=1300,2400", f"--screenshot={shot}", url],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # a page with figures, not a blank one

@@ -1,0 +1,410 @@
+"""report.html: one self-contained page of what a run did, from its output directory alone.
+
+    python -m tinygrpo.report RUN_DIR            # any run: finished, interrupted or in progress, of this or older code
+
+The trainer writes it at the end of every run. It reads only the run directory's files (config.json, metrics.jsonl,
+completions.jsonl and, where the run wrote them, prompt_stats.jsonl, eval_failures.jsonl,
+beliefs.jsonl) and says which were missing. Figures are PNGs drawn with matplotlib and inlined as data URIs; there is
+no script, no stylesheet to fetch, no network: the file opens from disk and can be attached to an issue.
+
+Sections: the run (summary, settings, the command that reproduces it); curves (held-out accuracy against seconds and
+completions, reward, signal, KL or entropy, lengths); sampled groups (the logged completions of each logged step,
+coloured by reward, with advantages and gold answers); prompts (pass-rate estimates of the training prompts over time,
+held-out failures at the end, accuracy by problem kind); beliefs (on a small problem set: the policy's probability of
+each answer for each question at the first, middle and last evaluation).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import shlex
+import sys
+import warnings
+from pathlib import Path
+
+REPORT_FILE = "report.html"
+MAX_GROUP_STEPS = 30  # logged steps shown in the groups section (evenly spaced, the last one included)
+MAX_HEATMAP_ROWS = 300  # prompts are binned into at most this many rows
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill: the run was interrupted mid-write
+            break
+    return rows
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _png(fig) -> str:
+    """A matplotlib figure as an <img> with a data URI."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    data = base64.b64encode(buf.getvalue()).decode()
+    return f'<img alt="figure" src="data:image/png;base64,{data}">'
+
+
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _missing(what: str) -> str:
+    return f'<p class="missing">Not recorded in this run ({_e(what)}).</p>'
+
+
+# ----------------------------------------------------------------------------------------------- sections
+
+
+def reproduce_command(config: dict) -> str:
+    """`accelerate launch train_grpo.py` with the settings that differ from today's defaults (every setting the
+    config holds that this version does not know is passed as it is)."""
+    from dataclasses import MISSING, fields
+
+    from .config import GRPOConfig
+
+    defaults = {}
+    for f in fields(GRPOConfig):
+        if f.default is not MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            defaults[f.name] = f.default_factory()
+    argv = []
+    for k, v in config.items():
+        if k in defaults and defaults[k] == v:
+            continue
+        if isinstance(v, list):
+            argv += [f"--{k}", *map(str, v)]
+        elif v is None:
+            argv += [f"--{k}", ""]
+        else:
+            argv += [f"--{k}", str(v).lower() if isinstance(v, bool) else str(v)]
+    return shlex.join(["accelerate", "launch", "train_grpo.py", *argv])
+
+
+def section_run(run: Path, config: dict, metrics: list[dict]) -> str:
+    evals = [r for r in metrics if "eval/accuracy" in r]
+    steps = [r for r in metrics if "reward" in r]
+    last = steps[-1] if steps else {}
+    rows = [
+        (
+            "held-out greedy accuracy",
+            f"{_pct(evals[0]['eval/accuracy'])} -> {_pct(evals[-1]['eval/accuracy'])}"
+            if evals
+            else "not evaluated",
+        ),
+        (
+            "steps",
+            f"{last.get('step', 0)} of {config.get('max_steps', '?')}"
+            + ("" if last.get("step") == config.get("max_steps") else " (stopped early, or still running)"),
+        ),
+        ("completions sampled", f"{last.get('num_completions', 0):,}"),
+        (
+            "training seconds (evaluation excluded)",
+            f"{last['time/elapsed']:.1f}" if "time/elapsed" in last else "n/a",
+        ),
+    ]
+    table = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    settings = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in sorted(config.items()))
+    cmd = reproduce_command(config) if config else "(no config.json)"
+    return (
+        f'<section id="run"><h2>The run</h2><p>{_e(run)}</p><table>{table}</table>'
+        f"<p>Reproduce it (from the repository root):</p><pre>{_e(cmd)}</pre>"
+        f"<details><summary>All settings</summary><table>{settings}</table></details></section>"
+    )
+
+
+def section_curves(metrics: list[dict]) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r for r in metrics if "reward" in r]
+    evals = [r for r in metrics if "eval/accuracy" in r]
+    if not steps and not evals:
+        return '<section id="curves"><h2>Curves</h2>' + _missing("metrics.jsonl has no step") + "</section>"
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
+
+    def line(ax, rows, x, y, label=None):
+        pts = [(r[x], r[y]) for r in rows if x in r and y in r]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o" if len(pts) < 30 else None, ms=3, label=label or y)
+        return bool(pts)
+
+    ax = axes[0, 0]
+    line(ax, evals, "time/elapsed", "eval/accuracy", "held-out accuracy")
+    ax.set(xlabel="training seconds", title="held-out greedy accuracy against seconds")
+    ax = axes[0, 1]
+    line(ax, evals, "num_completions", "eval/accuracy", "held-out accuracy")
+    ax.set(xlabel="completions sampled", title="held-out greedy accuracy against completions")
+    ax = axes[0, 2]
+    line(ax, steps, "step", "reward", "sampled reward")
+    ax.set(xlabel="step", title="sampled reward (mean)")
+    ax = axes[1, 0]
+    drawn = line(ax, steps, "step", "frac_reward_zero_std", "zero-variance groups")
+    drawn |= line(ax, steps, "step", "frac_completions_with_signal", "completions with signal")
+    ax.set(xlabel="step", title="where the samples went")
+    if drawn:
+        ax.legend(fontsize=8)
+    ax = axes[1, 1]
+    key = "kl" if any("kl" in r for r in steps) else "entropy"
+    line(ax, steps, "step", key)
+    ax.set(xlabel="step", title="KL to the reference" if key == "kl" else "policy entropy (nats per token)")
+    ax = axes[1, 2]
+    drawn = line(ax, steps, "step", "completions/mean_length", "mean")
+    drawn |= line(ax, steps, "step", "completions/max_length", "max")
+    ax.set(xlabel="step", title="completion length (tokens, EOS included)")
+    if drawn:
+        ax.legend(fontsize=8)
+    for a in axes.flat:
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    return f'<section id="curves"><h2>Curves</h2>{_png(fig)}</section>'
+
+
+def _colour(reward) -> str:
+    """Red (0) to green (1) for a reward; grey when there is none."""
+    if reward is None:
+        return "#ddd"
+    r = min(max(float(reward), 0.0), 1.0)
+    return f"rgb({int(235 - 120 * r)},{int(150 + 85 * r)},{int(150 - 20 * r)})"
+
+
+def section_groups(completions: list[dict]) -> str:
+    head = '<section id="groups"><h2>Sampled groups</h2>'
+    if not completions:
+        return head + _missing("completions.jsonl") + "</section>"
+    by_step: dict[int, list[dict]] = {}
+    for c in completions:
+        by_step.setdefault(c["step"], []).append(c)
+    steps = sorted(by_step)
+    if len(steps) > MAX_GROUP_STEPS:
+        k = len(steps) - 1
+        steps = sorted({steps[round(i * k / (MAX_GROUP_STEPS - 1))] for i in range(MAX_GROUP_STEPS)})
+    parts = [
+        "<p>The first completions of each logged step's first round, grouped by prompt: each cell is one completion, "
+        "coloured by its reward (red 0, green 1), with its advantage (what pushed the policy up, +, or down, -). "
+        f"{len(steps)} of {len(by_step)} logged steps.</p>"
+    ]
+    for i, step in enumerate(steps):
+        groups: list[list[dict]] = []
+        for c in by_step[step]:
+            if groups and groups[-1][0]["prompt"] == c["prompt"]:
+                groups[-1].append(c)
+            else:
+                groups.append([c])
+        rows = []
+        for g in groups:
+            cells = "".join(
+                f'<td style="background:{_colour(c.get("reward", _first_reward(c)))}">'
+                f"<code>{_e(c['completion'])}</code><br><small>"
+                + (f"A = {c['advantage']:+.2f}" if "advantage" in c else "")
+                + "</small></td>"
+                for c in g
+            )
+            gold = _e(g[0].get("answer", "?"))
+            rows.append(f"<tr><th><code>{_e(g[0]['prompt'])}</code></th><td>{gold}</td>{cells}</tr>")
+        is_open = " open" if i == len(steps) - 1 else ""
+        parts.append(
+            f"<details{is_open}><summary>step {step}</summary><table class=groups><tr><th>prompt</th><th>gold</th>"
+            f"<th colspan=99>completions</th></tr>{''.join(rows)}</table></details>"
+        )
+    return head + "".join(parts) + "</section>"
+
+
+def _first_reward(c: dict):
+    vals = [v for v in (c.get("rewards") or {}).values() if v is not None]
+    return sum(vals) if vals else None
+
+
+def section_prompts(stats: list[dict], failures: list[dict], metrics: list[dict]) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    out = ['<section id="prompts"><h2>Prompts</h2><h3>Pass rates of the training prompts over time</h3>']
+    if stats:
+        m = np.array([[np.nan if v is None else v for v in r["pass_rate"]] for r in stats], dtype=float).T
+        order = np.argsort(np.nan_to_num(m[:, -1], nan=-1.0), kind="stable")
+        m = m[order]
+        bins = np.array_split(np.arange(m.shape[0]), min(MAX_HEATMAP_ROWS, m.shape[0]))
+        with warnings.catch_warnings():  # a bin whose prompts are unseen at some evaluation: NaN, drawn grey
+            warnings.simplefilter("ignore", RuntimeWarning)
+            binned = np.stack(
+                [np.nanmean(m[b], axis=0) if np.isfinite(m[b]).any() else m[b][0] for b in bins]
+            )
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#cccccc")
+        im = ax.imshow(
+            np.ma.masked_invalid(binned), aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest"
+        )
+        steps = [r["step"] for r in stats]
+        ticks = sorted({0, len(steps) - 1, *range(0, len(steps), max(1, len(steps) // 8))})
+        ax.set_xticks(ticks, [str(steps[t]) for t in ticks])
+        ax.set(xlabel="step (evaluations)", ylabel=f"{m.shape[0]} prompts, by final estimate (binned)")
+        fig.colorbar(im, ax=ax, label="pass-rate estimate (grey: not sampled yet)")
+        fig.tight_layout()
+        final = m[:, -1]
+        seen = ~np.isnan(final)
+        out.append(
+            _png(fig)
+            + f"<p>At step {steps[-1]}: {int((final[seen] == 0).sum())} prompts estimated unsolved, "
+            f"{int(((final[seen] > 0) & (final[seen] < 1)).sum())} in between, {int((final[seen] >= 1).sum())} "
+            f"solved, {int((~seen).sum())} never sampled.</p>"
+        )
+    else:
+        out.append(_missing("prompt_stats.jsonl: written by runs of this version with an evaluation split"))
+
+    out.append("<h3>Held-out problems answered wrong at the last evaluation</h3>")
+    if failures:
+        last = failures[-1]
+        fails = last["failures"]
+        rows = "".join(
+            f"<tr><td><code>{_e(p)}</code></td><td>{_e(a)}</td><td><code>{_e(c)}</code></td></tr>"
+            for p, a, c in fails
+        )
+        trend = ", ".join(
+            f"{r['step']}: {len(r['failures'])}" for r in failures[:: max(1, len(failures) // 10)]
+        )
+        out.append(
+            f"<p>Step {last['step']}: {len(fails)} wrong of {last['total']} (wrong by step: {_e(trend)}).</p>"
+            + (
+                f"<table><tr><th>prompt</th><th>gold</th><th>greedy completion</th></tr>{rows}</table>"
+                if fails
+                else ""
+            )
+        )
+    else:
+        out.append(_missing("eval_failures.jsonl"))
+
+    out.append("<h3>Held-out accuracy by problem kind</h3>")
+    evals = [r for r in metrics if any(k.startswith("eval/accuracy/") for k in r)]
+    if evals:
+        kinds = sorted(k for k in evals[-1] if k.startswith("eval/accuracy/"))
+        head = "".join(f"<th>{_e(k.split('/')[-1])}</th>" for k in kinds)
+        body = "".join(
+            f"<tr><th>step {r['step']}</th>" + "".join(f"<td>{_pct(r.get(k))}</td>" for k in kinds) + "</tr>"
+            for r in (evals[0], evals[-1])
+        )
+        out.append(f"<table><tr><th></th>{head}</tr>{body}</table>")
+    else:
+        out.append(_missing("no a+b problem kinds in the evaluation rows"))
+    return "".join(out) + "</section>"
+
+
+def section_beliefs(beliefs: list[dict]) -> str:
+    head = '<section id="beliefs"><h2>Beliefs</h2>'
+    if not beliefs:
+        return (
+            head
+            + _missing("beliefs.jsonl: logged when the evaluation set is small, e.g. the seed bank")
+            + ("</section>")
+        )
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    picks = [beliefs[0], beliefs[len(beliefs) // 2], beliefs[-1]]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 0.18 * len(picks[0]["questions"]) + 2), sharey=True)
+    for ax, b in zip(axes, picks, strict=True):
+        ax.imshow(b["probs"], aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+        ax.set_xticks(range(len(b["answers"])), b["answers"], fontsize=7)
+        ax.set_yticks(range(len(b["questions"])), b["questions"], fontsize=7)
+        gold = {a: i for i, a in enumerate(b["answers"])}
+        for q, g in enumerate(b["gold"]):
+            if g in gold:
+                ax.add_patch(
+                    matplotlib.patches.Rectangle((gold[g] - 0.5, q - 0.5), 1, 1, fill=False, ec="red", lw=1)
+                )
+        ax.set(title=f"step {b['step']}", xlabel="answer")
+    fig.tight_layout()
+    return (
+        head
+        + "<p>P(answer + &lt;eos&gt; | question) under the policy at the first, middle and last evaluation; the "
+        "red box is the gold answer. The tabular oracle of the seed tutorials holds one such row per question "
+        "(<code>python -m tinygrpo.studies.compare</code> shows the table's beside the GPT's).</p>"
+        + _png(fig)
+        + "</section>"
+    )
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1250px;color:#222}
+h1{margin-bottom:0}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ddd;padding:.2em .5em;text-align:left}
+pre{background:#f4f4f4;padding:.6em;white-space:pre-wrap}img{max-width:100%}.missing{color:#a60}
+table.groups td{min-width:4.5em;text-align:center}nav a{margin-right:1em}
+"""
+
+
+def build_report(run_dir: str | Path) -> str:
+    """The report's HTML for a run directory."""
+    run = Path(run_dir)
+    config = _read_json(run / "config.json")
+    metrics = _read_jsonl(run / "metrics.jsonl")
+    parts = [
+        section_run(run, config, metrics),
+        section_curves(metrics),
+        section_groups(_read_jsonl(run / "completions.jsonl")),
+        section_prompts(
+            _read_jsonl(run / "prompt_stats.jsonl"), _read_jsonl(run / "eval_failures.jsonl"), metrics
+        ),
+        section_beliefs(_read_jsonl(run / "beliefs.jsonl")),
+    ]
+    nav = "".join(f'<a href="#{s}">{s}</a>' for s in ("run", "curves", "groups", "prompts", "beliefs"))
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>tinygrpo report: {_e(run.name)}</title>"
+        f"<style>{STYLE}</style></head><body><h1>tinygrpo run report</h1><nav>{nav}</nav>"
+        + "".join(parts)
+        + "</body></html>"
+    )
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write RUN_DIR/report.html (under a temporary name, then renamed) and return its path."""
+    run = Path(run_dir)
+    path = run / REPORT_FILE
+    tmp = run / (REPORT_FILE + ".tmp")
+    tmp.write_text(build_report(run))
+    tmp.replace(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0] in ("-h", "--help"):
+        print(__doc__.split("\n\n")[1].strip(), file=sys.stderr if len(argv) != 1 else sys.stdout)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    run = Path(argv[0])
+    if not (run / "metrics.jsonl").is_file():
+        print(f"error: {run} is not a run directory (no metrics.jsonl)", file=sys.stderr)
+        return 1
+    print(write_report(run))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
