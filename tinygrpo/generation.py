@@ -131,7 +131,7 @@ class BatchGenerator:
         first = self.round()
         rounds = [first]
         batch = first.batch
-        explored: list[int] = []
+        explored: list[Samples] = []  # the explore rounds' samples (this process's)
         if cfg.explore_rounds or cfg.dynamic_sampling:
             target = first.batch.num_groups
             # Dynamic sampling keeps only the groups with signal; without it the whole first batch is trained on.
@@ -143,8 +143,8 @@ class BatchGenerator:
             parts, have = [kept], kept.num_groups
             if cfg.explore_rounds:
                 found, explored = self.explore(first)
-                parts.append(found)
-                have += found.num_groups
+                parts += found
+                have += sum(f.num_groups for f in found)
             for _ in range(cfg.max_dynamic_sampling_rounds if cfg.dynamic_sampling else 0):
                 if not self.procs.any(have < target):  # every process is full
                     break
@@ -161,23 +161,23 @@ class BatchGenerator:
                 if len(parts) > 1
                 else parts[0]
             )
+        timed = [*rounds, *explored]
         return ScoredBatch(
             batch=batch,
             first=first,
             num_sampled=sum(len(r.all_rewards) for r in rounds)
-            + (int(self.procs.sum(sum(explored))) if cfg.explore_rounds else 0),
+            + (int(self.procs.sum(sum(s.rewards.numel() for s in explored))) if cfg.explore_rounds else 0),
             refill_rounds=len(rounds) - 1 if cfg.dynamic_sampling else None,
-            seconds_generate=sum(r.seconds_generate for r in rounds),
-            seconds_reward=sum(r.seconds_reward for r in rounds),
+            seconds_generate=sum(r.seconds_generate for r in timed),
+            seconds_reward=sum(r.seconds_reward for r in timed),
         )
 
-    def explore(self, first: Round) -> tuple[Batch, list[int]]:
+    def explore(self, first: Round) -> tuple[list[Batch], list[Samples]]:
         """Adaptive resampling of failed prompts (Reinforce-Ada, Xiong et al. 2025, with a temperature schedule):
         a prompt of the first round whose G samples all scored the same and below the batch's best is sampled again,
         G at a time at the next of `explore_temperatures`, until a round gives it a group whose rewards differ (that
         group is trained on, its advantages computed within the group) or the temperatures are used up. Local to
-        this process: each process explores its own prompts. Returns the groups found and the completions sampled
-        per round."""
+        this process: each process explores its own prompts. Returns the groups found and each round's samples."""
         cfg, G = self.cfg, self.G
         P = first.batch.num_groups
         r = self.procs.rank
@@ -186,13 +186,13 @@ class BatchGenerator:
         todo = torch.nonzero(~first.has_signal & (top < best)).flatten()  # this process's failed groups
         idx = [first.idx[i] for i in todo.tolist()]
         found: list[Batch] = []
-        counts: list[int] = []
+        rounds: list[Samples] = []
         for k in range(cfg.explore_rounds):
             temperature = cfg.explore_temperatures[min(k, len(cfg.explore_temperatures) - 1)]
             if not idx:
                 break
             s = self.sample(idx, temperature)
-            counts.append(len(idx) * G)
+            rounds.append(s)
             adv, zero_std = group_advantages(
                 s.rewards,
                 G,
@@ -205,9 +205,7 @@ class BatchGenerator:
                 found.append(b)
             hits = set(hit.tolist())
             idx = [i for j, i in enumerate(idx) if j not in hits]
-        if not found:
-            return first.batch.groups(torch.zeros(0, dtype=torch.long)), counts
-        return concat_batches(found, self.tokenizer.pad_token_id, cfg.temperature), counts
+        return found, rounds
 
     def sample(self, idx: list[int], temperature: float) -> Samples:
         """G completions of each of the prompts `idx` (this process's), decoded and scored."""

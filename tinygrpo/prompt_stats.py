@@ -33,19 +33,25 @@ class PromptStats:
         """Fold in one round's groups: `idx` (P,) global prompt indices, `rewards` (P*G,) global rewards (NaN =
         no applicable reward, left out). A prompt drawn twice in a round is folded in twice, in order."""
         r = rewards.double().view(-1, num_generations)
-        valid = ~r.isnan()
-        counts = valid.sum(1)
-        means = r.nan_to_num(0).sum(1) / counts.clamp(min=1)
-        for i, n, m, s in zip(
-            idx, counts.tolist(), means.tolist(), r.nan_to_num(0).sum(1).tolist(), strict=True
-        ):
-            if n == 0:
-                continue
-            self.samples[i] += n
-            self.reward_sum[i] += s
-            self.last[i] = m
-            old = float(self.pass_rate[i])
-            self.pass_rate[i] = m if old != old else (1 - self.ema) * old + self.ema * m  # (old != old: NaN)
+        counts = (~r.isnan()).sum(1)
+        sums = r.nan_to_num(0).sum(1)
+        rows = torch.tensor(idx, dtype=torch.long)
+        if len(set(idx)) == len(idx):
+            self._fold(rows, counts, sums)
+        else:  # (a round across the end of a pass): one group at a time, so the EMA sees them in order
+            for j in range(len(idx)):
+                self._fold(rows[j : j + 1], counts[j : j + 1], sums[j : j + 1])
+
+    def _fold(self, rows: Tensor, counts: Tensor, sums: Tensor) -> None:
+        """Fold in groups of distinct prompts `rows`; a group with no valid reward changes nothing."""
+        keep = counts > 0
+        rows, counts, sums = rows[keep], counts[keep], sums[keep]
+        means = sums / counts
+        self.samples.index_add_(0, rows, counts)
+        self.reward_sum.index_add_(0, rows, sums)
+        self.last[rows] = means
+        old = self.pass_rate[rows]
+        self.pass_rate[rows] = torch.where(old.isnan(), means, old * (1 - self.ema) + means * self.ema)
 
     def counts(self) -> dict[str, int]:
         """How many training prompts are unseen, and, by their latest group (0/1 rewards), unsolved (no sample

@@ -143,39 +143,60 @@ def section_curves(metrics: list[dict]) -> str:
     evals = [r for r in metrics if "eval/accuracy" in r]
     if not steps and not evals:
         return '<section id="curves"><h2>Curves</h2>' + _missing("metrics.jsonl has no step") + "</section>"
-    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
-
-    def line(ax, rows, x, y, label=None):
-        pts = [(r[x], r[y]) for r in rows if x in r and y in r]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), marker="o" if len(pts) < 30 else None, ms=3, label=label or y)
-        return bool(pts)
-
-    ax = axes[0, 0]
-    line(ax, evals, "time/elapsed", "eval/accuracy", "held-out accuracy")
-    ax.set(xlabel="training seconds", title="held-out greedy accuracy against seconds")
-    ax = axes[0, 1]
-    line(ax, evals, "num_completions", "eval/accuracy", "held-out accuracy")
-    ax.set(xlabel="completions sampled", title="held-out greedy accuracy against completions")
-    ax = axes[0, 2]
-    line(ax, steps, "step", "reward", "sampled reward")
-    ax.set(xlabel="step", title="sampled reward (mean)")
-    ax = axes[1, 0]
-    drawn = line(ax, steps, "step", "frac_reward_zero_std", "zero-variance groups")
-    drawn |= line(ax, steps, "step", "frac_completions_with_signal", "completions with signal")
-    ax.set(xlabel="step", title="where the samples went")
-    if drawn:
-        ax.legend(fontsize=8)
-    ax = axes[1, 1]
     key = "kl" if any("kl" in r for r in steps) else "entropy"
-    line(ax, steps, "step", key)
-    ax.set(xlabel="step", title="KL to the reference" if key == "kl" else "policy entropy (nats per token)")
-    ax = axes[1, 2]
-    drawn = line(ax, steps, "step", "completions/mean_length", "mean")
-    drawn |= line(ax, steps, "step", "completions/max_length", "max")
-    ax.set(xlabel="step", title="completion length (tokens, EOS included)")
-    if drawn:
-        ax.legend(fontsize=8)
+    # (rows, x key, [(y key, label)], x label, title): a legend where a panel has several lines
+    panels = [
+        (
+            evals,
+            "time/elapsed",
+            [("eval/accuracy", "")],
+            "training seconds",
+            "held-out greedy accuracy against seconds",
+        ),
+        (
+            evals,
+            "num_completions",
+            [("eval/accuracy", "")],
+            "completions sampled",
+            "held-out greedy accuracy against completions",
+        ),
+        (steps, "step", [("reward", "")], "step", "sampled reward (mean)"),
+        (
+            steps,
+            "step",
+            [
+                ("frac_reward_zero_std", "zero-variance groups"),
+                ("frac_completions_with_signal", "completions with signal"),
+            ],
+            "step",
+            "where the samples went",
+        ),
+        (
+            steps,
+            "step",
+            [(key, "")],
+            "step",
+            "KL to the reference" if key == "kl" else "policy entropy (nats per token)",
+        ),
+        (
+            steps,
+            "step",
+            [("completions/mean_length", "mean"), ("completions/max_length", "max")],
+            "step",
+            "completion length (tokens, EOS included)",
+        ),
+    ]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
+    for ax, (rows, x, ys, xlabel, title) in zip(axes.flat, panels, strict=True):
+        drawn = 0
+        for y, label in ys:
+            pts = [(r[x], r[y]) for r in rows if x in r and y in r]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o" if len(pts) < 30 else None, ms=3, label=label)
+                drawn += 1
+        if len(ys) > 1 and drawn:
+            ax.legend(fontsize=8)
+        ax.set(xlabel=xlabel, title=title)
     for a in axes.flat:
         a.grid(alpha=0.3)
     fig.tight_layout()
