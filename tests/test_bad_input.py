@@ -229,7 +229,7 @@ CASES = {
     ),
     "unknown_loss_type": (
         lambda t, r, p: ["--loss_type", "ppo"],
-        "error: loss_type='ppo' is not one of grpo, bnpo, dr_grpo, dapo",
+        "error: loss_type='ppo' is not one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo, gmpo",
     ),
     "unknown_kl_estimator": (
         lambda t, r, p: "--kl_estimator k4 --beta 0.1".split(),

@@ -287,7 +287,12 @@ def test_aggregate_loss_matches_loops():
         "bnpo": total / n_tokens,
         "dr_grpo": total / (B * 8),
         "dapo": total / 40.0,
+        "luspo": total / B,  # each row's token SUM, averaged over rows
     }
+    # the other loss types reduce as TRL pairs them (GMPO: a per-sequence loss averaged over sequences)
+    expected |= {"cispo": expected["dapo"], "vespo": expected["dapo"], "sapo": expected["grpo"]}
+    expected["gmpo"] = expected["grpo"]
+    assert set(expected) == set(core.LOSS_TYPES)
     for lt in core.LOSS_TYPES:
         got = aggregate_loss(loss, mask, lt, max_completion_length=8, num_items_in_batch=40.0)
         assert got.shape == ()

@@ -16,7 +16,8 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
-from .core import ADVANTAGE_MODES, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, SCALE_REWARDS
+from .advantage_estimators import ADVANTAGE_MODES, MULTI_OBJECTIVE_AGGREGATIONS
+from .core import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, SCALE_REWARDS
 from .prompt_stats import PROMPT_SAMPLERS
 
 
@@ -94,7 +95,24 @@ class GRPOConfig:
         default="grpo",
         metadata={
             "help": f"Baseline: {', '.join(ADVANTAGE_MODES)}. grpo: group mean (and std, see scale_rewards; "
-            "Shao et al. 2024); rloo: leave-one-out mean (Ahmadian et al. 2024); reinforce: raw reward."
+            "Shao et al. 2024); rloo: leave-one-out mean (Ahmadian et al. 2024); reinforce: raw reward; opo: the "
+            "length-weighted group mean (Hao et al. 2025); pass_at_k: the pass@k objective's advantages for 0/1 "
+            "rewards, k = train_pass_k (Chen et al. 2025); reinforce_pp: the reward whitened over the batch's "
+            "tokens, reinforce_pp_baseline: the group mean subtracted first (REINFORCE++, Hu et al. 2025); remax: "
+            "the reward of the prompt's greedy answer (one extra greedy decode per prompt; ReMax, Li et al. "
+            "2023). tinygrpo/advantage_estimators.py has the formulas."
+        },
+    )
+    train_pass_k: int = field(
+        default=4,
+        metadata={"help": "k of advantage_mode pass_at_k, 1 <= k <= num_generations (Chen et al. 2025)."},
+    )
+    multi_objective_aggregation: str = field(
+        default="sum_then_normalize",
+        metadata={
+            "help": f"{', '.join(MULTI_OBJECTIVE_AGGREGATIONS)} (as TRL). sum_then_normalize: the weighted sum of the "
+            "rewards, then advantage_mode; normalize_then_sum: each reward z-scored in its group, then the weighted "
+            "sum, z-scored over the batch (GDPO, Liu et al. 2026; advantage_mode and scale_rewards unused)."
         },
     )
     scale_rewards: str = field(
@@ -175,16 +193,95 @@ class GRPOConfig:
     skip_zero_advantage_groups: bool = field(
         default=True,
         metadata={
-            "help": "With beta == 0, leave groups whose advantages are all zero out of the forward/backward. "
+            "help": "Leave groups whose advantages are all zero out of the forward/backward when the loss has no KL "
+            "(beta 0) and no entropy term (entropy_coef, top_entropy_quantile). "
             "Exact: their loss terms are zero; the normalisers still count them."
         },
     )
     # ----- loss -----
     loss_type: str = field(
-        default="dapo", metadata={"help": f"Aggregation: {', '.join(LOSS_TYPES)} (as in TRL)."}
+        default="dapo",
+        metadata={
+            "help": f"{', '.join(LOSS_TYPES)}, as in TRL (gmpo as in verl). The first four are PPO's clipped "
+            "surrogate, reduced differently: grpo a per-sequence token mean (Shao et al. 2024), bnpo the local "
+            "batch's token mean, dr_grpo a constant (B * max_completion_length; Liu et al. 2025), dapo the global "
+            "batch's token mean (Yu et al. 2025). cispo: truncated, detached importance weights times the "
+            "REINFORCE term (MiniMax-M1, 2025; epsilon_high is the cap, ScaleRL recommends 5); sapo: a smooth "
+            "sigmoid gate instead of the clip (Gao et al. 2025); luspo: per-sequence token SUM, for "
+            "importance_sampling_level sequence (LUSPO, 2026); vespo: a Gamma weight of the sequence ratio "
+            "(VESPO, 2026); gmpo: the geometric mean of the clipped token ratios, epsilon/epsilon_high bound "
+            "the log ratio (Zhao et al. 2025). tinygrpo/policy_losses.py has the formulas."
+        },
+    )
+    sapo_temperature_pos: float = field(
+        default=1.0,
+        metadata={"help": "sapo's gate temperature for tokens with a positive advantage (Gao et al. 2025)."},
+    )
+    sapo_temperature_neg: float = field(
+        default=1.05,
+        metadata={
+            "help": "sapo's gate temperature for the other tokens (Gao et al. 2025): higher decays faster."
+        },
+    )
+    vespo_k_pos: float = field(
+        default=2.0,
+        metadata={"help": "vespo's Gamma power k for A >= 0: down-weights sequences with w < 1 (VESPO)."},
+    )
+    vespo_lambda_pos: float = field(
+        default=3.0, metadata={"help": "vespo's Gamma decay lambda for A >= 0: down-weights w > 1 (VESPO)."}
+    )
+    vespo_k_neg: float = field(default=3.0, metadata={"help": "vespo's Gamma power k for A < 0 (VESPO)."})
+    vespo_lambda_neg: float = field(
+        default=2.0, metadata={"help": "vespo's Gamma decay lambda for A < 0 (VESPO)."}
+    )
+    off_policy_mask_threshold: float | None = field(
+        default=None,
+        metadata={
+            "help": "Leave out of the loss every completion with a negative advantage whose mean per-token KL "
+            "log pi_old - log pi exceeds this (DeepSeek-V3.2, 2025, eq. 9; e.g. 0.5). Acts only off-policy "
+            "(num_iterations > 1 or num_mini_batches > 1). None: off."
+        },
+    )
+    top_entropy_quantile: float = field(
+        default=1.0,
+        metadata={
+            "help": "rho: train only on the top-rho quantile of completion tokens by entropy, over the mini-batch "
+            "of every process (Wang et al. 2025, Beyond the 80/20 Rule, recommend 0.2). 1.0 keeps every token; "
+            "0.0 keeps only the highest-entropy ones."
+        },
+    )
+    entropy_coef: float = field(
+        default=0.0,
+        metadata={
+            "help": "Entropy bonus: loss - entropy_coef * mean per-token entropy over the tokens the policy loss "
+            "acts on, whatever the loss_type (as TRL). With use_adaptive_entropy, the initial coefficient."
+        },
+    )
+    use_adaptive_entropy: bool = field(
+        default=False,
+        metadata={
+            "help": "Adaptive entropy control (Skywork-OR1, He et al. 2025): after each optimizer step the "
+            "coefficient moves up by entropy_coef_delta when the mean entropy is at or below entropy_target, "
+            "down otherwise (within [entropy_coef_min, entropy_coef_max]); the bonus applies only while the "
+            "entropy is at or below the target."
+        },
+    )
+    entropy_coef_min: float = field(default=0.0, metadata={"help": "Adaptive entropy control's lower bound."})
+    entropy_coef_max: float = field(default=1.0, metadata={"help": "Adaptive entropy control's upper bound."})
+    entropy_coef_delta: float = field(default=0.005, metadata={"help": "Adaptive entropy control's step."})
+    entropy_target: float = field(
+        default=0.2, metadata={"help": "Adaptive entropy control's target mean per-token entropy (nats)."}
     )
     beta: float = field(
         default=0.0, metadata={"help": "KL coefficient to the reference (0 = no reference built)."}
+    )
+    use_bias_correction_kl: bool = field(
+        default=True,
+        metadata={
+            "help": "Multiply the per-token KL by the (differentiable) importance ratio, so that its gradient is the "
+            "unbiased gradient of the reverse KL (DeepSeek-V3.2, 2025; TRL's default). It changes the gradient even "
+            "on-policy, where the ratio's value is exactly 1. Only with beta > 0."
+        },
     )
     kl_estimator: str = field(
         default="k3",
@@ -326,6 +423,26 @@ class GRPOConfig:
             raise ConfigError(f"delta must be > 1 + epsilon_high, got {self.delta}")
         if self.beta < 0:
             raise ConfigError(f"beta must be >= 0, got {self.beta}")
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos", "vespo_lambda_neg"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in (
+            "vespo_k_pos",
+            "vespo_k_neg",
+            "entropy_coef_min",
+            "entropy_coef_delta",
+            "entropy_target",
+        ):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.off_policy_mask_threshold is not None and not self.off_policy_mask_threshold > 0:
+            raise ConfigError(f"off_policy_mask_threshold must be > 0, got {self.off_policy_mask_threshold}")
+        if not 0 <= self.top_entropy_quantile <= 1:
+            raise ConfigError(f"top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}")
+        if not self.entropy_coef_min <= self.entropy_coef_max:
+            raise ConfigError(
+                f"entropy_coef_min={self.entropy_coef_min} must be <= entropy_coef_max={self.entropy_coef_max}"
+            )
         if not self.learning_rate > 0:
             raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.weight_decay < 0:
@@ -357,6 +474,11 @@ class GRPOConfig:
         _choice("loss_type", self.loss_type, LOSS_TYPES)
         _choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         _choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
+        _choice("multi_objective_aggregation", self.multi_objective_aggregation, MULTI_OBJECTIVE_AGGREGATIONS)
+        if self.advantage_mode == "pass_at_k" and not 1 <= self.train_pass_k <= self.num_generations:
+            raise ConfigError(
+                f"train_pass_k must be in [1, num_generations={self.num_generations}], got {self.train_pass_k}"
+            )
         _choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
         _choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
         _choice("lr_scheduler_type", self.lr_scheduler_type, ("constant", "linear", "cosine"))
@@ -372,6 +494,17 @@ class GRPOConfig:
             self.eval_split = None
         if self.sync_ref_model and self.beta == 0:
             raise ConfigError("sync_ref_model needs beta > 0 (with beta == 0 there is no reference)")
+
+    @property
+    def entropy_bonus(self) -> bool:
+        """An entropy term is in the loss (TRL: a non-zero coefficient, or adaptive control that may raise it)."""
+        return self.entropy_coef != 0 or self.use_adaptive_entropy
+
+    @property
+    def loss_is_zero_without_advantage(self) -> bool:
+        """A group whose advantages are all zero adds exactly nothing to the loss or its gradient: no KL, no entropy
+        bonus, and no token pool (top_entropy_quantile) that its tokens would change."""
+        return self.beta == 0 and not self.entropy_bonus and self.top_entropy_quantile == 1
 
     @property
     def needs_old_logps(self) -> bool:

@@ -23,8 +23,21 @@ from torch import Tensor
 ADVANTAGE_MODES = ("grpo", "rloo", "reinforce")
 SCALE_REWARDS = ("group", "batch", "none")
 KL_ESTIMATORS = ("k1", "k2", "k3", "full")
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+# How each loss type reduces its (B, T) per-token loss to a scalar (see aggregate_loss): TRL's pairing, and GMPO's
+# per-sequence loss (spread evenly over its tokens) is averaged over sequences.
+AGGREGATION = {
+    "grpo": "grpo",
+    "bnpo": "bnpo",
+    "dr_grpo": "dr_grpo",
+    "dapo": "dapo",
+    "cispo": "dapo",
+    "sapo": "grpo",
+    "luspo": "luspo",
+    "vespo": "dapo",
+    "gmpo": "grpo",
+}
+LOSS_TYPES = tuple(AGGREGATION)
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -288,12 +301,9 @@ def clipped_surrogate(
             "clipped": never,
         }
 
-    log_ratio = logp - old_logp  # (B, T)
-    if importance_sampling_level == "sequence":
-        m = mask.bool()
-        summed = torch.where(m, log_ratio, torch.zeros_like(log_ratio)).sum(-1, keepdim=True)  # (B, 1)
-        log_ratio = summed / m.sum(-1, keepdim=True).clamp(min=1).to(log_ratio.dtype)  # (B, 1)
-    ratio = torch.exp(log_ratio)  # (B, T) or (B, 1)
+    ratio = torch.exp(
+        log_importance_weights(logp, old_logp, mask, importance_sampling_level)
+    )  # (B, T) | (B, 1)
     clipped_ratio = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
     unclipped_ratio = ratio if delta is None else torch.clamp(ratio, max=delta)
     adv = advantages.unsqueeze(-1).to(ratio.dtype)  # (B, 1)
@@ -305,6 +315,18 @@ def clipped_surrogate(
     high = (ratio_bt > 1.0 + epsilon_high) & (adv > 0)
     stats = {"ratio": ratio_bt, "low_clipped": low, "high_clipped": high, "clipped": low | high}
     return per_token_loss, stats
+
+
+def log_importance_weights(logp: Tensor, old_logp: Tensor, mask: Tensor, level: str = "token") -> Tensor:
+    """log of the importance ratio pi / pi_old: per token (B, T) for "token", or for "sequence" (GSPO, Zheng et al.
+    2025) the masked mean over the row's tokens, (B, 1). Differentiable in logp."""
+    _check_choice("importance_sampling_level", level, IMPORTANCE_SAMPLING_LEVELS)
+    log_ratio = logp - old_logp  # (B, T)
+    if level == "token":
+        return log_ratio
+    m = mask.bool()
+    summed = torch.where(m, log_ratio, torch.zeros_like(log_ratio)).sum(-1, keepdim=True)  # (B, 1)
+    return summed / m.sum(-1, keepdim=True).clamp(min=1).to(log_ratio.dtype)  # (B, 1)
 
 
 def aggregate_loss(
@@ -325,8 +347,12 @@ def aggregate_loss(
     "dapo"    masked sum / num_items_in_batch (DAPO): the number of completion tokens in the WHOLE global batch
               (across processes and gradient-accumulation micro-batches), so that micro-batch losses add up to
               the global token mean. Defaults to mask.sum() (then equal to "bnpo").
+    "luspo"   per-sequence masked SUM, then mean over sequences (LUSPO, as in TRL): a sequence's loss grows with
+              its length, undoing the length normalisation of GSPO's sequence ratio.
+    The other loss types reduce as AGGREGATION pairs them (cispo, vespo: "dapo"; sapo, gmpo: "grpo").
     """
     _check_choice("loss_type", loss_type, LOSS_TYPES)
+    loss_type = AGGREGATION[loss_type]
     if per_token_loss.dim() != 2 or mask.shape != per_token_loss.shape:
         raise ValueError(
             f"per_token_loss and mask must share one (B, T) shape, got {tuple(per_token_loss.shape)} "
@@ -339,6 +365,8 @@ def aggregate_loss(
         return (masked.sum(-1) / count.clamp(min=1)).mean()
     if loss_type == "bnpo":
         return masked.sum() / m.sum().to(per_token_loss.dtype).clamp(min=1)
+    if loss_type == "luspo":
+        return masked.sum(-1).mean()
     if loss_type == "dr_grpo":
         if (
             isinstance(max_completion_length, bool)

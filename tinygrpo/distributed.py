@@ -24,6 +24,14 @@ class Processes:
         """Concatenation over processes, in rank order."""
         return self.acc.gather(t) if self.num > 1 else t
 
+    def gather_varlen(self, t: torch.Tensor) -> torch.Tensor:
+        """Concatenation over processes of 1-D tensors whose lengths differ (padded with NaN, then dropped)."""
+        if self.num == 1:
+            return t
+        padded = self.acc.pad_across_processes(t.float(), dim=0, pad_index=float("nan"))
+        out = self.acc.gather(padded)
+        return out[~out.isnan()].to(t.dtype)
+
     def reduce(self, t: torch.Tensor, op: str) -> torch.Tensor:
         """ "sum", "mean" or "max" over processes."""
         return self.acc.reduce(t, op) if self.num > 1 else t

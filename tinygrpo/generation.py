@@ -1,7 +1,7 @@
 """One step's generated batch: sample G completions per prompt, score them, turn rewards into advantages.
 
     prompts (PromptSource: uniform, or weighted by per-prompt pass rates) -> sample_completions -> decode
-        -> reward functions -> weighted sum -> group_advantages over the GLOBAL batch (rewards gathered from every
+        -> reward functions -> weighted sum -> advantages over the GLOBAL batch (rewards gathered from every
         process) -> Batch; the per-prompt statistics fold in the round's global rewards
     [explore rounds: prompts whose G samples all scored below the batch's best, sampled again at higher temperatures
      until their group has signal (bounded)]
@@ -22,6 +22,7 @@ import torch.nn as nn
 
 from rewards import EOS, RewardError, combine_rewards, compute_rewards
 
+from .advantage_estimators import GROUP_MODES, advantages
 from .backend import Backend
 from .batch import Batch, concat_batches
 from .config import GRPOConfig
@@ -60,6 +61,9 @@ class Samples:
     rewards: torch.Tensor  # (n,) combined
     seconds_generate: float
     seconds_reward: float
+    greedy_rewards: torch.Tensor | None = (
+        None  # (P,) each prompt's greedy answer's reward (advantage_mode remax)
+    )
 
     def batch(self, advantages: torch.Tensor) -> Batch:
         return Batch(
@@ -193,10 +197,11 @@ class BatchGenerator:
                 break
             s = self.sample(idx, temperature)
             rounds.append(s)
-            adv, zero_std = group_advantages(
+            adv, zero_std = self.advantages(
                 s.rewards,
-                G,
-                mode=cfg.advantage_mode,
+                s.completion_mask.sum(1),
+                s.rewards_per_func,
+                s.greedy_rewards,
                 scale_rewards="group" if cfg.scale_rewards == "batch" else cfg.scale_rewards,
             )
             hit = torch.nonzero(~zero_std).flatten()
@@ -240,6 +245,7 @@ class BatchGenerator:
         per_func = compute_rewards(rw.funcs, rw.names, prompts, completions, ids, columns, rw.kwargs)
         per_func = per_func.astype(np.float32)  # (n, F), NaN = None
         rewards = torch.from_numpy(combine_rewards(per_func, rw.weights).astype(np.float32))  # (n,)
+        greedy = self.greedy_rewards(idx, prompt_ids, prompt_mask) if cfg.advantage_mode == "remax" else None
         t2 = time.perf_counter()
         if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer
             completion_mask = completion_mask * is_eos[:, None]
@@ -257,6 +263,54 @@ class BatchGenerator:
             rewards,
             t1 - t0,
             t2 - t1,
+            greedy,
+        )
+
+    def greedy_rewards(
+        self, idx: list[int], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """(P,) the reward of each prompt's greedy completion: ReMax's baseline (does not draw from the generator)."""
+        ro = sample_completions(
+            self.model,
+            prompt_ids,
+            prompt_mask,
+            1,
+            self.cfg.max_completion_length,
+            self.tokenizer.eos_token_id,
+            self.tokenizer.pad_token_id,
+            temperature=0,
+            backend=self.backend,
+        )
+        lengths = ro.completion_mask.sum(1).tolist()
+        ids = [row[:n] for row, n in zip(ro.completion_ids.tolist(), lengths, strict=True)]
+        completions = decode_rows(self.tokenizer, ids, self._decoded)
+        prompts = [self.prompts.texts[i] for i in idx]
+        columns = {c: [v[i] for i in idx] for c, v in self.prompts.columns.items()}
+        rw = self.rewards
+        per_func = compute_rewards(rw.funcs, rw.names, prompts, completions, ids, columns, rw.kwargs)
+        return torch.from_numpy(combine_rewards(per_func.astype(np.float32), rw.weights).astype(np.float32))
+
+    def advantages(
+        self,
+        rewards: torch.Tensor,
+        lengths: torch.Tensor,
+        per_func: torch.Tensor,
+        greedy: torch.Tensor | None,
+        scale_rewards: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """advantage_estimators.advantages with the run's settings; the inputs are gathered or local alike."""
+        cfg = self.cfg
+        return advantages(
+            rewards,
+            self.G,
+            mode=cfg.advantage_mode,
+            scale_rewards=scale_rewards,
+            lengths=lengths,
+            greedy_rewards=greedy,
+            k=cfg.train_pass_k,
+            rewards_per_func=per_func,
+            reward_weights=torch.tensor(self.rewards.weights),
+            multi_objective_aggregation=cfg.multi_objective_aggregation,
         )
 
     def round(self) -> Round:
@@ -278,9 +332,19 @@ class BatchGenerator:
                 f"nothing to learn from; check the reward functions ({', '.join(rw.names)}) and the dataset's "
                 f"columns"
             )
-        adv, zero_std = group_advantages(
-            all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards
-        )
+        if cfg.advantage_mode in GROUP_MODES and cfg.multi_objective_aggregation == "sum_then_normalize":
+            adv, zero_std = group_advantages(  # (the common case: nothing else to gather)
+                all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards
+            )
+        else:
+            gather = self.procs.gather
+            adv, zero_std = self.advantages(
+                all_rewards,
+                gather(s.completion_mask.sum(1)),
+                gather(s.rewards_per_func),
+                None if s.greedy_rewards is None else gather(s.greedy_rewards),
+                cfg.scale_rewards,
+            )
         self.rewarded = True
         if self.stats is not None:
             self.stats.update(global_idx, all_rewards, G)

@@ -1,15 +1,19 @@
 """The GRPO loss of one mini-batch, from the policy's logits: a pure function over tensors and the config.
 
-    logits -> log-probs of the sampled tokens -> clipped surrogate (ratio to the old policy)
-           [+ beta * per-token KL to the reference] -> aggregate by loss_type -> (loss, statistics)
+    logits -> log-probs of the sampled tokens -> the policy surrogate of loss_type (ratio to the old policy)
+           [x off-policy sequence mask] [x high-entropy token mask] [x explore rounds' importance weights]
+           [+ beta * per-token KL to the reference (x the ratio: use_bias_correction_kl)]
+           -> aggregate by loss_type [- entropy_coef * mean entropy] -> (loss, statistics)
 
-Each arrow is a function of `tinygrpo.core`. What this file adds is the bookkeeping around a mini-batch whose
-zero-advantage groups were left out of the forward: the loss of the groups that were run is normalised as if the
-whole mini-batch had been (their loss terms are exactly zero), so skipping them changes nothing.
+Each arrow is a function of `tinygrpo.core` or `tinygrpo.policy_losses`. What this file adds is the bookkeeping
+around a mini-batch whose zero-advantage groups were left out of the forward: the loss of the groups that were run is
+normalised as if the whole mini-batch had been (their loss terms are exactly zero), so skipping them changes nothing.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -18,16 +22,30 @@ from torch import Tensor
 from .batch import Batch
 from .config import GRPOConfig
 from .core import (
+    AGGREGATION,
     aggregate_loss,
     clipped_surrogate,
     entropy_from_logits,
     full_kl,
     kl_estimate,
+    log_importance_weights,
+    masked_mean,
     selective_log_softmax,
+)
+from .policy_losses import (
+    cispo_surrogate,
+    entropy_threshold,
+    gmpo_surrogate,
+    high_entropy_mask,
+    off_policy_mask,
+    sapo_surrogate,
+    vespo_surrogate,
 )
 
 # The per-token statistics a loss reports, as masked sums ("tokens" first: divide by it for means).
 STAT_NAMES = ("tokens", "entropy", "ratio", "clip_ratio/low", "clip_ratio/high", "clip_ratio/region")
+# For adaptive entropy control: the entropy summed over the tokens the bonus acts on, and their number.
+ENTROPY_STATS = ("bonus/entropy_sum", "bonus/tokens")
 
 
 @dataclass
@@ -56,7 +74,14 @@ class LossStats:
 
     def means(self, sums: list[float]) -> dict[str, float]:
         tokens = max(sums[0], 1.0)
-        return {k: v / tokens for k, v in zip(self.names[1:], sums[1:], strict=True)}
+        return {
+            k: v / tokens for k, v in zip(self.names[1:], sums[1:], strict=True) if k not in ENTROPY_STATS
+        }
+
+    def bonus_entropy(self, sums: list[float]) -> float:
+        """The mean entropy of the tokens the entropy bonus acted on (ENTROPY_STATS must be among the names)."""
+        total, tokens = (sums[self.names.index(k)] for k in ENTROPY_STATS)
+        return total / max(tokens, 1.0)
 
 
 def explore_weights(logits: Tensor, sub: Batch, logp: Tensor, cfg: GRPOConfig) -> Tensor:
@@ -68,30 +93,112 @@ def explore_weights(logits: Tensor, sub: Batch, logp: Tensor, cfg: GRPOConfig) -
     return torch.where((t == cfg.temperature)[:, None], torch.ones_like(w), w)
 
 
+@dataclass
+class EntropyCoefficient:
+    """The entropy bonus's coefficient (TRL's entropy_coef), and Skywork-OR1's adaptive control of it: after each
+    optimizer step it moves by entropy_coef_delta towards keeping the mean entropy at entropy_target, and the bonus
+    is applied only while the entropy is at or below the target. Checkpointed with the trainer's state."""
+
+    value: float
+    last_entropy: float = (
+        math.inf
+    )  # the mean per-token entropy of the last optimizer step, over every process
+
+    def applied(self, cfg: GRPOConfig) -> float:
+        """The coefficient this optimizer step's loss uses (set at the end of the previous step, as in TRL)."""
+        if not cfg.use_adaptive_entropy:
+            return self.value
+        return self.value if self.last_entropy <= cfg.entropy_target else 0.0
+
+    def update(self, entropy: float, cfg: GRPOConfig) -> None:
+        if not cfg.use_adaptive_entropy:
+            return
+        if entropy <= cfg.entropy_target:
+            self.value = min(self.value + cfg.entropy_coef_delta, cfg.entropy_coef_max)
+        else:
+            self.value = max(self.value - cfg.entropy_coef_delta, cfg.entropy_coef_min)
+        self.last_entropy = entropy
+
+
+def policy_surrogate(
+    logp: Tensor, old_logp: Tensor | None, advantages: Tensor, mask: Tensor, cfg: GRPOConfig
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The per-token policy loss of cfg.loss_type (tinygrpo.core.clipped_surrogate, tinygrpo.policy_losses)."""
+    level = cfg.importance_sampling_level
+    if cfg.loss_type == "cispo":
+        eps_high = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
+        return cispo_surrogate(
+            logp, old_logp, advantages, mask, epsilon_high=eps_high, importance_sampling_level=level
+        )
+    if cfg.loss_type == "sapo":
+        return sapo_surrogate(
+            logp,
+            old_logp,
+            advantages,
+            mask,
+            temperature_pos=cfg.sapo_temperature_pos,
+            temperature_neg=cfg.sapo_temperature_neg,
+            importance_sampling_level=level,
+        )
+    if cfg.loss_type == "vespo":
+        gamma = {"k_pos": cfg.vespo_k_pos, "lambda_pos": cfg.vespo_lambda_pos}
+        gamma |= {"k_neg": cfg.vespo_k_neg, "lambda_neg": cfg.vespo_lambda_neg}
+        return vespo_surrogate(logp, old_logp, advantages, mask, **gamma)
+    if cfg.loss_type == "gmpo":
+        return gmpo_surrogate(
+            logp, old_logp, advantages, mask, epsilon_low=cfg.epsilon, epsilon_high=cfg.epsilon_high
+        )
+    return clipped_surrogate(  # grpo, bnpo, dr_grpo, dapo, luspo: PPO's clip
+        logp,
+        old_logp,  # None: on-policy, the ratio is exactly 1 (see clipped_surrogate)
+        advantages,
+        mask,
+        epsilon_low=cfg.epsilon,
+        epsilon_high=cfg.epsilon_high,
+        delta=cfg.delta,
+        importance_sampling_level=level,
+    )
+
+
 def grpo_loss(
-    logits: Tensor, inputs: LossInputs, cfg: GRPOConfig, num_items_in_batch: Tensor | None = None
+    logits: Tensor,
+    inputs: LossInputs,
+    cfg: GRPOConfig,
+    num_items_in_batch: Tensor | None = None,
+    *,
+    entropy_coef: float = 0.0,
+    gather: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, LossStats]:
     """Scalar loss of one mini-batch and its token statistics. logits: (n, Tc, V) of `inputs.batch`.
 
     num_items_in_batch (loss_type "dapo"): the normaliser, the completion tokens of the GLOBAL batch divided by the
     number of processes (DDP averages the processes' gradients, so their losses must add up to a global mean).
+    entropy_coef: the entropy bonus's coefficient for this step (EntropyCoefficient.applied). gather: concatenates a
+    1-D tensor over processes (varying lengths), for top_entropy_quantile's token pool; None: this process only.
     """
+    names = (
+        STAT_NAMES + (("kl",) if cfg.beta > 0 else ()) + (ENTROPY_STATS if cfg.use_adaptive_entropy else ())
+    )
     if inputs.dummy:  # a forward that DDP needs, and a zero loss: every parameter gets an exact zero gradient
-        names = STAT_NAMES + (("kl",) if cfg.beta > 0 else ())
         return logits.sum() * 0.0, LossStats(names, logits.new_zeros(len(names)))
     sub = inputs.batch
     mask = sub.completion_mask
     logp = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)  # (n, Tc)
-    per_token, st = clipped_surrogate(
-        logp,
-        inputs.old_logps,  # None: on-policy, the ratio is exactly 1 (see clipped_surrogate)
-        sub.advantages,
-        mask,
-        epsilon_low=cfg.epsilon,
-        epsilon_high=cfg.epsilon_high,
-        delta=cfg.delta,
-        importance_sampling_level=cfg.importance_sampling_level,
-    )
+    # With an entropy bonus the entropy is differentiated; otherwise it is a statistic (and a token mask).
+    entropy = entropy_from_logits(
+        logits if cfg.entropy_bonus else logits.detach(), cfg.temperature
+    )  # (n, Tc)
+    per_token, st = policy_surrogate(logp, inputs.old_logps, sub.advantages, mask, cfg)
+    if cfg.off_policy_mask_threshold is not None:
+        per_token = per_token * off_policy_mask(
+            sub.advantages, logp, inputs.old_logps, mask, cfg.off_policy_mask_threshold
+        )
+    acts_on = mask.bool()  # the tokens the policy loss (and the entropy bonus) act on
+    if cfg.top_entropy_quantile < 1:
+        pool = entropy.detach()[acts_on]
+        threshold = entropy_threshold(gather(pool) if gather else pool, cfg.top_entropy_quantile)
+        acts_on = high_entropy_mask(entropy.detach(), mask, threshold)
+        per_token = per_token * acts_on
     if sub.temperature is not None and cfg.explore_importance_sampling_correction:
         # Tokens sampled at another temperature T' (explore rounds): truncated importance weights
         # min(pi_T(y) / pi_T'(y), C) bring them back to the policy's temperature (TIS, Yao et al. 2025).
@@ -102,24 +209,36 @@ def grpo_loss(
             kl = full_kl(logits, inputs.ref_logits, cfg.temperature)
         else:
             kl = kl_estimate(logp, inputs.ref_logps, cfg.kl_estimator)
-        per_token = per_token + cfg.beta * kl
-    if cfg.loss_type == "dapo":
-        loss = aggregate_loss(per_token, mask, "dapo", num_items_in_batch=num_items_in_batch)
+        kl_term = kl
+        if cfg.use_bias_correction_kl:
+            # The ratio keeps its gradient (exactly 1 in value on-policy): E_old[r * k] = E_pi[k], and its gradient
+            # adds k * grad log pi, the score term the reverse KL's gradient needs (DeepSeek-V3.2).
+            old = logp.detach() if inputs.old_logps is None else inputs.old_logps
+            kl_term = kl * torch.exp(log_importance_weights(logp, old, mask, cfg.importance_sampling_level))
+        per_token = per_token + cfg.beta * kl_term
+    if AGGREGATION[cfg.loss_type] == "dapo":
+        loss = aggregate_loss(per_token, mask, cfg.loss_type, num_items_in_batch=num_items_in_batch)
     else:
         loss = aggregate_loss(per_token, mask, cfg.loss_type, max_completion_length=cfg.max_completion_length)
         # From the groups that were run to the whole mini-batch (the skipped ones contribute exact zeros).
-        if cfg.loss_type == "bnpo":
+        if AGGREGATION[cfg.loss_type] == "bnpo":
             loss = loss * mask.sum() / inputs.tokens.clamp(min=1)
         else:
             loss = loss * sub.completion_ids.size(0) / inputs.rows
+    if entropy_coef:
+        # The mean entropy of the tokens the loss acts on, whatever the loss type (TRL): groups are never skipped
+        # with a bonus (GRPOConfig.loss_is_zero_without_advantage), so this is the whole mini-batch's mean.
+        loss = loss - entropy_coef * masked_mean(entropy, acts_on)
     with torch.no_grad():  # masked sums of the per-token statistics, in the order of the names, in one go
         per_token_stats = [
             mask,
-            entropy_from_logits(logits.detach(), cfg.temperature),
+            entropy.detach(),
             st["ratio"].detach().expand_as(mask),
             torch.stack([st["low_clipped"], st["high_clipped"], st["clipped"]]).float(),
         ]
         if kl is not None:
             per_token_stats.append(kl.detach())
+        if cfg.use_adaptive_entropy:  # the entropy of the tokens the bonus acts on, for the controller
+            per_token_stats.append(torch.stack([entropy.detach() * acts_on, acts_on.to(mask.dtype)]))
         sums = (torch.cat([t.view(-1, *mask.shape) for t in per_token_stats]) * mask).sum((1, 2))
-    return loss, LossStats(STAT_NAMES + (("kl",) if kl is not None else ()), sums)
+    return loss, LossStats(names, sums)

@@ -40,6 +40,7 @@ from .config import ConfigError, GRPOConfig
 from .distributed import Processes
 from .evaluation import answer_beliefs, held_out_metrics
 from .generation import BatchGenerator, ScoredBatch, reward_spec
+from .loss import EntropyCoefficient
 from .metrics import StepTimes, step_metrics
 from .metrics_io import JsonlWriter, plot_metrics, truncate_after_step
 from .optim import OptimizerStep, build_optimizer
@@ -176,6 +177,8 @@ class GRPOTrainer:
         m["time/elapsed"] = self.elapsed
         if cfg.on_nonfinite == "skip":
             m["nonfinite_skipped"] = self.nonfinite_skipped
+        if cfg.entropy_bonus:
+            m["entropy_coef"] = self.update.entropy_coef.value
         if not cfg.needs_old_logps:
             m["ratio_is_exactly_one"] = 1  # mu = 1: the gradient is the plain policy gradient (see README)
         return StepOutput(m, scored)
@@ -254,6 +257,9 @@ class GRPOTrainer:
                     "num_processes": self.procs.num,
                     "scheduler": self.optim.scheduler.state_dict(),
                 }
+                if self.cfg.use_adaptive_entropy:
+                    ec = self.update.entropy_coef
+                    state["entropy_coef"] = {"value": ec.value, "last_entropy": ec.last_entropy}
                 ckpt.write_json_atomic(tmp / ckpt.STATE_FILE, state)
                 ckpt.write_json_atomic(tmp / ckpt.CONFIG_FILE, asdict(self.cfg))
                 ckpt.write_manifest(tmp)
@@ -296,6 +302,8 @@ class GRPOTrainer:
             self.total_completions = state["total_completions"]
             self.nonfinite_skipped = state["nonfinite_skipped"]
             self.elapsed = state.get("elapsed_seconds", 0.0)
+            if "entropy_coef" in state:
+                self.update.entropy_coef = EntropyCoefficient(**state["entropy_coef"])
             stats = path / f"prompt_stats_{self.procs.rank}.safetensors"
             if stats.is_file():  # (checkpoints of older versions have none: the statistics start afresh)
                 self.prompt_stats.load_state_dict(load_file(str(stats)))

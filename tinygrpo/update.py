@@ -1,7 +1,7 @@
 """The update of one generated batch: num_iterations passes x num_mini_batches optimizer steps.
 
-    batch -> mini-batches (whole groups) -> the groups that are run (with beta == 0, groups whose advantages are all
-    zero add exactly nothing and are left out) -> one layout each -> reference / old log-probs, once, before any
+    batch -> mini-batches (whole groups) -> the groups that are run (groups whose advantages are all zero add exactly
+    nothing when the loss has no KL or entropy term, and are then left out) -> one layout each -> reference / old log-probs, once, before any
     update -> for each pass and mini-batch: policy logits -> grpo_loss -> backward -> clip -> AdamW step
 
 The loss is `tinygrpo.loss.grpo_loss`; the optimizer calls are `tinygrpo.optim.OptimizerStep`.
@@ -20,9 +20,9 @@ import torch.nn as nn
 from .backend import Backend
 from .batch import Batch
 from .config import GRPOConfig
-from .core import selective_log_softmax
+from .core import AGGREGATION, selective_log_softmax
 from .distributed import Processes
-from .loss import LossInputs, LossStats, grpo_loss
+from .loss import EntropyCoefficient, LossInputs, LossStats, grpo_loss
 from .optim import OptimizerStep
 
 
@@ -72,13 +72,15 @@ class PolicyUpdate:
         self.opt = optimizer
         self.procs = processes
         self.G = cfg.num_generations
+        self.entropy_coef = EntropyCoefficient(cfg.entropy_coef)  # (checkpointed by the trainer)
 
     def active_groups(self, batch: Batch) -> torch.Tensor:
-        """Groups that enter the forward/backward (ascending). With beta == 0 a group whose advantages are all zero
-        adds exactly zero to the loss and its gradient, so it is left out (the normalisers still count it)."""
+        """Groups that enter the forward/backward (ascending). Without a KL or entropy term a group whose advantages
+        are all zero adds exactly zero to the loss and its gradient, so it is left out (the normalisers still count
+        it)."""
         if batch.placeholder:
             return torch.zeros(0, dtype=torch.long)
-        if not (self.cfg.skip_zero_advantage_groups and self.cfg.beta == 0):
+        if not (self.cfg.skip_zero_advantage_groups and self.cfg.loss_is_zero_without_advantage):
             return torch.arange(batch.num_groups)
         return torch.nonzero(batch.advantages.view(batch.num_groups, self.G).ne(0).any(1)).flatten()
 
@@ -150,6 +152,8 @@ class PolicyUpdate:
                     nonfinite += self._nonfinite("gradient norm")
                     continue
                 self.opt.step()
+                if cfg.use_adaptive_entropy:
+                    self.entropy_coef.update(s.bonus_entropy(procs.reduce(s.sums, "sum").tolist()), cfg)
                 grad_norms.append(gn)
                 losses.append(loss.detach())
                 stats = s if stats is None else stats + s
@@ -171,7 +175,14 @@ class PolicyUpdate:
     def loss(self, mb: MiniBatch) -> tuple[torch.Tensor, LossStats]:
         """The policy's forward on a mini-batch and its loss (with autograd)."""
         logits = self.policy(mb.layout if mb.layout is not None else self._layout(mb.inputs.batch))
-        return grpo_loss(logits, mb.inputs, self.cfg, self._dapo_normaliser(mb.inputs))
+        return grpo_loss(
+            logits,
+            mb.inputs,
+            self.cfg,
+            self._dapo_normaliser(mb.inputs),
+            entropy_coef=self.entropy_coef.applied(self.cfg) if self.cfg.entropy_bonus else 0.0,
+            gather=self.procs.gather_varlen,
+        )
 
     def _layout(self, sub: Batch) -> Any:
         return self.backend.layout(
@@ -196,8 +207,9 @@ class PolicyUpdate:
         return ref_logps, ref_logits, old_logps
 
     def _dapo_normaliser(self, inputs: LossInputs) -> torch.Tensor | None:
-        """loss_type "dapo": the global batch's tokens over the number of processes (DDP averages gradients)."""
-        if self.cfg.loss_type != "dapo":
+        """loss_type "dapo" (and cispo, vespo): the global batch's tokens over the number of processes (DDP averages
+        gradients)."""
+        if AGGREGATION[self.cfg.loss_type] != "dapo":
             return None
         return (self.procs.reduce(inputs.tokens.detach(), "sum") / self.procs.num).clamp(min=1)
 
