@@ -237,7 +237,8 @@ CASES = {
     ),
     "unknown_advantage_mode": (
         lambda t, r, p: ["--advantage_mode", "ppo"],
-        "error: advantage_mode='ppo' is not one of grpo, rloo, reinforce",
+        "error: advantage_mode='ppo' is not one of grpo, rloo, reinforce, opo, pass_at_k, reinforce_pp, "
+        "reinforce_pp_baseline, remax",
     ),
     "unknown_scheduler": (
         lambda t, r, p: ["--lr_scheduler_type", "step"],

@@ -68,6 +68,16 @@ class GRPOConfig:
     num_mini_batches: int = field(
         default=1, metadata={"help": "Optimizer steps per pass over a generated batch (whole groups each)."}
     )
+    steps_per_generation: int | None = field(
+        default=None,
+        metadata={
+            "help": "As in TRL: each generation samples per_device_train_batch_size x steps_per_generation "
+            "completions per process, which feed that many optimizer steps of per_device_train_batch_size each, so "
+            "the policy moves within a generated batch (off-policy reuse: the ratio and the clip act). The same as "
+            "num_mini_batches on a batch that many times larger (use one or the other). max_steps counts "
+            "generations here (TRL counts optimizer steps). None: 1."
+        },
+    )
     # ----- generation -----
     max_completion_length: int = field(default=4, metadata={"help": "Most tokens sampled per completion."})
     temperature: float = field(
@@ -283,6 +293,15 @@ class GRPOConfig:
             "on-policy, where the ratio's value is exactly 1. Only with beta > 0."
         },
     )
+    use_kl_in_reward: bool = field(
+        default=False,
+        metadata={
+            "help": "Put the KL in the reward instead of the loss (PPO for RLHF, Ouyang et al. 2022; verl's "
+            "use_kl_in_reward, OpenRLHF): each completion's reward loses beta x the sum over its tokens of k1 = "
+            "log pi(y_t) - log pi_ref(y_t) (the sampling policy's), before advantages; the loss then has no KL "
+            "term. Needs beta > 0; costs a policy and a reference forward per generation round."
+        },
+    )
     kl_estimator: str = field(
         default="k3",
         metadata={
@@ -390,6 +409,14 @@ class GRPOConfig:
                 f"per_device_train_batch_size={self.per_device_train_batch_size} is not a positive multiple of "
                 f"num_generations={self.num_generations}: each process must hold whole groups"
             )
+        if self.steps_per_generation is not None:
+            if self.steps_per_generation < 1:
+                raise ConfigError(f"steps_per_generation must be >= 1, got {self.steps_per_generation}")
+            if self.steps_per_generation > 1 and self.num_mini_batches > 1:
+                raise ConfigError(
+                    f"steps_per_generation={self.steps_per_generation} and num_mini_batches={self.num_mini_batches} "
+                    "both split the generated batch: set one of them"
+                )
         groups = self.per_device_train_batch_size // self.num_generations
         if self.num_mini_batches < 1 or groups % self.num_mini_batches:
             raise ConfigError(
@@ -492,6 +519,8 @@ class GRPOConfig:
             )
         if self.eval_split in ("", "None", "none", "null"):
             self.eval_split = None
+        if self.use_kl_in_reward and self.beta == 0:
+            raise ConfigError("use_kl_in_reward needs beta > 0 (the KL's coefficient in the reward)")
         if self.sync_ref_model and self.beta == 0:
             raise ConfigError("sync_ref_model needs beta > 0 (with beta == 0 there is no reference)")
 
@@ -504,12 +533,27 @@ class GRPOConfig:
     def loss_is_zero_without_advantage(self) -> bool:
         """A group whose advantages are all zero adds exactly nothing to the loss or its gradient: no KL, no entropy
         bonus, and no token pool (top_entropy_quantile) that its tokens would change."""
-        return self.beta == 0 and not self.entropy_bonus and self.top_entropy_quantile == 1
+        return not self.kl_in_loss and not self.entropy_bonus and self.top_entropy_quantile == 1
+
+    @property
+    def generation_size(self) -> int:
+        """Completions each process samples per generation (before dynamic sampling's refills)."""
+        return self.per_device_train_batch_size * (self.steps_per_generation or 1)
+
+    @property
+    def mini_batches(self) -> int:
+        """Optimizer steps per pass over a generated batch (num_mini_batches or steps_per_generation)."""
+        return self.num_mini_batches * (self.steps_per_generation or 1)
+
+    @property
+    def kl_in_loss(self) -> bool:
+        """The loss has a KL term (beta > 0, and the KL is not in the reward instead)."""
+        return self.beta > 0 and not self.use_kl_in_reward
 
     @property
     def needs_old_logps(self) -> bool:
         """Old log-probs differ from the current ones only if the policy moves before the batch is used up."""
-        return self.num_iterations > 1 or self.num_mini_batches > 1
+        return self.num_iterations > 1 or self.mini_batches > 1
 
 
 class _Parser(HfArgumentParser):

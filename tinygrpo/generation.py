@@ -26,7 +26,7 @@ from .advantage_estimators import GROUP_MODES, advantages
 from .backend import Backend
 from .batch import Batch, concat_batches
 from .config import GRPOConfig
-from .core import group_advantages
+from .core import group_advantages, selective_log_softmax
 from .distributed import Processes
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
@@ -61,9 +61,12 @@ class Samples:
     rewards: torch.Tensor  # (n,) combined
     seconds_generate: float
     seconds_reward: float
-    greedy_rewards: torch.Tensor | None = (
-        None  # (P,) each prompt's greedy answer's reward (advantage_mode remax)
-    )
+    greedy_rewards: torch.Tensor | None = None  # (P,) the greedy answer's reward (advantage_mode remax)
+    kl: torch.Tensor | None = None  # (n,) summed k1 to the reference over each completion (use_kl_in_reward)
+
+    def shaped_rewards(self, beta: float) -> torch.Tensor:
+        """The rewards the advantages see: less beta x the summed KL with use_kl_in_reward."""
+        return self.rewards if self.kl is None else self.rewards - beta * self.kl
 
     def batch(self, advantages: torch.Tensor) -> Batch:
         return Batch(
@@ -92,6 +95,7 @@ class Round:
     has_signal: torch.Tensor  # (P,) this process's groups that are not zero_std
     seconds_generate: float
     seconds_reward: float
+    kl: torch.Tensor | None = None  # (n,) summed k1 to the reference of each completion (use_kl_in_reward)
 
 
 @dataclass
@@ -119,6 +123,7 @@ class BatchGenerator:
         rewards: RewardSpec,
         processes: Processes,
         stats: PromptStats | None = None,
+        ref_model: nn.Module | None = None,
     ) -> None:
         self.cfg, self.model, self.backend, self.tokenizer = cfg, model, backend, tokenizer
         self.prompts, self.rewards, self.procs = prompts, rewards, processes
@@ -127,6 +132,7 @@ class BatchGenerator:
         self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_rows
         self.rewarded = False  # some reward function has applied to some sample of this run
         self.stats = stats  # per-prompt pass rates, updated by every base-temperature round (None: not kept)
+        self.ref_model = ref_model  # use_kl_in_reward: the reference whose KL each reward pays
 
     def generate(self) -> ScoredBatch:
         """One batch. Explore rounds resample the failed prompts at higher temperatures; dynamic sampling drops the
@@ -198,7 +204,7 @@ class BatchGenerator:
             s = self.sample(idx, temperature)
             rounds.append(s)
             adv, zero_std = self.advantages(
-                s.rewards,
+                s.shaped_rewards(cfg.beta),
                 s.completion_mask.sum(1),
                 s.rewards_per_func,
                 s.greedy_rewards,
@@ -249,6 +255,9 @@ class BatchGenerator:
         t2 = time.perf_counter()
         if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer
             completion_mask = completion_mask * is_eos[:, None]
+        kl = None
+        if self.ref_model is not None:
+            kl = self.sequence_kl(prompt_ids, prompt_mask, completion_ids, completion_mask)
         return Samples(
             idx,
             prompt_ids,
@@ -264,7 +273,20 @@ class BatchGenerator:
             t1 - t0,
             t2 - t1,
             greedy,
+            kl,
         )
+
+    @torch.inference_mode()
+    def sequence_kl(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """(n,) sum over each completion's tokens of k1 = log pi(y_t) - log pi_ref(y_t), at the run's temperature:
+        an unbiased estimate of the sequence KL(pi || pi_ref) (use_kl_in_reward)."""
+        layout = self.backend.layout(self.model, prompt_ids, prompt_mask, ids, self.G, mask)
+        t = self.cfg.temperature
+        logp = selective_log_softmax(self.backend.logits(self.model, layout), ids, t)
+        ref = selective_log_softmax(self.backend.logits(self.ref_model, layout), ids, t)
+        return ((logp - ref) * mask).sum(1).clone()  # (out of inference mode)
 
     def greedy_rewards(
         self, idx: list[int], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
@@ -332,14 +354,15 @@ class BatchGenerator:
                 f"nothing to learn from; check the reward functions ({', '.join(rw.names)}) and the dataset's "
                 f"columns"
             )
-        if cfg.advantage_mode in GROUP_MODES and cfg.multi_objective_aggregation == "sum_then_normalize":
+        simple = cfg.multi_objective_aggregation == "sum_then_normalize" and not cfg.use_kl_in_reward
+        if cfg.advantage_mode in GROUP_MODES and simple:
             adv, zero_std = group_advantages(  # (the common case: nothing else to gather)
                 all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards
             )
         else:
             gather = self.procs.gather
             adv, zero_std = self.advantages(
-                all_rewards,
+                gather(s.shaped_rewards(cfg.beta)),
                 gather(s.completion_mask.sum(1)),
                 gather(s.rewards_per_func),
                 None if s.greedy_rewards is None else gather(s.greedy_rewards),
@@ -363,11 +386,12 @@ class BatchGenerator:
             has_signal=~zero_std[r * P : (r + 1) * P],
             seconds_generate=s.seconds_generate,
             seconds_reward=s.seconds_reward,
+            kl=s.kl,
         )
 
     def _global_prompts(self) -> list[int]:
         """The next global batch of prompts (each process takes its share: whole groups)."""
-        per_proc = self.cfg.per_device_train_batch_size // self.G
+        per_proc = self.cfg.generation_size // self.G
         return self.prompts.take(per_proc * self.procs.num)
 
 

@@ -177,7 +177,7 @@ def grpo_loss(
     1-D tensor over processes (varying lengths), for top_entropy_quantile's token pool; None: this process only.
     """
     names = (
-        STAT_NAMES + (("kl",) if cfg.beta > 0 else ()) + (ENTROPY_STATS if cfg.use_adaptive_entropy else ())
+        STAT_NAMES + (("kl",) if cfg.kl_in_loss else ()) + (ENTROPY_STATS if cfg.use_adaptive_entropy else ())
     )
     if inputs.dummy:  # a forward that DDP needs, and a zero loss: every parameter gets an exact zero gradient
         return logits.sum() * 0.0, LossStats(names, logits.new_zeros(len(names)))
@@ -204,7 +204,7 @@ def grpo_loss(
         # min(pi_T(y) / pi_T'(y), C) bring them back to the policy's temperature (TIS, Yao et al. 2025).
         per_token = per_token * explore_weights(logits.detach(), sub, logp.detach(), cfg)
     kl = None
-    if cfg.beta > 0:
+    if cfg.kl_in_loss:
         if cfg.kl_estimator == "full":
             kl = full_kl(logits, inputs.ref_logits, cfg.temperature)
         else:

@@ -75,6 +75,8 @@ def step_metrics(
             / max(scored.num_sampled, 1),
         }
     )
+    if first.kl is not None:  # use_kl_in_reward: the per-token k1 the rewards paid
+        m["kl"] = float(procs.gather(first.kl).sum()) / max(sum(lengths), 1)
     if "accuracy" in reward_names:
         m["accuracy"] = m["rewards/accuracy/mean"]
     if scored.refill_rounds is not None:

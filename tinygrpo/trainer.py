@@ -124,10 +124,12 @@ class GRPOTrainer:
         policy, optimizer = self.acc.prepare(PolicyForward(model, self.backend), optimizer)
         policy.train()
         self.optim = OptimizerStep(policy, optimizer, scheduler, self.acc)
+        kl_ref = self.ref_model if cfg.use_kl_in_reward else None  # the KL goes in the reward, or in the loss
         self.generator = BatchGenerator(
-            cfg, model, self.backend, tokenizer, self.prompts, self.rewards, procs, self.prompt_stats
+            cfg, model, self.backend, tokenizer, self.prompts, self.rewards, procs, self.prompt_stats, kl_ref
         )
-        self.update = PolicyUpdate(cfg, policy, model, self.ref_model, self.backend, self.optim, procs)
+        loss_ref = self.ref_model if cfg.kl_in_loss else None
+        self.update = PolicyUpdate(cfg, policy, model, loss_ref, self.backend, self.optim, procs)
 
         self.step = 0
         self.total_completions = 0

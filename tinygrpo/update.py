@@ -90,7 +90,7 @@ class PolicyUpdate:
         cfg, G = self.cfg, self.G
         active = self.active_groups(batch)  # ascending, so each mini-batch's active groups are a run of them
         train = batch.groups(active)
-        bounds = split_groups(batch.num_groups, cfg.num_mini_batches)
+        bounds = split_groups(batch.num_groups, cfg.mini_batches)
         one = len(bounds) == 1
         needs_logps = self.ref_model is not None or cfg.needs_old_logps
         train_layout = self._layout(train) if active.numel() and (one or needs_logps) else None
