@@ -361,9 +361,12 @@ def _seed_grpo_loss(table, q, answers, adv, ref_table, old_table=None):
     return clip_loss + KL_BETA * kl, ratio.detach()
 
 
-def _oracle_loss(table, q, answers, adv, ref_table, old_table, *, T, eps_high, delta, kl):
+def _oracle_loss(
+    table, q, answers, adv, ref_table, old_table, *, T, eps_high, delta, kl, bias_correction=True
+):
     """The demo's GRPO loss with each option written out (temperature, asymmetric clip, TRL's delta, the KL
-    estimator), again with torch's distributions only."""
+    estimator, TRL's use_bias_correction_kl: a sampled estimator's value times the ratio, gradient included), again
+    with torch's distributions only."""
     dist = Categorical(logits=table[q] / T)
     new_lp = dist.log_prob(answers)
     old_lp = Categorical(logits=old_table[q] / T).log_prob(answers).detach()
@@ -374,7 +377,10 @@ def _oracle_loss(table, q, answers, adv, ref_table, old_table, *, T, eps_high, d
     ref = Categorical(logits=ref_table[q] / T)
     log_r = ref.log_prob(answers) - new_lp  # per sampled answer
     per_sample = {"k1": -log_r, "k2": 0.5 * log_r**2, "k3": torch.exp(log_r) - log_r - 1}
-    kl = torch.distributions.kl.kl_divergence(dist, ref) if kl == "full" else per_sample[kl].mean()
+    if kl == "full":
+        kl = torch.distributions.kl.kl_divergence(dist, ref)
+    else:
+        kl = (per_sample[kl] * (ratio if bias_correction else 1.0)).mean()
     return clip_loss + KL_BETA * kl
 
 
@@ -526,13 +532,21 @@ def test_table_policy_clipped_second_pass_matches_seed_demo(tmp_path, loss_type)
 
 
 @pytest.mark.parametrize(
-    "T, eps_high, delta, kl",
-    [(1.5, None, None, "k3"), (1.0, 0.35, 1.38, "k1"), (0.7, None, 1.25, "k2"), (1.3, 0.25, None, "full")],
+    "T, eps_high, delta, kl, bias",
+    [
+        (1.5, None, None, "k3", True),
+        (1.0, 0.35, 1.38, "k1", True),
+        (0.7, None, 1.25, "k2", False),
+        (1.3, 0.25, None, "full", True),
+        (1.0, None, None, "k3", False),
+    ],
 )
-def test_table_policy_step_matches_the_transcription_for_every_option(tmp_path, T, eps_high, delta, kl):
+def test_table_policy_step_matches_the_transcription_for_every_option(tmp_path, T, eps_high, delta, kl, bias):
     # Each option reaches the loss as its formula says: the second pass of num_iterations 2 on a table moved as in
     # the test above, against _oracle_loss.
-    options = dict(temperature=T, epsilon_high=eps_high, delta=delta, kl_estimator=kl)
+    options = dict(
+        temperature=T, epsilon_high=eps_high, delta=delta, kl_estimator=kl, use_bias_correction_kl=bias
+    )
     trainer, table, ref_table = _table_trainer(tmp_path, "dapo", num_iterations=2, **options)
     mb, q, answers, adv = _batch_with_signal(trainer)
     moved = _moved(table, q, answers, adv)
@@ -546,14 +560,32 @@ def test_table_policy_step_matches_the_transcription_for_every_option(tmp_path, 
     torch.testing.assert_close(sums["entropy"] / sums["tokens"], entropy, rtol=1e-5, atol=1e-6)
     oracle_table = moved.clone().requires_grad_(True)
     oracle = _oracle_loss(
-        oracle_table, q, answers, adv, ref_table, table, T=T, eps_high=eps_high, delta=delta, kl=kl
+        oracle_table,
+        q,
+        answers,
+        adv,
+        ref_table,
+        table,
+        T=T,
+        eps_high=eps_high,
+        delta=delta,
+        kl=kl,
+        bias_correction=bias,
     )
     oracle.backward()
     torch.testing.assert_close(loss, oracle, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(trainer.model.table.grad, oracle_table.grad, rtol=1e-5, atol=1e-6)
     # and every option set here changes the loss: dropping any one of them gives another value
-    plain = dict(T=T, eps_high=eps_high, delta=delta, kl=kl)
-    for name, off in (("T", 1.0), ("eps_high", None), ("delta", None), ("kl", "full")):
+    plain = dict(T=T, eps_high=eps_high, delta=delta, kl=kl, bias_correction=bias)
+    for name, off in (
+        ("T", 1.0),
+        ("eps_high", None),
+        ("delta", None),
+        ("kl", "full"),
+        ("bias_correction", False),
+    ):
+        if name == "bias_correction" and kl == "full":
+            continue  # not applied to the exact KL
         if plain[name] != off:
             other = _oracle_loss(moved, q, answers, adv, ref_table, table, **{**plain, name: off})
             assert abs(other.item() - oracle.item()) > 1e-5, name

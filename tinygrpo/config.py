@@ -290,7 +290,8 @@ class GRPOConfig:
         metadata={
             "help": "Multiply the per-token KL by the (differentiable) importance ratio, so that its gradient is the "
             "unbiased gradient of the reverse KL (DeepSeek-V3.2, 2025; TRL's default). It changes the gradient even "
-            "on-policy, where the ratio's value is exactly 1. Only with beta > 0."
+            "on-policy, where the ratio's value is exactly 1. Only with beta > 0 and a sampled kl_estimator (k1, k2, "
+            "k3): the exact per-position KL (full) does not depend on the token sampled there."
         },
     )
     use_kl_in_reward: bool = field(

@@ -210,9 +210,10 @@ def grpo_loss(
         else:
             kl = kl_estimate(logp, inputs.ref_logps, cfg.kl_estimator)
         kl_term = kl
-        if cfg.use_bias_correction_kl:
+        if cfg.use_bias_correction_kl and cfg.kl_estimator != "full":
             # The ratio keeps its gradient (exactly 1 in value on-policy): E_old[r * k] = E_pi[k], and its gradient
-            # adds k * grad log pi, the score term the reverse KL's gradient needs (DeepSeek-V3.2).
+            # adds k * grad log pi, the score term the reverse KL's gradient needs (DeepSeek-V3.2). The exact
+            # per-position KL ("full") depends on no sampled token at its position: nothing to correct there.
             old = logp.detach() if inputs.old_logps is None else inputs.old_logps
             kl_term = kl * torch.exp(log_importance_weights(logp, old, mask, cfg.importance_sampling_level))
         per_token = per_token + cfg.beta * kl_term
