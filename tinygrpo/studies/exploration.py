@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import statistics
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from ._runs import REPO, eval_curve, first_at, log_path, read_metrics, test_accuracy, train
 
 # name -> (train_grpo.py flags, what it is). "default" is train_grpo.py as it is run with no flags: 64 prompts x 8
 # per step, 1000 steps, prompts weighted 1 - p, explore rounds at T = 2, 3, 4 without importance weights.
@@ -64,64 +62,25 @@ DEFAULT_EVAL_STEPS = 25
 
 def run_one(arm: str, seed: int, args) -> Path:
     out = Path(args.output_dir) / f"{arm}-seed{seed}"
-    cmd = [
-        sys.executable,
-        str(REPO / "train_grpo.py"),
-        *"--train_split train_without_validation --eval_split validation".split(),
-        *f"--seed {seed} --eval_steps {args.eval_steps} --logging_steps 5".split(),
-        *"--torch_num_threads 1 --disable_tqdm true --make_plots false --save_steps 0".split(),
-        *"--overwrite_output_dir true --output_dir".split(),
-        str(out),
-        "--model_name_or_path",
-        args.model_name_or_path,
-        *ARMS[arm][0],
-        *(["--max_steps", str(args.max_steps)] if args.max_steps else []),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    log = out.with_suffix(".log")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as f:
-        rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    flags = [*ARMS[arm][0], *(["--max_steps", str(args.max_steps)] if args.max_steps else [])]
+    rc = train(out, seed, args.eval_steps, args.model_name_or_path, flags)
     if rc != 0:
-        raise SystemExit(f"error: {arm} seed {seed} failed (exit {rc}); see {log}")
+        raise SystemExit(f"error: {arm} seed {seed} failed (exit {rc}); see {log_path(out)}")
     return out
-
-
-def test_accuracy(run_dir: Path) -> float:
-    """Greedy accuracy of the run's final policy on the test split (reporting only)."""
-    import torch
-
-    from train_grpo import load_model_and_tokenizer
-
-    from ..evaluation import greedy_accuracy
-    from ..problems import load_split
-
-    torch.set_num_threads(1)
-    model, tok = load_model_and_tokenizer(str(run_dir / "final"), "final")
-    test = load_split("addition", "test")
-    return greedy_accuracy(model, tok, test["prompt"], test["answer"], max_new_tokens=4)[0]
 
 
 def curves(run_dir: Path) -> dict:
     """The run's evaluation curve (step, seconds, completions, accuracy) and its signal fraction per logged step."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     ev = [r for r in rows if "eval/accuracy" in r]
     steps = [r for r in rows if "frac_completions_with_signal" in r]
     return {
-        "eval": [
-            [r["step"], r.get("time/elapsed", 0.0), r.get("num_completions", 0), r["eval/accuracy"]]
-            for r in ev
-        ],
+        "eval": eval_curve(rows),
         "signal": [[r["step"], r["frac_completions_with_signal"], r["frac_reward_zero_std"]] for r in steps],
         "kinds": {k: v for k, v in ev[-1].items() if k.startswith("eval/accuracy/")},
         "kinds_before": {k: v for k, v in ev[0].items() if k.startswith("eval/accuracy/")},
         "unsolved": steps[-1].get("prompts/unsolved"),
     }
-
-
-def first_at(ev: list, threshold: float, col: int) -> float | None:
-    """The seconds (col 1) or completions (col 2) at the first evaluation at or above `threshold`."""
-    return next((row[col] for row in ev if row[3] >= threshold - 1e-12), None)
 
 
 def summarise(results: dict) -> list[dict]:
