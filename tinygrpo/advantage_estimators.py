@@ -51,6 +51,13 @@ def _finish(adv: Tensor, valid: Tensor, zero_std: Tensor) -> tuple[Tensor, Tenso
     return torch.where(keep, adv, torch.zeros_like(adv)).reshape(-1), zero_std
 
 
+def _no_signal(adv: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+    """For estimators whose signal is not "the rewards differ": zero_std marks the groups whose advantages are all
+    0 (ReMax: every sample scored its greedy answer's reward; pass@k: too few wrong samples for k to fail)."""
+    adv = torch.where(valid, adv, torch.zeros_like(adv))
+    return adv.reshape(-1), ~adv.ne(0).any(-1)
+
+
 def opo_advantages(rewards: Tensor, lengths: Tensor, G: int) -> tuple[Tensor, Tensor]:
     """OPO (Hao et al. 2025, "On-Policy RL with Optimal Reward Baseline"; verl's "opo"): A_i = r_i - b with
     b = sum_j l_j r_j / sum_j l_j over the group's valid samples. The variance-optimal baseline when the squared norm
@@ -67,9 +74,10 @@ def pass_at_k_advantages(rewards: Tensor, G: int, k: int) -> tuple[Tensor, Tenso
     R = 1 - C(n - c, k) / C(n, k) and sigma = sqrt(R (1 - R)); a correct sample gets (1 - R) / sigma, a wrong one
     (1 - R - C(n - c - 1, k - 1) / C(n - 1, k - 1)) / sigma. A wrong sample is only pushed down by the chance that
     every group of k it belongs to fails. k = 1 is GRPO's population-std z-score. Groups where R is 0 or 1 (all
-    wrong, or too few wrong for k of them to fail together) get 0."""
-    if not 1 <= k <= G:
-        raise ValueError(f"k must be in [1, G={G}], got {k}")
+    wrong, or too few wrong for k of them to fail together) get 0 and are zero_std (no signal). k = G would leave
+    no signal in any group: k < G."""
+    if not 1 <= k < G:
+        raise ValueError(f"k must be in [1, G={G}), got {k}")
     r, valid, zero_std = _groups(rewards, G)
     if bool(((r != 0) & (r != 1) & valid).any()):
         bad = r[(r != 0) & (r != 1) & valid][0].item()
@@ -86,7 +94,7 @@ def pass_at_k_advantages(rewards: Tensor, G: int, k: int) -> tuple[Tensor, Tenso
             continue
         wrong = (1 - pass_k - math.comb(n - c - 1, k - 1) / math.comb(n - 1, k - 1)) / sigma
         adv[p] = torch.tensor([(1 - pass_k) / sigma if x == 1 else wrong for x in row], dtype=r.dtype)
-    return _finish(adv, valid, zero_std)
+    return _no_signal(adv, valid)
 
 
 def whiten_over_tokens(x: Tensor, lengths: Tensor, valid: Tensor) -> Tensor:
@@ -119,11 +127,13 @@ def reinforce_pp_advantages(
 def remax_advantages(rewards: Tensor, greedy_rewards: Tensor, G: int) -> tuple[Tensor, Tensor]:
     """ReMax (Li et al. 2023, "ReMax: A Simple, Effective, and Efficient RL Method for Aligning LLMs"): A = r - b,
     b the reward of the prompt's greedy completion (P,), one extra greedy decode per prompt. No std scaling. A NaN
-    baseline (no reward applies to the greedy answer) falls back to the group mean."""
-    r, valid, zero_std = _groups(rewards, G)
+    baseline (no reward applies to the greedy answer) falls back to the group mean. A group whose samples all score
+    the same still has signal when the greedy answer scores otherwise (all wrong, greedy right: every sample is
+    pushed down); zero_std marks the groups whose advantages are all 0."""
+    r, valid, _ = _groups(rewards, G)
     mean = r.sum(-1) / valid.sum(-1).clamp(min=1)
     b = torch.where(torch.isnan(greedy_rewards), mean, greedy_rewards.to(r.dtype))
-    return _finish(r - b.unsqueeze(-1), valid, zero_std)
+    return _no_signal(r - b.unsqueeze(-1), valid)
 
 
 def normalize_then_sum(rewards_per_func: Tensor, weights: Tensor, G: int) -> Tensor:

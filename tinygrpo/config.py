@@ -115,7 +115,7 @@ class GRPOConfig:
     )
     train_pass_k: int = field(
         default=4,
-        metadata={"help": "k of advantage_mode pass_at_k, 1 <= k <= num_generations (Chen et al. 2025)."},
+        metadata={"help": "k of advantage_mode pass_at_k, 1 <= k < num_generations (Chen et al. 2025)."},
     )
     multi_objective_aggregation: str = field(
         default="sum_then_normalize",
@@ -257,7 +257,8 @@ class GRPOConfig:
         metadata={
             "help": "rho: train only on the top-rho quantile of completion tokens by entropy, over the mini-batch "
             "of every process (Wang et al. 2025, Beyond the 80/20 Rule, recommend 0.2). 1.0 keeps every token; "
-            "0.0 keeps only the highest-entropy ones."
+            "0.0 keeps only the highest-entropy ones. With a row-level loss (gmpo, a sequence-level ratio) the mask "
+            "scales each row's loss by its share of kept tokens rather than selecting tokens (as in TRL)."
         },
     )
     entropy_coef: float = field(
@@ -503,9 +504,10 @@ class GRPOConfig:
         _choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         _choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
         _choice("multi_objective_aggregation", self.multi_objective_aggregation, MULTI_OBJECTIVE_AGGREGATIONS)
-        if self.advantage_mode == "pass_at_k" and not 1 <= self.train_pass_k <= self.num_generations:
+        if self.advantage_mode == "pass_at_k" and not 1 <= self.train_pass_k < self.num_generations:
             raise ConfigError(
-                f"train_pass_k must be in [1, num_generations={self.num_generations}], got {self.train_pass_k}"
+                f"train_pass_k must be in [1, num_generations={self.num_generations}) (k = G leaves no signal), got "
+                f"{self.train_pass_k}"
             )
         _choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
         _choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)

@@ -26,6 +26,11 @@ from torch import Tensor
 from .core import log_importance_weights
 
 
+def _scalar(x: float, like: Tensor) -> Tensor:
+    """A Python number as a 0-d tensor of `like`'s dtype (torch.where on Python floats would round it to float32)."""
+    return torch.tensor(x, dtype=like.dtype, device=like.device)
+
+
 def _on_policy(logp: Tensor, old_logp: Tensor | None) -> Tensor:
     return logp.detach() if old_logp is None else old_logp
 
@@ -58,12 +63,14 @@ def cispo_surrogate(
 
     The importance weight is truncated and detached, and multiplies the REINFORCE term: no token's gradient is ever
     zeroed (PPO's clip drops the tokens outside the trust region), only its weight capped. epsilon_high is the cap
-    itself, not 1 + epsilon (ScaleRL recommends 5). "high_clipped": tokens whose weight was capped."""
+    itself, not 1 + epsilon (ScaleRL recommends 5). "high_clipped": tokens of positive advantage whose weight was
+    capped (TRL's cispo_clip_ratio)."""
     old_logp = _on_policy(logp, old_logp)
     ratio = torch.exp(log_importance_weights(logp, old_logp, mask, importance_sampling_level)).detach()
     weight = torch.clamp(ratio, max=epsilon_high)  # (B, T) or (B, 1)
     per_token = -(weight * advantages.unsqueeze(-1).to(logp.dtype) * logp)  # (B, T)
-    return per_token, _stats(ratio, logp, high=ratio > epsilon_high)
+    capped = (ratio > epsilon_high) & (advantages.unsqueeze(-1) > 0)  # TRL's cispo_clip_ratio
+    return per_token, _stats(ratio, logp, high=capped)
 
 
 def sapo_surrogate(
@@ -87,7 +94,7 @@ def sapo_surrogate(
         log_importance_weights(logp, old_logp, mask, importance_sampling_level)
     )  # (B, T) | (B, 1)
     adv = advantages.unsqueeze(-1).to(logp.dtype)  # (B, 1)
-    tau = torch.where(adv > 0, temperature_pos, temperature_neg).to(logp.dtype)  # (B, 1)
+    tau = torch.where(adv > 0, _scalar(temperature_pos, logp), _scalar(temperature_neg, logp))  # (B, 1)
     per_token = -(torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv)
     return per_token.expand_as(logp), _stats(ratio, logp)
 
@@ -111,8 +118,8 @@ def vespo_weights(
     seq = torch.where(mask.bool(), log_ratio, torch.zeros_like(log_ratio)).sum(-1, keepdim=True)  # (B, 1)
     log_w = torch.clamp(seq, math.log(1e-8), 20.0)
     nonneg = advantages.unsqueeze(-1) >= 0  # (B, 1)
-    k = torch.where(nonneg, k_pos, k_neg).to(logp.dtype)
-    lam = torch.where(nonneg, lambda_pos, lambda_neg).to(logp.dtype).clamp(min=1e-4)
+    k = torch.where(nonneg, _scalar(k_pos, logp), _scalar(k_neg, logp))
+    lam = torch.where(nonneg, _scalar(lambda_pos, logp), _scalar(lambda_neg, logp)).clamp(min=1e-4)
     log_phi = lam + k * log_w - lam * torch.exp(log_w)
     return torch.exp(log_phi).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
@@ -191,7 +198,10 @@ def entropy_threshold(entropies: Tensor, top_entropy_quantile: float) -> Tensor:
     process's completion tokens): torch.quantile at 1 - rho, linear interpolation (as TRL). Empty pool: +inf."""
     if entropies.numel() == 0:
         return torch.full((), math.inf, dtype=entropies.dtype)
-    return torch.quantile(entropies.float(), 1.0 - top_entropy_quantile).to(entropies.dtype)
+    x = (
+        entropies.float() if entropies.dtype in (torch.float16, torch.bfloat16) else entropies
+    )  # quantile: no half
+    return torch.quantile(x, 1.0 - top_entropy_quantile).to(entropies.dtype)
 
 
 def high_entropy_mask(entropies: Tensor, mask: Tensor, threshold: Tensor | float) -> Tensor:

@@ -69,8 +69,8 @@ VARIANTS: dict[str, tuple[list[str], str]] = {
     "rloo": ("--advantage_mode rloo".split(), "leave-one-out group baseline (RLOO, Ahmadian et al. 2024)"),
     "reinforce": ("--advantage_mode reinforce".split(), "raw reward, no baseline (REINFORCE, Williams 1992)"),
     "gspo": (
-        "--importance_sampling_level sequence".split(),
-        "length-normalised sequence-level ratio (GSPO, Zheng et al. 2025)",
+        "--importance_sampling_level sequence --loss_type grpo".split(),
+        "length-normalised sequence-level ratio, per-sequence loss as in the paper (GSPO, Zheng et al. 2025)",
     ),
     "cispo": (
         "--loss_type cispo --epsilon_high 5.0".split(),
