@@ -11,6 +11,7 @@ import pytest
 import torch
 from _lm import encode
 
+import tiny_lm.grouped_layout as grouped_layout
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tiny_lm.grouped_layout import FrameCache
 from tinygrpo.backend import CacheDecoder, GenericBackend, GroupedBackend, select_backend
@@ -36,6 +37,13 @@ def completions_with_eos(P: int, G: int, Tc: int, seed: int) -> tuple[torch.Tens
     return ids, mask
 
 
+@pytest.fixture(params=["group", "per_sample"])
+def attention(request, monkeypatch):
+    """Both attention layouts of the fast path: one group sequence per prompt, or per sample (grouped_layout)."""
+    monkeypatch.setattr(grouped_layout, "MAX_GROUP_SEQUENCE", 10**9 if request.param == "group" else 0)
+    return request.param
+
+
 @pytest.mark.parametrize(
     "P, G, Tc",
     [
@@ -45,7 +53,7 @@ def completions_with_eos(P: int, G: int, Tc: int, seed: int) -> tuple[torch.Tens
         (1, 8, 3),  # a single prompt, a larger group
     ],
 )
-def test_grouped_logits_equal_the_generic_forward(model, tok, P, G, Tc):
+def test_grouped_logits_equal_the_generic_forward(model, tok, P, G, Tc, attention):
     ids, pmask = encode(tok, PROMPTS[:P])
     comp, cmask = completions_with_eos(P, G, Tc, seed=P * 100 + G * 10 + Tc)
     want = completion_logits(model, ids, pmask, comp, G, backend=GenericBackend())
@@ -57,7 +65,28 @@ def test_grouped_logits_equal_the_generic_forward(model, tok, P, G, Tc):
     assert packed[~m.expand_as(packed)].abs().sum() == 0  # positions the mask leaves out are not computed
 
 
-def test_grouped_gradients_equal_the_generic_forward(model, tok):
+def test_a_large_group_attends_per_sample_with_memory_linear_in_G(model, tok):
+    """Past MAX_GROUP_SEQUENCE slots the layout attends per sample: its mask is one sample's sequence, whatever G
+    (the group-sequence mask would be (Tp + G * Tq)^2 per prompt), and the logits are the generic forward's."""
+    P, Tc = 2, 5
+    ids, pmask = encode(tok, PROMPTS[:P])
+    shapes = {}
+    for G in (16, 64):
+        comp, cmask = completions_with_eos(P, G, Tc, seed=G)
+        layout = model.grouped_layout(ids, pmask, comp, G, cmask)
+        assert layout.per_sample and layout.num_slots == P * ids.size(1) + P * G * (Tc - 1)
+        shapes[G] = tuple(layout.mask.shape)
+        want = completion_logits(model, ids, pmask, comp, G, backend=GenericBackend())
+        got = model.grouped_logits(layout)
+        keep = cmask[..., None].bool().expand_as(got)
+        torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=0)
+    assert shapes[16] == shapes[64] == (P, 1, ids.size(1) + Tc - 1, ids.size(1) + Tc - 1)
+    comp, cmask = completions_with_eos(P, 2, Tc, seed=0)
+    small = model.grouped_layout(ids, pmask, comp, 2, cmask)
+    assert not small.per_sample  # a short group sequence is attended as one
+
+
+def test_grouped_gradients_equal_the_generic_forward(model, tok, attention):
     """The loss a trainer builds (masked log-probs of the sampled tokens, weighted): same gradient on every
     parameter, though the fast path never feeds the tokens after EOS."""
     P, G, Tc = 5, 3, 5
@@ -143,7 +172,7 @@ def test_a_model_with_dropout_gets_the_generic_backend(model):
     assert isinstance(select_backend(model, prefer_grouped=False), GenericBackend)
 
 
-def test_one_layout_serves_every_forward_and_follows_its_inputs(model, tok):
+def test_one_layout_serves_every_forward_and_follows_its_inputs(model, tok, attention):
     """A layout is built once per batch and scores it with any model; frames come from the caller's cache."""
     ids, pmask = encode(tok, PROMPTS)
     comp, cmask = completions_with_eos(len(PROMPTS), 2, 4, seed=6)

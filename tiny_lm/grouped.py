@@ -128,17 +128,18 @@ def grouped_logits(w: GroupedWeights, lay: GroupLayout) -> torch.Tensor:
 
     Position t holds the distribution the model gave completion token t. Positions the layout does not feed (after
     a row's last scored token) are 0. Attention runs per prompt on one "group sequence" of L = Tp + G * Tq slots:
-    one attention call over P sequences instead of a prompt pass plus P * G tiny ones.
+    one attention call over P sequences instead of a prompt pass plus P * G tiny ones; past MAX_GROUP_SEQUENCE
+    slots, per sample (its prompt's keys and its own: memory linear in G; tiny_lm/grouped_layout.py).
     """
     P = lay.P
-    L = lay.mask.size(-1)
     x = _embed(w, lay.ids, lay.pos)  # (P*Tp + N, C)
     last = len(w.layers) - 1
     for i, layer in enumerate(w.layers):
         qkv = _qkv(layer, x)  # (P*Tp + N, 3C)
-        dense = qkv.new_zeros(P * L, qkv.size(1)).index_copy(0, lay.slots, qkv)  # unused slots stay 0, unseen
-        q, k, v = _split_heads(dense, (P, L), w.n_head)  # (P, nh, L, hd)
-        y = _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=lay.mask))  # (P * L, C)
+        dense = qkv.new_zeros(lay.num_slots, qkv.size(1)).index_copy(
+            0, lay.slots, qkv
+        )  # unused slots: 0, unseen
+        y = _attention(dense, lay, w.n_head)  # (num_slots, C)
         if i == last:
             # After the last attention only the rows that give logits matter: no projection or MLP for the other
             # prompt tokens.
@@ -154,6 +155,27 @@ def grouped_logits(w: GroupedWeights, lay: GroupLayout) -> torch.Tensor:
     return (
         lg.new_zeros(lay.B * lay.Tc, lg.size(1)).index_copy(0, lay.logit_rows, vals).view(lay.B, lay.Tc, -1)
     )
+
+
+def _attention(dense: torch.Tensor, lay: GroupLayout, n_head: int) -> torch.Tensor:
+    """(num_slots, 3C) q, k, v in the layout's slots -> (num_slots, C) attention outputs."""
+    P = lay.P
+    if not lay.per_sample:  # one masked SDPA over the P group sequences
+        q, k, v = _split_heads(dense, (P, lay.num_slots // P), n_head)  # (P, nh, L, hd)
+        return _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=lay.mask))  # (P * L, C)
+    G, Tp, Tq = lay.G, lay.Tp, lay.Tc - 1
+    qp, kp, vp = _split_heads(
+        dense[: P * Tp], (P, Tp), n_head
+    )  # (P, nh, Tp, hd): the prompts among themselves
+    yp = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=lay.mask[:, :, :Tp, :Tp])
+    qc, kc, vc = _split_heads(dense[P * Tp :], (P, G, Tq), n_head)  # (P, G, nh, Tq, hd): each sample's inputs
+    # Its prompt's keys and values (one copy per sample: memory linear in G), then its own.
+    k = torch.cat([kp.unsqueeze(1).expand(-1, G, -1, -1, -1), kc], dim=-2)  # (P, G, nh, Tp + Tq, hd)
+    v = torch.cat([vp.unsqueeze(1).expand(-1, G, -1, -1, -1), vc], dim=-2)
+    yc = F.scaled_dot_product_attention(
+        qc, k, v, attn_mask=lay.mask[:, None, :, Tp:]
+    )  # (P, 1, 1, Tq, Tp + Tq)
+    return torch.cat([_merge_heads(yp), _merge_heads(yc)])  # (P*Tp + B*Tq, C)
 
 
 class GroupedDecoder:

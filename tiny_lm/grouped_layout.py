@@ -5,6 +5,11 @@ flat matrix of tokens. Attention needs the structure back: each prompt's "group 
 (the left-padded prompt, then each sample's Tq = Tc - 1 input tokens), with a mask that lets a completion token see
 its prompt's real tokens and its own sample's earlier tokens, never another sample's.
 
+That group sequence costs P * L^2 in the attention mask and scores, quadratic in G. Past MAX_GROUP_SEQUENCE slots the
+layout is "per sample" instead: the prompts attend among themselves (P sequences of Tp), and each sample's Tq inputs
+attend to its prompt's keys and values (shared, broadcast over the G samples) and its own: P * G * Tq * (Tp + Tq),
+linear in G. The same math either way (tests compare both with the model's own forward), summed in another order.
+
 - A `PromptFrame` is the part of that structure that depends only on the prompts' padding and the shape (P, G, Tc):
   positions, slots and the attention mask. A `FrameCache` keeps the frames a caller asks for repeatedly (a trainer
   asks up to three times a step, and equal-length prompts give the same frame every step).
@@ -24,6 +29,14 @@ from dataclasses import dataclass
 import torch
 
 NEG_INF = float("-inf")
+# The longest group sequence (Tp + G * Tq slots) attended as one: beyond it, per-sample attention (memory linear in
+# G). The default GRPO batch (G = 8, 4-token answers to ~6-token prompts) has L ~ 30.
+MAX_GROUP_SEQUENCE = 64
+
+
+def per_sample_attention(Tp: int, G: int, Tq: int) -> bool:
+    """Whether a layout of these sizes attends per sample (see the module docstring)."""
+    return G * Tq > 0 and Tp + G * Tq > MAX_GROUP_SEQUENCE
 
 
 @dataclass(frozen=True)
@@ -31,9 +44,11 @@ class PromptFrame:
     """What a layout needs from the prompts' padding and the shape (P, G, Tc). A completion input is indexed
     (b, t): completion b, its token t < Tq = Tc - 1."""
 
-    mask: torch.Tensor  # (P, 1, L, L) additive attention mask over a group sequence (0 = may attend, -inf)
+    # (P, 1, L, L) additive attention mask over a group sequence (0 = may attend, -inf); per sample, the mask of
+    # one sample's sequence (P, 1, Tp + Tq, Tp + Tq): its first Tp rows the prompts', its last Tq every sample's
+    mask: torch.Tensor
     prompt_pos: torch.Tensor  # (P*Tp,) positions of the prompt tokens (a prompt's first real token is 0)
-    prompt_slots: torch.Tensor  # (P*Tp,) their slots in the (P * L) group sequences
+    prompt_slots: torch.Tensor  # (P*Tp,) their slots in the (P * L) group sequences (per sample: P*Tp + B*Tq)
     last_cols: torch.Tensor  # (P,) row of each prompt's last column in the flat token matrix
     last_slots: torch.Tensor  # (P,) and its slot in the group sequences
     first_rows: torch.Tensor  # (B,) b * Tc: where each completion's first logits go in the (B * Tc) result
@@ -41,6 +56,8 @@ class PromptFrame:
     prompt_len: torch.Tensor  # (P,) real tokens per prompt: the position of its first completion token
     longest: int  # the longest prompt
     padded: bool  # some prompt is shorter than Tp
+    per_sample: bool = False  # per-sample attention (per_sample_attention)
+    slots: int = 0  # rows of the slot space: P * L, or P * Tp + B * Tq per sample
 
 
 @dataclass(frozen=True)
@@ -56,10 +73,12 @@ class GroupLayout:
     ids: torch.Tensor  # (P*Tp + N,) token ids: every prompt token, then the completion tokens fed
     pos: torch.Tensor  # (P*Tp + N,) their positions
     slots: torch.Tensor  # (P*Tp + N,) their slot in the (P * L) group sequences
-    mask: torch.Tensor  # (P, 1, L, L) additive attention mask over a group sequence
+    mask: torch.Tensor  # the frame's (PromptFrame.mask)
     out_rows: torch.Tensor  # (P + N,) rows giving logits: each prompt's last column, then completion tokens
     out_slots: torch.Tensor  # (P + N,) their slots in the group sequences
     logit_rows: torch.Tensor  # (B + N,) where those logits go in the (B * Tc) result (a prompt's, G times)
+    per_sample: bool = False  # per-sample attention (per_sample_attention)
+    num_slots: int = 0  # rows of the slot space
 
 
 class FrameCache:
@@ -102,33 +121,37 @@ def prompt_frame(prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype)
     P, Tp = prompt_mask.shape
     Tq = max(Tc - 1, 0)
     B, L = P * G, Tp + G * Tq
+    per_sample = per_sample_attention(Tp, G, Tq)
     dev = prompt_mask.device
     ppos, plen = prompt_geometry(prompt_mask)
     b = torch.arange(B, device=dev)[:, None]  # (B, 1)
     t = torch.arange(Tq, device=dev)[None, :]  # (1, Tq)
     ar_p = torch.arange(P, device=dev)
+    if per_sample:  # the prompts' P * Tp slots, then each sample's Tq
+        slot_c, prompt_stride, num_slots = P * Tp + b * Tq + t, Tp, P * Tp + B * Tq
+    else:  # prompt b // G's group sequence, after its prompt and earlier samples
+        slot_c, prompt_stride, num_slots = (b // G) * L + Tp + (b % G) * Tq + t, L, P * L
     grid = torch.stack(
         torch.broadcast_tensors(
             plen.repeat_interleave(G)[:, None] + t,  # position: the prompt's length, then t
-            (b // G) * L
-            + Tp
-            + (b % G) * Tq
-            + t,  # slot: prompt b // G's sequence, after its prompt and earlier samples
+            slot_c,
             b * Tc + t + 1,  # result row: input t of completion b gives the logits that score its token t + 1
         )
     )
-    keep = group_visibility(prompt_mask, G, Tq)
+    keep = group_visibility(prompt_mask, 1 if per_sample else G, Tq)
     return PromptFrame(
         mask=torch.zeros(keep.shape, dtype=dtype, device=dev).masked_fill(~keep, NEG_INF),
         prompt_pos=ppos.reshape(-1),
-        prompt_slots=(ar_p[:, None] * L + torch.arange(Tp, device=dev)).reshape(-1),
+        prompt_slots=(ar_p[:, None] * prompt_stride + torch.arange(Tp, device=dev)).reshape(-1),
         last_cols=ar_p * Tp + Tp - 1,
-        last_slots=ar_p * L + Tp - 1,
+        last_slots=ar_p * prompt_stride + Tp - 1,
         first_rows=b.view(-1) * Tc,
         grid=grid,
         prompt_len=plen,
         longest=int(plen.max()) if P else 0,
         padded=not bool(prompt_mask.all()),
+        per_sample=per_sample,
+        slots=num_slots,
     )
 
 
@@ -212,4 +235,6 @@ def group_layout(
         out_rows=torch.cat([fr.last_cols, torch.arange(Np, Np + N, device=dev)]),
         out_slots=torch.cat([fr.last_slots, slot_c]),
         logit_rows=torch.cat([fr.first_rows, row_c]),
+        per_sample=fr.per_sample,
+        num_slots=fr.slots,
     )
