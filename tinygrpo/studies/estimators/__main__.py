@@ -1,0 +1,7 @@
+"""python -m tinygrpo.studies.estimators"""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
