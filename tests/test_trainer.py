@@ -793,12 +793,14 @@ def test_mask_truncated_completions_leaves_truncated_rows_out_of_the_gradient(se
 
 
 @pytest.mark.slow
-def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--top_entropy_quantile", "0.5"]], ids=["plain", "top_entropy"])
+def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path, extra):
     # The same global batch on 1 and on 2 processes gives the same gradient. Greedy sampling (top_k 1) makes the
     # completions independent of each process's generator; a reward that alternates with the row index, taken as
     # the advantage (advantage_mode reinforce: identical completions with centred advantages would cancel), gives
     # every group the same non-zero signal. DDP averages gradients over processes, so the dapo normaliser must be
-    # the global token count divided by the number of processes: without the division the gradient halves.
+    # the global token count divided by the number of processes: without the division the gradient halves. With
+    # top_entropy_quantile the entropy threshold is a quantile of every process's tokens (gathered), as on one.
     (tmp_path / "alt.py").write_text(
         "def alternate(completions, **kw):\n    return [float(i % 2) for i in range(len(completions))]\n"
     )
@@ -811,6 +813,7 @@ def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path)
         *"--disable_tqdm true --make_plots false --dynamic_sampling false --top_k 1 --reward_funcs".split(),
         f"{tmp_path / 'alt.py'}:alternate",
         *"--loss_type dapo --advantage_mode reinforce --torch_num_threads 1".split(),
+        *extra,
     ]
     one = tmp_path / "one"
     assert train_grpo.main([*common, "--per_device_train_batch_size", "32", "--output_dir", str(one)]) == 0

@@ -100,9 +100,8 @@ class EntropyCoefficient:
     is applied only while the entropy is at or below the target. Checkpointed with the trainer's state."""
 
     value: float
-    last_entropy: float = (
-        math.inf
-    )  # the mean per-token entropy of the last optimizer step, over every process
+    # the mean per-token entropy of the last optimizer step, over every process
+    last_entropy: float = math.inf
 
     def applied(self, cfg: GRPOConfig) -> float:
         """The coefficient this optimizer step's loss uses (set at the end of the previous step, as in TRL)."""
@@ -180,14 +179,14 @@ def grpo_loss(
         STAT_NAMES + (("kl",) if cfg.kl_in_loss else ()) + (ENTROPY_STATS if cfg.use_adaptive_entropy else ())
     )
     if inputs.dummy:  # a forward that DDP needs, and a zero loss: every parameter gets an exact zero gradient
+        if cfg.top_entropy_quantile < 1 and gather:
+            gather(logits.new_zeros(0))  # the other processes pool their tokens: take part, with none
         return logits.sum() * 0.0, LossStats(names, logits.new_zeros(len(names)))
     sub = inputs.batch
     mask = sub.completion_mask
     logp = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)  # (n, Tc)
-    # With an entropy bonus the entropy is differentiated; otherwise it is a statistic (and a token mask).
-    entropy = entropy_from_logits(
-        logits if cfg.entropy_bonus else logits.detach(), cfg.temperature
-    )  # (n, Tc)
+    # (n, Tc). With an entropy bonus the entropy is differentiated; otherwise it is a statistic (and a token mask).
+    entropy = entropy_from_logits(logits if cfg.entropy_bonus else logits.detach(), cfg.temperature)
     per_token, st = policy_surrogate(logp, inputs.old_logps, sub.advantages, mask, cfg)
     if cfg.off_policy_mask_threshold is not None:
         per_token = per_token * off_policy_mask(
