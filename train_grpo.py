@@ -76,6 +76,13 @@ def main(argv: list[str] | None = None) -> int:
             log_with="tensorboard" if cfg.report_to == "tensorboard" else None,
             project_dir=cfg.output_dir,
         )
+        if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and acc.distributed_type != "FSDP":
+            # accelerate drops FSDP when it runs on CPU (cpu=True): say so rather than let the user believe it.
+            acc.print(
+                f"note: the accelerate config asks for FSDP, but on CPU accelerate runs {acc.num_processes} "
+                f"process(es) as {acc.distributed_type.value} (plain data parallelism, every process holding the "
+                "whole model): accelerate's FSDP needs GPUs"
+            )
         world = int(os.environ.get("WORLD_SIZE", "1"))
         asked = launch.launcher_processes() if "WORLD_SIZE" not in os.environ else world
         if world != acc.num_processes or asked != acc.num_processes:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _runs import launch_two, reference_trainer
+from _runs import ENV, LAUNCH, cli, launch_two, reference_trainer
 from _trainer_table import ANSWERS, N_ANS, N_B, N_Q, build_table_policy, build_table_tokenizer
 from safetensors.torch import load_file
 from torch.distributions import Categorical
@@ -278,6 +278,21 @@ def test_sample_completions_mask_ends_at_first_eos(seed_reference):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_fsdp_config_on_cpu_says_it_runs_data_parallel(seed_reference, tmp_path):
+    # accelerate drops FSDP on CPU (cpu=True): the run goes on as plain data parallelism, and says so in one line
+    # instead of letting the user believe the model is sharded.
+    out = tmp_path / "fsdp"
+    cmd = [*LAUNCH, "--config_file", str(REPO / "configs/accelerate/fsdp.yaml"), "train_grpo.py"]
+    cmd += cli(seed_reference, out, *"--max_steps 1 --save_steps 0 --eval_split none".split())
+    proc = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [
+        line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("note: the accelerate")
+    ]
+    assert len(notes) == 1 and "as MULTI_CPU" in notes[0] and "2 process(es)" in notes[0], notes
+
+
 def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_path):
     # `accelerate launch --cpu --num_processes 2` starts ONE process (its simple launcher ignores num_processes
     # without mpirun); two CPU ranks need the torchrun launcher (--multi_gpu) plus ACCELERATE_USE_CPU, which makes
