@@ -25,6 +25,7 @@ from .core import group_advantages
 
 GROUP_MODES = ("grpo", "rloo", "reinforce")
 ADVANTAGE_MODES = (*GROUP_MODES, "opo", "pass_at_k", "reinforce_pp", "reinforce_pp_baseline", "remax")
+LENGTH_MODES = ("opo", "reinforce_pp", "reinforce_pp_baseline")  # the estimators that read completion lengths
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 WHITEN_EPS = 1e-8  # verl's masked_whiten
 GDPO_EPS = 1e-4  # TRL's
@@ -141,18 +142,10 @@ def normalize_then_sum(rewards_per_func: Tensor, weights: Tensor, G: int) -> Ten
     multi_objective_aggregation="normalize_then_sum"): each reward function's rewards z-scored in their group
     ((r - mean) / (unbiased std + 1e-4), NaN left out), then the weighted sum over functions. (N, F), (F,) -> (N,);
     NaN where every function returned None. A reward with a small spread is not drowned by one with a large one."""
-    N, F = rewards_per_func.shape
-    x = rewards_per_func.view(-1, G, F)
-    valid = ~torch.isnan(x)
-    n = valid.sum(1, keepdim=True).to(x.dtype)
-    x0 = torch.where(valid, x, torch.zeros_like(x))
-    mean = x0.sum(1, keepdim=True) / n.clamp(min=1)
-    var = torch.where(valid, (x - mean).square(), torch.zeros_like(x)).sum(1, keepdim=True) / (n - 1).clamp(
-        min=1
-    )
-    z = torch.where(valid, (x - mean) / (var.sqrt() + GDPO_EPS), torch.zeros_like(x))
-    out = (z * weights.to(x.dtype)).sum(-1).reshape(-1)
-    return torch.where(valid.reshape(N, F).any(-1), out, torch.full_like(out, math.nan))
+    # Each function's column is GRPO's group z-score (unbiased std, eps 1e-4; NaN and all-equal groups -> 0).
+    z = torch.stack([group_advantages(col, G, eps=GDPO_EPS)[0] for col in rewards_per_func.unbind(-1)], -1)
+    out = (z * weights.to(z.dtype)).sum(-1)  # (N,)
+    return torch.where((~torch.isnan(rewards_per_func)).any(-1), out, torch.full_like(out, math.nan))
 
 
 def advantages(

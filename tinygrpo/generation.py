@@ -22,11 +22,11 @@ import torch.nn as nn
 
 from rewards import EOS, RewardError, combine_rewards, compute_rewards
 
-from .advantage_estimators import GROUP_MODES, advantages
+from .advantage_estimators import LENGTH_MODES, advantages
 from .backend import Backend
 from .batch import Batch, concat_batches
 from .config import GRPOConfig
-from .core import group_advantages, selective_log_softmax
+from .core import selective_log_softmax
 from .distributed import Processes
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
@@ -204,11 +204,7 @@ class BatchGenerator:
             s = self.sample(idx, temperature)
             rounds.append(s)
             adv, zero_std = self.advantages(
-                s.shaped_rewards(cfg.beta),
-                s.completion_mask.sum(1),
-                s.rewards_per_func,
-                s.greedy_rewards,
-                scale_rewards="group" if cfg.scale_rewards == "batch" else cfg.scale_rewards,
+                s.shaped_rewards(cfg.beta), s, "group" if cfg.scale_rewards == "batch" else cfg.scale_rewards
             )
             hit = torch.nonzero(~zero_std).flatten()
             if hit.numel():
@@ -243,14 +239,7 @@ class BatchGenerator:
         t1 = time.perf_counter()
 
         lengths = ro.completion_mask.sum(1)  # (n,) tokens per completion, EOS included
-        ids = [row[:n] for row, n in zip(completion_ids.tolist(), lengths.tolist(), strict=True)]
-        completions = decode_rows(self.tokenizer, ids, self._decoded)
-        prompts = [self.prompts.texts[i] for i in idx for _ in range(G)]
-        columns = {c: [v[i] for i in idx for _ in range(G)] for c, v in self.prompts.columns.items()}
-        rw = self.rewards
-        per_func = compute_rewards(rw.funcs, rw.names, prompts, completions, ids, columns, rw.kwargs)
-        per_func = per_func.astype(np.float32)  # (n, F), NaN = None
-        rewards = torch.from_numpy(combine_rewards(per_func, rw.weights).astype(np.float32))  # (n,)
+        prompts, completions, per_func, rewards = self.score(idx, completion_ids, lengths, G)
         greedy = self.greedy_rewards(idx, prompt_ids, prompt_mask) if cfg.advantage_mode == "remax" else None
         t2 = time.perf_counter()
         if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer
@@ -268,13 +257,28 @@ class BatchGenerator:
             lengths,
             prompts,
             completions,
-            torch.from_numpy(per_func),
+            per_func,
             rewards,
             t1 - t0,
             t2 - t1,
             greedy,
             kl,
         )
+
+    def score(
+        self, idx: list[int], completion_ids: torch.Tensor, lengths: torch.Tensor, reps: int
+    ) -> tuple[list[str], list[str], torch.Tensor, torch.Tensor]:
+        """Decode and score `reps` completions of each prompt of `idx` (rows grouped by prompt): each row's prompt
+        and completion text, the (n, F) float32 rewards of each function (NaN = None) and their (n,) weighted sum."""
+        ids = [row[:n] for row, n in zip(completion_ids.tolist(), lengths.tolist(), strict=True)]
+        completions = decode_rows(self.tokenizer, ids, self._decoded)
+        prompts = [self.prompts.texts[i] for i in idx for _ in range(reps)]
+        columns = {c: [v[i] for i in idx for _ in range(reps)] for c, v in self.prompts.columns.items()}
+        rw = self.rewards
+        per_func = compute_rewards(rw.funcs, rw.names, prompts, completions, ids, columns, rw.kwargs)
+        per_func = per_func.astype(np.float32)  # (n, F), NaN = None
+        rewards = torch.from_numpy(combine_rewards(per_func, rw.weights).astype(np.float32))  # (n,)
+        return prompts, completions, torch.from_numpy(per_func), rewards
 
     @torch.inference_mode()
     def sequence_kl(
@@ -303,34 +307,24 @@ class BatchGenerator:
             temperature=0,
             backend=self.backend,
         )
-        lengths = ro.completion_mask.sum(1).tolist()
-        ids = [row[:n] for row, n in zip(ro.completion_ids.tolist(), lengths, strict=True)]
-        completions = decode_rows(self.tokenizer, ids, self._decoded)
-        prompts = [self.prompts.texts[i] for i in idx]
-        columns = {c: [v[i] for i in idx] for c, v in self.prompts.columns.items()}
-        rw = self.rewards
-        per_func = compute_rewards(rw.funcs, rw.names, prompts, completions, ids, columns, rw.kwargs)
-        return torch.from_numpy(combine_rewards(per_func.astype(np.float32), rw.weights).astype(np.float32))
+        return self.score(idx, ro.completion_ids, ro.completion_mask.sum(1), 1)[3]
 
     def advantages(
-        self,
-        rewards: torch.Tensor,
-        lengths: torch.Tensor,
-        per_func: torch.Tensor,
-        greedy: torch.Tensor | None,
-        scale_rewards: str,
+        self, rewards: torch.Tensor, s: Samples, scale_rewards: str, gather=lambda t: t
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """advantage_estimators.advantages with the run's settings; the inputs are gathered or local alike."""
+        """advantage_estimators.advantages of `rewards` (the shaped rewards of `s`, gathered or local) with the run's
+        settings; of the rest of `s` only what the estimator reads is gathered."""
         cfg = self.cfg
+        gdpo = cfg.multi_objective_aggregation == "normalize_then_sum"
         return advantages(
             rewards,
             self.G,
             mode=cfg.advantage_mode,
             scale_rewards=scale_rewards,
-            lengths=lengths,
-            greedy_rewards=greedy,
+            lengths=gather(s.completion_mask.sum(1)) if cfg.advantage_mode in LENGTH_MODES else None,
+            greedy_rewards=None if s.greedy_rewards is None else gather(s.greedy_rewards),
             k=cfg.train_pass_k,
-            rewards_per_func=per_func,
+            rewards_per_func=gather(s.rewards_per_func) if gdpo else None,
             reward_weights=torch.tensor(self.rewards.weights),
             multi_objective_aggregation=cfg.multi_objective_aggregation,
         )
@@ -354,20 +348,8 @@ class BatchGenerator:
                 f"nothing to learn from; check the reward functions ({', '.join(rw.names)}) and the dataset's "
                 f"columns"
             )
-        simple = cfg.multi_objective_aggregation == "sum_then_normalize" and not cfg.use_kl_in_reward
-        if cfg.advantage_mode in GROUP_MODES and simple:
-            adv, zero_std = group_advantages(  # (the common case: nothing else to gather)
-                all_rewards, G, mode=cfg.advantage_mode, scale_rewards=cfg.scale_rewards
-            )
-        else:
-            gather = self.procs.gather
-            adv, zero_std = self.advantages(
-                gather(s.shaped_rewards(cfg.beta)),
-                gather(s.completion_mask.sum(1)),
-                gather(s.rewards_per_func),
-                None if s.greedy_rewards is None else gather(s.greedy_rewards),
-                cfg.scale_rewards,
-            )
+        shaped = all_rewards if s.kl is None else all_rewards - cfg.beta * self.procs.gather(s.kl)
+        adv, zero_std = self.advantages(shaped, s, cfg.scale_rewards, self.procs.gather)
         self.rewarded = True
         if self.stats is not None:
             self.stats.update(global_idx, all_rewards, G)
