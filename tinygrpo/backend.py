@@ -209,3 +209,44 @@ class PolicyForward(nn.Module):
 
     def forward(self, layout: Any) -> torch.Tensor:
         return self.backend.logits(self.model, layout)
+
+
+class AutocastBackend:
+    """Another backend's forwards under `torch.autocast` (bf16: TRL's `bf16`): the matmuls run in bfloat16, the
+    weights, gradients and optimizer stay float32. Logits come out in bfloat16; `selective_log_softmax` and the
+    sampler turn them into float32 before any log-softmax or cumulative sum."""
+
+    def __init__(self, inner: Backend, device_type: str, dtype: torch.dtype = torch.bfloat16) -> None:
+        self.inner, self.device_type, self.dtype = inner, device_type, dtype
+        self.name = f"{inner.name}+{str(dtype).removeprefix('torch.')}"
+        self.mode_independent = inner.mode_independent
+
+    def autocast(self) -> torch.autocast:
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def decoder(self, model, prompt_ids, prompt_mask, G):
+        with self.autocast():
+            return _AutocastDecoder(self.inner.decoder(model, prompt_ids, prompt_mask, G), self)
+
+    def layout(self, model, prompt_ids, prompt_mask, completion_ids, G, completion_mask=None):
+        return self.inner.layout(model, prompt_ids, prompt_mask, completion_ids, G, completion_mask)
+
+    def logits(self, model, layout):
+        with self.autocast():
+            return self.inner.logits(model, layout)
+
+
+class _AutocastDecoder:
+    def __init__(self, inner: Decoder, backend: AutocastBackend) -> None:
+        self.inner, self.backend = inner, backend
+
+    @property
+    def logits(self) -> torch.Tensor:
+        return self.inner.logits
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.inner.keep(rows)
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        with self.backend.autocast():
+            return self.inner.step(tokens)

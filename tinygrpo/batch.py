@@ -48,7 +48,7 @@ class Batch:
 
 def group_rows(groups: torch.Tensor, G: int) -> torch.Tensor:
     """(k,) group indices -> (k*G,) their completion rows."""
-    return (groups[:, None] * G + torch.arange(G)).reshape(-1)
+    return (groups[:, None] * G + torch.arange(G, device=groups.device)).reshape(-1)
 
 
 def concat_batches(parts: list[Batch], pad_id: int, temperature: float = 1.0) -> Batch:

@@ -200,6 +200,14 @@ class GRPOConfig:
             "FSDP, which shards the parameters the fast path reads."
         },
     )
+    bf16: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the forwards (sampling, reference, policy) under torch.autocast in bfloat16, as TRL's bf16 "
+            "(mixed precision: weights, gradients and AdamW stay float32; log-probs are taken in float32). "
+            "BFLOAT16 training: Kalamkar et al. 2019. For GPUs; on a CPU it is slower at these sizes."
+        },
+    )
     skip_zero_advantage_groups: bool = field(
         default=True,
         metadata={

@@ -20,21 +20,23 @@ class Processes:
         self.rank = accelerator.process_index
         self.is_main = accelerator.is_main_process
 
+    # The collectives run on the accelerator's device (NCCL takes GPU tensors only; gloo, CPU ones), and each
+    # result comes back to its input's device: rewards and advantages live on the CPU, completions on the model's.
     def gather(self, t: torch.Tensor) -> torch.Tensor:
         """Concatenation over processes, in rank order."""
-        return self.acc.gather(t) if self.num > 1 else t
+        return self.acc.gather(t.to(self.acc.device)).to(t.device) if self.num > 1 else t
 
     def gather_varlen(self, t: torch.Tensor) -> torch.Tensor:
         """Concatenation over processes of 1-D tensors whose lengths differ (padded with NaN, then dropped)."""
         if self.num == 1:
             return t
-        padded = self.acc.pad_across_processes(t.float(), dim=0, pad_index=float("nan"))
+        padded = self.acc.pad_across_processes(t.float().to(self.acc.device), dim=0, pad_index=float("nan"))
         out = self.acc.gather(padded)
-        return out[~out.isnan()].to(t.dtype)
+        return out[~out.isnan()].to(t.device, t.dtype)
 
     def reduce(self, t: torch.Tensor, op: str) -> torch.Tensor:
         """ "sum", "mean" or "max" over processes."""
-        return self.acc.reduce(t, op) if self.num > 1 else t
+        return self.acc.reduce(t.to(self.acc.device), op).to(t.device) if self.num > 1 else t
 
     def sum(self, x: float) -> float:
         return float(self.reduce(torch.tensor(float(x)), "sum")) if self.num > 1 else x

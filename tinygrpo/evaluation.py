@@ -122,7 +122,7 @@ def answer_beliefs(
     comp = torch.tensor([x + [pad] * (T - len(x)) for x in ids])  # (C, T)
     mask = torch.tensor([[1.0] * len(x) + [0.0] * (T - len(x)) for x in ids])
     P, C = prompt_ids.size(0), len(candidates)
-    comp, mask = comp.repeat(P, 1), mask.repeat(P, 1)  # (P*C, T): each prompt's C candidates
+    comp, mask = comp.repeat(P, 1).to(prompt_ids.device), mask.repeat(P, 1).to(prompt_ids.device)  # (P*C, T)
     logits = completion_logits(model, prompt_ids, prompt_mask, comp, C, mask, backend)
     logp = torch.log_softmax(logits.float(), -1).gather(-1, comp[..., None])[..., 0]
     return (logp * mask).sum(1).exp().view(P, C)

@@ -218,7 +218,8 @@ class BatchGenerator:
         """G completions of each of the prompts `idx` (this process's), decoded and scored."""
         cfg, G = self.cfg, self.G
         t0 = time.perf_counter()
-        prompt_ids, prompt_mask = self.prompts.batch(idx)
+        device = next(self.model.parameters()).device  # (prompts are tokenized on the CPU; a no-op there)
+        prompt_ids, prompt_mask = (t.to(device) for t in self.prompts.batch(idx))
         ro = sample_completions(
             self.model,
             prompt_ids,
@@ -290,7 +291,9 @@ class BatchGenerator:
         t = self.cfg.temperature
         logp = selective_log_softmax(self.backend.logits(self.model, layout), ids, t)
         ref = selective_log_softmax(self.backend.logits(self.ref_model, layout), ids, t)
-        return ((logp - ref) * mask).sum(1).clone()  # (out of inference mode)
+        return (
+            ((logp - ref) * mask).sum(1).to("cpu", copy=True)
+        )  # (beside the rewards; out of inference mode)
 
     def greedy_rewards(
         self, idx: list[int], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
@@ -321,7 +324,7 @@ class BatchGenerator:
             self.G,
             mode=cfg.advantage_mode,
             scale_rewards=scale_rewards,
-            lengths=gather(s.completion_mask.sum(1)) if cfg.advantage_mode in LENGTH_MODES else None,
+            lengths=gather(s.completion_mask.sum(1).cpu()) if cfg.advantage_mode in LENGTH_MODES else None,
             greedy_rewards=None if s.greedy_rewards is None else gather(s.greedy_rewards),
             k=cfg.train_pass_k,
             rewards_per_func=gather(s.rewards_per_func) if gdpo else None,

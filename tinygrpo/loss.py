@@ -87,7 +87,7 @@ class LossStats:
 def explore_weights(logits: Tensor, sub: Batch, logp: Tensor, cfg: GRPOConfig) -> Tensor:
     """(n, Tc) truncated importance weights of the tokens of rows sampled at another temperature; exactly 1 on the
     rows sampled at the run's temperature."""
-    t = sub.temperature.to(logits.dtype)  # (n,)
+    t = sub.temperature.to(logits.device, logits.dtype)  # (n,)
     behaviour = selective_log_softmax(logits / t[:, None, None], sub.completion_ids)  # (n, Tc)
     w = torch.exp(logp - behaviour).clamp(max=cfg.explore_importance_sampling_clip_max)
     return torch.where((t == cfg.temperature)[:, None], torch.ones_like(w), w)
@@ -187,10 +187,11 @@ def grpo_loss(
     logp = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)  # (n, Tc)
     # (n, Tc). With an entropy bonus the entropy is differentiated; otherwise it is a statistic (and a token mask).
     entropy = entropy_from_logits(logits if cfg.entropy_bonus else logits.detach(), cfg.temperature)
-    per_token, st = policy_surrogate(logp, inputs.old_logps, sub.advantages, mask, cfg)
+    advantages = sub.advantages.to(logp.device)  # (rewards and advantages live on the CPU)
+    per_token, st = policy_surrogate(logp, inputs.old_logps, advantages, mask, cfg)
     if cfg.off_policy_mask_threshold is not None:
         per_token = per_token * off_policy_mask(
-            sub.advantages, logp, inputs.old_logps, mask, cfg.off_policy_mask_threshold
+            advantages, logp, inputs.old_logps, mask, cfg.off_policy_mask_threshold
         )
     acts_on = mask.bool()  # the tokens the policy loss (and the entropy bonus) act on
     if cfg.top_entropy_quantile < 1:

@@ -55,7 +55,10 @@ def sample_from_logits(
         logits = logits.masked_fill(drop, float("-inf"))
     weights = torch.exp(logits - logits.amax(-1, keepdim=True))  # (B, V), unnormalised
     cdf = weights.cumsum(-1)
-    u = torch.rand(logits.size(0), 1, generator=generator, device=logits.device) * cdf[:, -1:]
+    # The uniforms come from the generator's device (the CPU's for the trainer's: the same draws, and checkpoints
+    # that resume on either device), then move to the logits'.
+    where = generator.device if generator is not None else logits.device
+    u = torch.rand(logits.size(0), 1, generator=generator, device=where).to(logits.device) * cdf[:, -1:]
     return (cdf <= u).sum(-1).clamp(max=logits.size(-1) - 1)  # first index whose cdf exceeds u
 
 

@@ -35,7 +35,7 @@ from rewards import accuracy, resolve_rewards
 
 from . import checkpoint as ckpt
 from . import launch
-from .backend import PolicyForward, select_backend
+from .backend import AutocastBackend, PolicyForward, select_backend
 from .config import ConfigError, GRPOConfig
 from .distributed import Processes
 from .evaluation import answer_beliefs, held_out_metrics
@@ -116,10 +116,12 @@ class GRPOTrainer:
         self.model = model
         self.ref_model = ref_model if cfg.beta > 0 else None  # beta == 0: no reference is built or kept
         if self.ref_model is not None:
-            self.ref_model.eval().requires_grad_(False)
+            self.ref_model.eval().requires_grad_(False).to(self.acc.device)
         # One way of running the models, decided once: FSDP shards the parameters the grouped fast path reads.
         fsdp = self.acc.distributed_type == DistributedType.FSDP
         self.backend = select_backend(model, self.ref_model, prefer_grouped=cfg.grouped_forward and not fsdp)
+        if cfg.bf16:
+            self.backend = AutocastBackend(self.backend, self.acc.device.type)
         optimizer, scheduler = build_optimizer(model, cfg)
         policy, optimizer = self.acc.prepare(PolicyForward(model, self.backend), optimizer)
         policy.train()
@@ -199,7 +201,9 @@ class GRPOTrainer:
             return {}
         if self._eval_prompts is None:
             ids = self.tokenizer(self.eval_rows["prompt"])["input_ids"]
-            self._eval_prompts = left_pad(ids, self.tokenizer.pad_token_id)
+            self._eval_prompts = tuple(
+                t.to(next(self.model.parameters()).device) for t in left_pad(ids, self.tokenizer.pad_token_id)
+            )
         cfg = self.cfg
         return held_out_metrics(
             self.model,
