@@ -14,6 +14,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +42,7 @@ def shape_parser(
     warmup_help: str,
     model_help: str,
     json_help: str,
+    default_init: str = "reference",
 ) -> argparse.ArgumentParser:
     """The options every per-shape benchmark shares: threads, shapes, steps, warm-up, model, --json."""
     p = argparse.ArgumentParser(
@@ -55,6 +57,28 @@ def shape_parser(
     )
     p.add_argument("--steps", type=int, default=20, help=steps_help)
     p.add_argument("--warmup", type=int, default=3, help=warmup_help)
+    p.add_argument(
+        "--init",
+        type=parse_inits,
+        default=parse_inits(default_init),
+        help=f"Comma-separated starting models (default {default_init}). reference: a char GPT SFT'd on the seed "
+        "bank (answers in ~2 tokens). random: one random function, as tiny_lm for us and as a transformers GPT-2 "
+        "with the same weights for TRL and for our generic path (--grouped_forward false): it rarely says <eos>, "
+        "so both trainers sample completions near max_completion_length.",
+    )
+    p.add_argument(
+        "--learning_rate",
+        type=float,
+        default=2e-3,
+        help="AdamW learning rate from the reference (default 2e-3, the default experiment's).",
+    )
+    p.add_argument(
+        "--random_learning_rate",
+        type=float,
+        default=1e-5,
+        help="Learning rate from the random function (default 1e-5): small enough that the function, and the "
+        "lengths it samples, stay put over the timed steps; a step's work does not depend on the rate.",
+    )
     p.add_argument("--model_name_or_path", default=None, help=model_help)
     p.add_argument("--json", default=None, help=json_help)
     p.add_argument(
@@ -75,15 +99,59 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+INITS = ("reference", "random")
+
+
+@dataclass(frozen=True)
+class ModelDirs:
+    """The model directories of one starting point: tiny_lm for our fast path, the peer's copy (TRL), and the one
+    our generic path runs (--grouped_forward false). `init` names the starting point."""
+
+    init: str
+    ours: str
+    peer: str
+    generic: str
+
+    def for_ours(self, grouped_forward: bool) -> str:
+        return self.ours if grouped_forward else self.generic
+
+    def learning_rate(self, args) -> float:
+        return args.random_learning_rate if self.init == "random" else args.learning_rate
+
+
+def parse_inits(text: str) -> list[str]:
+    out = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in out if t not in INITS]
+    if bad or not out:
+        raise argparse.ArgumentTypeError(
+            f"--init {text!r}: expected a comma-separated list of {', '.join(INITS)}"
+        )
+    return out
+
+
+def model_dirs(init: str, model_name_or_path: str | None) -> ModelDirs:
+    if init == "random":
+        tiny, gpt2 = ensure_random_pair()
+        return ModelDirs(init, tiny, gpt2, gpt2)
+    path = ensure_seed_reference(model_name_or_path)
+    return ModelDirs(init, path, path, path)
+
+
 def run_shapes(args, run_shape, report) -> list[dict]:
-    """Set threads, silence libraries, run `run_shape(model_path, prompts, G, args)` per shape, print `report`."""
+    """Set threads, silence libraries, run `run_shape(dirs, prompts, G, args)` per starting point (--init) and
+    shape, print `report`. Each result gets "init" and a "label" (the shape, plus the init when it is not the
+    reference)."""
     set_threads(args.threads)
     quiet()
-    path = ensure_seed_reference(args.model_name_or_path)
     results = []
-    for prompts, G in args.shapes:
-        print(f"shape {prompts}x{G} ...", file=sys.stderr, flush=True)
-        results.append(run_shape(path, prompts, G, args))
+    for init in args.init:
+        dirs = model_dirs(init, args.model_name_or_path)
+        for prompts, G in args.shapes:
+            print(f"{init}: shape {prompts}x{G} ...", file=sys.stderr, flush=True)
+            r = run_shape(dirs, prompts, G, args)
+            r["init"] = init
+            r["label"] = f"{prompts}x{G}" + ("" if init == "reference" else f" {init}")
+            results.append(r)
     print(report(results, args))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
@@ -164,6 +232,80 @@ def ensure_seed_reference(path: str | None, workdir: Path = DEFAULT_BENCH_DIR, s
     return str(out)
 
 
+def ensure_random_pair(
+    workdir: Path = DEFAULT_BENCH_DIR, *, seed: int = 0, n_embd: int = 64, n_layer: int = 2, n_head: int = 4
+) -> tuple[str, str]:
+    """Two model directories holding the same random function: a `tiny_lm` and a transformers GPT-2.
+
+    A freshly initialised char GPT (the default architecture unless told otherwise, 32 positions, the 14-token
+    vocabulary) rarely says <eos>, so both trainers sample completions near max_completion_length: the same length
+    distribution by construction. The GPT-2 copy (`activation_function="gelu"`, exact GELU as tiny_lm; its Conv1D
+    weights are the transposed Linear weights) is what a TRL user would start from; the logits of the two agree to
+    float rounding (checked here before saving). Built once per (seed, shape) and reused.
+    """
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer
+
+    tag = f"random_s{seed}_e{n_embd}_l{n_layer}_h{n_head}"
+    tiny_dir, gpt2_dir = Path(workdir) / f"{tag}_tiny_lm", Path(workdir) / f"{tag}_gpt2"
+    if (tiny_dir / "config.json").is_file() and (gpt2_dir / "config.json").is_file():
+        return str(tiny_dir), str(gpt2_dir)
+    tok = build_tokenizer()
+    torch.manual_seed(seed)
+    cfg = TinyLMConfig(
+        vocab_size=len(tok),
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    tiny = TinyLMForCausalLM(cfg).eval()
+    gcfg = GPT2Config(
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.n_positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_inner=cfg.n_inner,
+        activation_function="gelu",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=cfg.layer_norm_epsilon,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    gpt2 = GPT2LMHeadModel(gcfg).eval()
+    src = tiny.state_dict()
+    with torch.no_grad():
+        for name, p in gpt2.state_dict().items():
+            if name.endswith(".attn.masked_bias") or name.endswith(".attn.bias"):
+                continue  # GPT-2's causal-mask buffers (absent in recent transformers)
+            p.copy_(src[name].t() if _is_conv1d(gpt2, name) else src[name])  # both name weights GPT-2's way
+        ids = torch.randint(2, cfg.vocab_size, (3, 9))
+        a, b = tiny(ids).logits, gpt2(ids).logits
+        if not torch.allclose(a, b, atol=1e-5, rtol=1e-4):
+            raise RuntimeError(
+                f"GPT-2 copy differs from tiny_lm: max |diff| {float((a - b).abs().max()):.2e}"
+            )
+    for d, m in ((tiny_dir, tiny), (gpt2_dir, gpt2)):
+        m.save_pretrained(d)
+        tok.save_pretrained(d)
+    return str(tiny_dir), str(gpt2_dir)
+
+
+def _is_conv1d(model, param_name: str) -> bool:
+    from transformers.pytorch_utils import Conv1D
+
+    module = model.get_submodule(param_name.rsplit(".", 1)[0])
+    return isinstance(module, Conv1D) and param_name.endswith(".weight")
+
+
 def median_min_max(xs: Sequence[float]) -> tuple[float, float, float]:
     return statistics.median(xs), min(xs), max(xs)
 
@@ -231,6 +373,7 @@ def build_our_trainer(
     max_completion_length: int = 4,
     seed: int = 0,
     output_dir: str | None = None,
+    device: str = "cpu",
     **overrides,
 ):
     """tinygrpo's GRPOTrainer at the benchmark shape (no eval split, no checkpoints, no plots)."""
@@ -264,9 +407,23 @@ def build_our_trainer(
         disable_tqdm=True,
         torch_num_threads=threads,
         seed=seed,
+        # TRL's GRPO: every step one round of the prompts in order, no extra sampling (our exploration is off).
         dynamic_sampling=False,
+        explore_rounds=0,
+        prompt_sampler="uniform",
         **overrides,
     )
     model, tok = load_model_and_tokenizer(model_path, "model_name_or_path")
     ref = load_model_and_tokenizer(model_path, "ref_model_name_or_path")[0] if beta > 0 else None
-    return GRPOTrainer(cfg, model, tok, load_split(dataset, "train"), None, ref_model=ref)
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=device == "cpu")
+    return GRPOTrainer(cfg, model, tok, load_split(dataset, "train"), None, ref_model=ref, accelerator=acc)
+
+
+def sync(device: str) -> None:
+    """Wait for the GPU's queued work before reading a clock (a no-op on the CPU)."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()

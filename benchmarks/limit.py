@@ -37,6 +37,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
+    ModelDirs,
     build_our_trainer,
     machine_line,
     md_table,
@@ -176,9 +177,9 @@ def matmul_gflops(width: int, inner: int, rows: int, repeats: int) -> dict[str, 
 
 
 # ---------------------------------------------------------------------------------------------------- main
-def run_shape(path: str, P: int, G: int, args) -> dict:
+def run_shape(dirs: ModelDirs, P: int, G: int, args) -> dict:
     trainer = build_our_trainer(
-        path,
+        dirs.for_ours(args.grouped_forward),
         P,
         G,
         args.threads,
@@ -186,6 +187,7 @@ def run_shape(path: str, P: int, G: int, args) -> dict:
         beta=args.beta,
         max_completion_length=args.max_completion_length,
         grouped_forward=args.grouped_forward,
+        learning_rate=dirs.learning_rate(args),
     )
     arch = Arch.from_config(trainer.model.config)
     # the padded width (of every batch of the seed bank; of almost every batch of addition)
@@ -241,7 +243,7 @@ def report(results: list[dict], args) -> str:
         a, c = r["flops_per_completion"], r["counted_step"]
         rows.append(
             [
-                r["shape"],
+                r["label"],
                 f"{r['Tp']} / {r['mean_length']:.2f}",
                 f"{a['rollout'] / 1e6:.3f}",
                 f"{a['reference'] / 1e6:.3f}",
@@ -282,7 +284,7 @@ def report(results: list[dict], args) -> str:
             bound = gf * 1e9 / per
             rows.append(
                 [
-                    r["shape"],
+                    r["label"],
                     name,
                     f"{gf:.1f}",
                     f"{bound:,.0f}",

@@ -39,6 +39,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
+    ModelDirs,
     Timer,
     build_our_trainer,
     machine_line,
@@ -180,9 +181,9 @@ def phase_row(m: dict, t: dict, wall: float) -> dict[str, float]:
     }
 
 
-def run_shape(path: str, prompts: int, G: int, args) -> dict:
+def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
     trainer = build_our_trainer(
-        path,
+        dirs.for_ours(args.grouped_forward),
         prompts,
         G,
         args.threads,
@@ -191,6 +192,7 @@ def run_shape(path: str, prompts: int, G: int, args) -> dict:
         loss_type=args.loss_type,
         max_completion_length=args.max_completion_length,
         grouped_forward=args.grouped_forward,
+        learning_rate=dirs.learning_rate(args),
     )
     timer = Timer()
     undo = instrument(trainer, timer)
@@ -224,7 +226,7 @@ def report(results: list[dict], args) -> str:
     ]
     head = ["phase"]
     for r in results:
-        head += [f"{r['shape']} ms (median)", f"{r['shape']} % of step"]
+        head += [f"{r['label']} ms (median)", f"{r['label']} % of step"]
     table = []
     for name in (*PHASES, "whole step"):
         row = [name if name != "whole step" else "**whole step**"]
@@ -238,7 +240,7 @@ def report(results: list[dict], args) -> str:
         med = statistics.median(s["whole step"] for s in r["steps"])
         ops = "" if r["ops_per_step"] is None else f", {r['ops_per_step']:,.0f} tensor operations per step"
         extra.append(
-            f"{r['shape']}: {r['completions_per_step'] / med:,.0f} completions/s at the median step "
+            f"{r['label']}: {r['completions_per_step'] / med:,.0f} completions/s at the median step "
             f"(completions of {r['mean_length']:.2f} tokens on average: the work follows the lengths the "
             f"policy samples, and runs that learn differently sample differently){ops}"
         )

@@ -1,10 +1,17 @@
 """Whole-step throughput of tinygrpo's GRPOTrainer against TRL's `trl.GRPOTrainer`, same model, data and shape.
 
-    python benchmarks/vs_trl.py                          # 36x8 and 4x8, 3 repetitions of 20 steps each, 1 thread
+    python benchmarks/vs_trl.py                          # both inits, 36x8 and 4x8, 3 blocks of 20 steps, 1 thread
     python benchmarks/vs_trl.py --threads 2 --reps 5 --steps 20 --shapes 36x8
 
-Both trainers load the same model directory (a 2-layer, 64-wide char GPT SFT'd on the 36 seed-bank questions,
-trained once into runs/bench/seed_reference, or --model_name_or_path), train on the same 36 prompts with G
+Two starting points (--init), each at every shape:
+  reference  both trainers load the same model directory: a 2-layer, 64-wide char GPT SFT'd on the 36 seed-bank
+             questions (trained once into runs/bench/seed_reference, or --model_name_or_path); it answers in ~2
+             tokens.
+  random     both start from the same random function: a tiny_lm for us, a transformers GPT-2 holding the same
+             weights for TRL (what its user would load; --grouped_forward false runs ours on that GPT-2 too).
+             A random function rarely says <eos>: both sample completions near max_completion_length, the same
+             length distribution by construction.
+Both trainers train on the same 36 prompts with G
 completions each, max_completion_length 4, temperature 1.0, beta 0.02 (a reference model is kept and run; the k3
 KL estimator in both), num_iterations 1, loss_type dapo, AdamW lr 2e-3 (betas 0.9/0.999, no weight decay), gradient
 clip 1.0, fp32 on the CPU. Rewards: exact-match accuracy (the completion is the answer followed by <eos>; for TRL,
@@ -23,7 +30,8 @@ block of N steps of ours, then TRL runs N steps, and so on for --reps repetition
 completions in the block / its summed step times; the table gives the median and min-max over repetitions, and the
 ratio ours / TRL per repetition pair.
 
-TRL loads the model directory itself (`GRPOTrainer(model=path)`): tiny_lm is a conventional transformers model, with
+Our trainer runs TRL's GRPO: one round of the prompts per step, in order (exploration, dynamic sampling and the
+weighted prompt sampler off). TRL loads the model directory itself (`GRPOTrainer(model=path)`): tiny_lm is a conventional transformers model, with
 a `TinyLMModel` backbone for TRL's fused log-prob head and an `auto_map` in its saved config.
 """
 
@@ -39,12 +47,15 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
+    ModelDirs,
     build_our_trainer,
     fmt_mmm,
     machine_line,
     md_table,
+    parse_bool,
     run_shapes,
     shape_parser,
+    sync,
 )
 
 
@@ -55,12 +66,24 @@ def build_parser() -> argparse.ArgumentParser:
         warmup_help="Untimed warm-up steps per trainer (default 3).",
         model_help="Model directory for both trainers (default: a seed-bank reference in runs/bench).",
         json_help="Also write the raw per-step timings here.",
+        default_init="reference,random",
     )
     p.add_argument("--reps", type=int, default=3, help="Timed blocks per trainer, alternating (default 3).")
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--loss_type", default="dapo", choices=("dapo", "bnpo", "grpo", "dr_grpo"))
-    p.add_argument("--learning_rate", type=float, default=2e-3)
     p.add_argument("--max_completion_length", type=int, default=4)
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="Where both trainers run (default cpu; cuda: the first GPU, timings synchronised).",
+    )
+    p.add_argument(
+        "--bf16",
+        type=parse_bool,
+        default=False,
+        help="Both trainers under bf16 autocast (TRL's bf16; ours too).",
+    )
     return p
 
 
@@ -76,7 +99,16 @@ def trl_accuracy(completions, answer, completion_ids=None, eos_token_id: int = 1
     return out
 
 
-def build_trl_trainer(model_path: str, prompts: int, G: int, max_steps: int, args, callback):
+def build_trl_trainer(
+    model_path: str,
+    prompts: int,
+    G: int,
+    max_steps: int,
+    learning_rate: float,
+    args,
+    callback,
+    dataset: str = "seed_bank",
+):
     from functools import partial
 
     from transformers import AutoTokenizer
@@ -98,14 +130,14 @@ def build_trl_trainer(model_path: str, prompts: int, G: int, max_steps: int, arg
         num_iterations=1,
         loss_type=args.loss_type,
         scale_rewards="group",
-        learning_rate=args.learning_rate,
+        learning_rate=learning_rate,
         lr_scheduler_type="constant",
         weight_decay=0.0,
         max_grad_norm=1.0,
         max_steps=max_steps,
         report_to="none",
-        use_cpu=True,
-        bf16=False,
+        use_cpu=args.device == "cpu",
+        bf16=args.bf16,
         fp16=False,
         gradient_checkpointing=False,
         logging_strategy="no",
@@ -119,41 +151,46 @@ def build_trl_trainer(model_path: str, prompts: int, G: int, max_steps: int, arg
         model=model_path,
         reward_funcs=reward,
         args=cfg,
-        train_dataset=load_split("seed_bank", "train"),
+        train_dataset=load_split(dataset, "train"),
         processing_class=tok,
         callbacks=[callback],
     )
 
 
 # ---------------------------------------------------------------------------------------------------- the A/B run
-def run_shape(model_path: str, prompts: int, G: int, args) -> dict:
+def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
     import torch
     from transformers import TrainerCallback
 
     n = prompts * G
     ours = build_our_trainer(
-        model_path,
+        dirs.for_ours(args.grouped_forward),
         prompts,
         G,
         args.threads,
         beta=args.beta,
         loss_type=args.loss_type,
-        learning_rate=args.learning_rate,
+        learning_rate=dirs.learning_rate(args),
         max_completion_length=args.max_completion_length,
         grouped_forward=args.grouped_forward,
+        device=args.device,
+        bf16=args.bf16,
     )
     before = [q.detach().clone() for q in ours.model.parameters()]
     ours_blocks: list[list[float]] = []
     ours_len: list[tuple[float, float]] = []  # (mean, max) completion length of each timed step
+    pushed: list[bool] = []  # whether each of our steps had a non-zero gradient to apply
 
     def ours_steps(k: int, record: bool = True) -> list[float]:
         ts = []
         for _ in range(k):
             t = time.perf_counter()
             m = ours.training_step().metrics
+            sync(args.device)
             ts.append(time.perf_counter() - t)
             if record:
                 ours_len.append((m["completions/mean_length"], m["completions/max_length"]))
+            pushed.append(bool(m.get("grad_norm")))
         return ts
 
     W, N, R = args.warmup, args.steps, args.reps
@@ -174,6 +211,7 @@ def run_shape(model_path: str, prompts: int, G: int, args) -> dict:
             self.begin = time.perf_counter()
 
         def on_step_end(self, a, state, control, **kw):
+            sync(args.device)
             now = time.perf_counter()
             self.gaps.append(now - self.last)
             self.inner.append(now - self.begin)
@@ -190,13 +228,14 @@ def run_shape(model_path: str, prompts: int, G: int, args) -> dict:
             self.last = time.perf_counter()
 
     cb = Interleave()
-    trl = build_trl_trainer(model_path, prompts, G, W + R * N, args, cb)
+    trl = build_trl_trainer(dirs.peer, prompts, G, W + R * N, dirs.learning_rate(args), args, cb)
     cb.trainer = trl
     torch.set_num_threads(args.threads)
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its summary dict
         trl.train()
     # Both trainers share accelerate's GradientState singleton; make sure ours really stepped inside TRL's loop.
-    if all(torch.equal(a, b) for a, b in zip(before, ours.model.parameters(), strict=True)):
+    # (A random function may find no reward and no gradient in a few steps: then nothing had to move.)
+    if any(pushed) and all(torch.equal(a, b) for a, b in zip(before, ours.model.parameters(), strict=True)):
         raise RuntimeError("our trainer's parameters did not change: its optimizer steps were skipped")
     trl_blocks = [cb.gaps[W + r * N : W + (r + 1) * N] for r in range(R)]
     trl_inner = [cb.inner[W + r * N : W + (r + 1) * N] for r in range(R)]
@@ -233,7 +272,7 @@ def report(results: list[dict], args) -> str:
         trl_ms = [1000 * sum(b) / len(b) for b in r["trl_step_s"]]
         rows.append(
             [
-                r["shape"],
+                r["label"],
                 r["completions_per_step"],
                 fmt_mmm(r["ours_cps"]),
                 fmt_mmm(r["trl_cps"]),
@@ -260,8 +299,10 @@ def report(results: list[dict], args) -> str:
     return (
         f"### tinygrpo vs TRL: whole-step throughput\n\n{machine_line(args.threads)}; {args.reps} alternating "
         f"blocks of {args.steps} steps per trainer after {args.warmup} warm-up steps; median (min-max) over blocks.\n"
-        f"beta {args.beta}, loss_type {args.loss_type}, max_completion_length {args.max_completion_length}, "
-        f"temperature 1.0, lr {args.learning_rate}.\n\n" + md_table(head, rows)
+        f"{args.device}, bf16 {str(args.bf16).lower()}, beta {args.beta}, loss_type {args.loss_type}, "
+        f"max_completion_length {args.max_completion_length}, "
+        f"temperature 1.0, lr {args.learning_rate} from the reference, {args.random_learning_rate} from the "
+        "random function (its lengths stay put).\n\n" + md_table(head, rows)
     )
 
 

@@ -20,7 +20,9 @@ def _load(name: str):
     return mod
 
 
-@pytest.mark.parametrize("name", ["vs_trl", "phases", "limit", "time_to_accuracy"])
+@pytest.mark.parametrize(
+    "name", ["vs_trl", "phases", "limit", "time_to_accuracy", "cost_curves", "processes"]
+)
 def test_help_and_defaults(name, capsys):
     mod = _load(name)
     with pytest.raises(SystemExit) as e:
@@ -108,6 +110,28 @@ def test_time_to_accuracy_curve(tmp_path):
 def test_vs_trl_one_iteration(seed_reference, capsys):
     pytest.importorskip("trl")
     vs = _load("vs_trl")
-    vs.main([*"--shapes 2x4 --reps 1 --steps 1 --warmup 0 --model_name_or_path".split(), seed_reference])
+    argv = "--init reference --shapes 2x4 --reps 1 --steps 1 --warmup 0 --model_name_or_path"
+    vs.main([*argv.split(), seed_reference])
     out = capsys.readouterr().out
     assert "| 2x4 | 8 |" in out
+
+
+def test_the_random_pair_is_one_function_in_tiny_lm_and_in_gpt2(tmp_path):
+    # vs_trl's like-for-like start: the tiny_lm and the transformers GPT-2 it writes, loaded back the way each
+    # trainer loads them, give the same next-token distributions (two independent implementations of one network).
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import tiny_lm  # noqa: F401  (registers the model type)
+
+    common = _load("_common")
+    tiny_dir, gpt2_dir = common.ensure_random_pair(tmp_path, seed=3, n_embd=32, n_layer=3, n_head=2)
+    tiny = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    gpt2 = AutoModelForCausalLM.from_pretrained(gpt2_dir).eval()
+    assert type(tiny).__name__ == "TinyLMForCausalLM" and type(gpt2).__name__ == "GPT2LMHeadModel"
+    ids = torch.randint(2, 14, (4, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        a, b = tiny(ids).logits, gpt2(ids).logits
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert a.std() > 0.01  # a function that tells tokens apart, not a constant
+    assert common.ensure_random_pair(tmp_path, seed=3, n_embd=32, n_layer=3, n_head=2) == (tiny_dir, gpt2_dir)
