@@ -807,8 +807,27 @@ def test_mask_truncated_completions_leaves_truncated_rows_out_of_the_gradient(se
     assert grads["true"] == 0.0 and grads["false"] > 0
 
 
+# The first half of the global batch's rows alternate, the rest score 0 (no signal): on two processes the first
+# holds every group with signal and the second trains on nothing (its forward runs at weight 0 for DDP).
+FIRST_HALF = (
+    "import os\n"
+    "def first_half(completions, **kw):\n"
+    "    mine = os.environ.get('RANK', '0') == '0' if os.environ.get('WORLD_SIZE', '1') != '1' else None\n"
+    "    n = len(completions)\n"
+    "    return [float(i % 2) if (mine if mine is not None else i < n // 2) else 0.0 for i in range(n)]\n"
+)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", [[], ["--top_entropy_quantile", "0.5"]], ids=["plain", "top_entropy"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--top_entropy_quantile", "0.5"],
+        ["--reward_funcs", "FIRST_HALF", "--beta", "0", "--explore_rounds", "0"],
+    ],
+    ids=["plain", "top_entropy", "uneven_signal"],
+)
 def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path, extra):
     # The same global batch on 1 and on 2 processes gives the same gradient. Greedy sampling (top_k 1) makes the
     # completions independent of each process's generator; a reward that alternates with the row index, taken as
@@ -818,7 +837,10 @@ def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path,
     # top_entropy_quantile the entropy threshold is a quantile of every process's tokens (gathered), as on one.
     (tmp_path / "alt.py").write_text(
         "def alternate(completions, **kw):\n    return [float(i % 2) for i in range(len(completions))]\n"
+        + FIRST_HALF
     )
+    extra = [f"{tmp_path / 'alt.py'}:first_half" if x == "FIRST_HALF" else x for x in extra]
+    uneven = any("first_half" in x for x in extra)
     common = [
         "--model_name_or_path",
         seed_reference,
@@ -836,7 +858,8 @@ def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path,
     proc = launch_two([*common, "--per_device_train_batch_size", "16", "--output_dir", str(two)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     (a,), (b,) = metric_rows(one), metric_rows(two)
-    assert a["reward"] == b["reward"] == 0.5 and a["trained_completions"] == b["trained_completions"] == 32
+    assert a["reward"] == b["reward"] == (0.25 if uneven else 0.5)
+    assert a["trained_completions"] == b["trained_completions"] == 32
     assert a["completions/mean_length"] == b["completions/mean_length"]
     assert a["grad_norm"] > 1e-3
     for k in ("grad_norm", "loss", "entropy"):
