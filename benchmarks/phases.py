@@ -34,6 +34,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -44,6 +45,7 @@ from _common import (  # noqa: E402
     build_our_trainer,
     machine_line,
     md_table,
+    parse_bool,
     run_shapes,
     shape_parser,
 )
@@ -87,7 +89,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=5,
         help="Further steps per shape whose tensor operations are counted (0: none).",
     )
+    p.add_argument(
+        "--torch_compile",
+        type=parse_bool,
+        default=False,
+        help="Run tiny_lm's grouped scoring forward (reference and policy) through torch.compile(dynamic=True): "
+        "its compile time shows in the warm-up seconds reported.",
+    )
     return p
+
+
+def compile_scoring() -> Callable[[], None]:
+    """tiny_lm's grouped scoring forward through torch.compile; returns the undo."""
+    import torch
+
+    import tiny_lm.modeling_tiny_lm as modeling
+
+    eager = modeling.grouped_logits
+    modeling.grouped_logits = torch.compile(eager, dynamic=True)
+
+    def undo() -> None:
+        modeling.grouped_logits = eager
+
+    return undo
 
 
 def count_ops(trainer, steps: int) -> float:
@@ -196,7 +220,8 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
     )
     timer = Timer()
     undo = instrument(trainer, timer)
-    rows, lengths = [], []
+    uncompile = compile_scoring() if args.torch_compile else (lambda: None)
+    rows, lengths, warmup_s = [], [], 0.0
     try:
         for i in range(args.warmup + args.steps):
             timer.reset()
@@ -206,7 +231,10 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
             if i >= args.warmup:
                 rows.append(phase_row(m, dict(timer.acc), wall))
                 lengths.append(m["completions/mean_length"])
+            else:
+                warmup_s += wall
     finally:
+        uncompile()
         undo()
     ops = count_ops(trainer, args.count_steps) if args.count_steps > 0 else None
     return {
@@ -215,6 +243,7 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
         "steps": rows,
         "mean_length": sum(lengths) / len(lengths),
         "ops_per_step": ops,
+        "warmup_s": warmup_s,
     }
 
 
@@ -222,7 +251,9 @@ def report(results: list[dict], args) -> str:
     parts = [
         f"### tinygrpo: phases of one training step\n\n{machine_line(args.threads)}; median over {args.steps} "
         f"steps after {args.warmup} warm-up; dataset {args.dataset}, beta {args.beta}, loss_type "
-        f"{args.loss_type}, max_completion_length {args.max_completion_length}.\n"
+        f"{args.loss_type}, max_completion_length {args.max_completion_length}"
+        + (", scoring forward through torch.compile" if args.torch_compile else "")
+        + ".\n"
     ]
     head = ["phase"]
     for r in results:
@@ -239,6 +270,7 @@ def report(results: list[dict], args) -> str:
     for r in results:
         med = statistics.median(s["whole step"] for s in r["steps"])
         ops = "" if r["ops_per_step"] is None else f", {r['ops_per_step']:,.0f} tensor operations per step"
+        ops += f"; the {args.warmup} warm-up steps took {r['warmup_s']:.2f} s"
         extra.append(
             f"{r['label']}: {r['completions_per_step'] / med:,.0f} completions/s at the median step "
             f"(completions of {r['mean_length']:.2f} tokens on average: the work follows the lengths the "
