@@ -57,8 +57,15 @@ def sample_from_logits(
     cdf = weights.cumsum(-1)
     # The uniforms come from the generator's device (the CPU's for the trainer's: the same draws, and checkpoints
     # that resume on either device), then move to the logits'.
-    where = generator.device if generator is not None else logits.device
-    u = torch.rand(logits.size(0), 1, generator=generator, device=where).to(logits.device) * cdf[:, -1:]
+    u = torch.rand(
+        logits.size(0),
+        1,
+        generator=generator,
+        device=generator.device if generator is not None else logits.device,
+    )
+    if u.device != logits.device:
+        u = u.to(logits.device)
+    u = u * cdf[:, -1:]
     return (cdf <= u).sum(-1).clamp(max=logits.size(-1) - 1)  # first index whose cdf exceeds u
 
 
