@@ -35,6 +35,15 @@ def add_threads_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def script_parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: the docstring's first paragraph as description, the whole as epilog, and --threads."""
+    p = argparse.ArgumentParser(
+        description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc
+    )
+    add_threads_arg(p)
+    return p
+
+
 def shape_parser(
     doc: str,
     *,
@@ -45,10 +54,7 @@ def shape_parser(
     default_init: str = "reference",
 ) -> argparse.ArgumentParser:
     """The options every per-shape benchmark shares: threads, shapes, steps, warm-up, model, --json."""
-    p = argparse.ArgumentParser(
-        description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc
-    )
-    add_threads_arg(p)
+    p = script_parser(doc)
     p.add_argument(
         "--shapes",
         type=parse_shapes,

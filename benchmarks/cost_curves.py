@@ -39,7 +39,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO_ROOT, add_threads_arg, machine_line, md_table, parse_bool, quiet, set_threads  # noqa: E402
+from _common import REPO_ROOT, machine_line, md_table, parse_bool, quiet, script_parser, set_threads  # noqa: E402
 
 BETA = 0.02
 LEARNING_RATE = 1e-5
@@ -69,12 +69,7 @@ SWEEPS: dict[str, list[Point]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__,
-    )
-    add_threads_arg(p)
+    p = script_parser(__doc__)
     p.add_argument("--sweeps", default=",".join(SWEEPS), help=f"Comma-separated, of {', '.join(SWEEPS)}.")
     p.add_argument("--trl", type=parse_bool, default=True, help="Run TRL beside us (default true).")
     p.add_argument(

@@ -29,16 +29,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import REPO_ROOT, add_threads_arg, machine_line, md_table, parse_bool
+from _common import REPO_ROOT, machine_line, md_table, parse_bool, script_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__,
-    )
-    add_threads_arg(p)
+    p = script_parser(__doc__)
     p.add_argument("--prompts", type=int, default=256, help="Global prompts per step (default 256; x G = 8).")
     p.add_argument("--steps", type=int, default=40, help="Training steps per run (default 40).")
     p.add_argument(

@@ -34,18 +34,13 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_BENCH_DIR, REPO_ROOT, add_threads_arg, md_table  # noqa: E402
+from _common import DEFAULT_BENCH_DIR, REPO_ROOT, md_table, script_parser  # noqa: E402
 
 THRESHOLDS = (0.90, 0.95, 0.98, 0.99)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__,
-    )
-    add_threads_arg(p)
+    p = script_parser(__doc__)
     p.add_argument(
         "--max_steps", type=int, default=None, help="Training steps (default: train_grpo.py's, 1000)."
     )
