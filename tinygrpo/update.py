@@ -100,11 +100,11 @@ class PolicyUpdate:
         out = []
         for start, stop in bounds:
             lo, hi = bisect_left(act, start), bisect_left(act, stop)  # this mini-batch's groups in `train`
+            whole = batch.completion_mask[start * G : stop * G]  # the mini-batch, skipped groups included
             if hi == lo:
                 # Nothing to learn from here; if another process has something, DDP still needs a forward.
-                out.append(self._dummy(batch, start))
+                out.append(self._dummy(batch, start, whole))
                 continue
-            whole = batch.completion_mask[start * G : stop * G]  # the mini-batch, skipped groups included
             rows = slice(lo * G, hi * G)
             inputs = LossInputs(
                 train if one else train.groups(torch.arange(lo, hi)),
@@ -117,13 +117,12 @@ class PolicyUpdate:
             out.append(MiniBatch(inputs, train_layout if one else self._layout(inputs.batch), hi - lo))
         return out
 
-    def _dummy(self, batch: Batch, start: int) -> MiniBatch:
-        """One group at weight 0 (see LossInputs.dummy); its layout is built only if it is run."""
+    def _dummy(self, batch: Batch, start: int, whole: torch.Tensor) -> MiniBatch:
+        """One group at weight 0 (see LossInputs.dummy); its layout is built only if it is run. Its rows and tokens
+        are the whole mini-batch's (`whole`, its completion mask): the dapo normaliser sums every process's tokens,
+        and this process's count as much as when one of its groups has signal."""
         sub = batch.groups(torch.tensor([min(start, batch.num_groups - 1)]))
-        inputs = LossInputs(
-            sub, rows=sub.completion_ids.size(0), tokens=sub.completion_mask.sum(), dummy=True
-        )
-        return MiniBatch(inputs, None, 0)
+        return MiniBatch(LossInputs(sub, rows=whole.size(0), tokens=whole.sum(), dummy=True), None, 0)
 
     def run(self, minibatches: list[MiniBatch]) -> UpdateStats:
         """The update passes. Raises NonFiniteError for a NaN/inf loss or gradient when on_nonfinite is "stop"."""
