@@ -325,7 +325,10 @@ def figure(results: dict[str, list[dict]], path: Path) -> None:
     ax.set(
         xscale="log", yscale="log", xlabel="parameters (M)", ylabel="ms per step", title="model size, 36 x 8"
     )
-    ax.legend(fontsize=7)
+    if ax.lines:
+        ax.legend(fontsize=7)
+    else:  # (a figure of other sweeps)
+        ax.set_visible(False)
 
     def pair(ax, sweep: str, key, xkey, xlabel: str, ylabel: str, title: str, logx: bool = False) -> None:
         rs = [r for r in results.get(sweep, []) if r["ours"]]
@@ -361,7 +364,8 @@ def figure(results: dict[str, list[dict]], path: Path) -> None:
         ylabel="% of the fp32 matmul bound",
         title="dispatch- vs compute-bound",
     )
-    ax.legend(fontsize=8)
+    if ax.lines:
+        ax.legend(fontsize=8)
     ax = axes[1, 2]
     rs = [r for sweep in ("model", "batch") for r in results.get(sweep, []) if r["ours"]]
     if rs:

@@ -135,3 +135,24 @@ def test_the_random_pair_is_one_function_in_tiny_lm_and_in_gpt2(tmp_path):
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     assert a.std() > 0.01  # a function that tells tokens apart, not a constant
     assert common.ensure_random_pair(tmp_path, seed=3, n_embd=32, n_layer=3, n_head=2) == (tiny_dir, gpt2_dir)
+
+
+def test_cost_curves_one_point_and_its_report(tmp_path):
+    # One small point measured in this process (the script runs each in a fresh one), then the tables and the figure.
+    import argparse
+
+    cc = _load("cost_curves")
+    pt = cc.Point(n_embd=64, n_layer=2, max_completion_length=3, P=2, G=4)
+    args = argparse.Namespace(threads=1, warmup=1, min_seconds=0.01, trl_steps=1)
+    r = cc.measure_ours(pt, args)
+    assert r["steps"] >= 3 and r["step_ms"] > 0
+    assert r["completions_per_s"] == pytest.approx(8 / (r["step_ms"] / 1000))
+    assert 1 <= r["mean_length"] <= 3  # a random function: near max_completion_length, never past it
+    assert r["gflop_per_step"] > 0 and 0 < r["bound_fraction"] < 1.5  # a fraction of the matmul peak
+    assert 0 < sum(r["phases"].values()) <= 1  # generate, reference, update: shares of the step
+    assert r["peak_rss_mib"] >= r["base_rss_mib"] > 0
+    results = {"length": [{"point": cc.asdict(pt), "ours": r, "trl": None}]}
+    text = cc.report(results, argparse.Namespace(threads=1, min_seconds=0.01, warmup=1))
+    assert "| 3 |" in text and "n/a" in text  # our row, and no TRL figure where TRL did not run
+    cc.figure(results, tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 0
