@@ -39,7 +39,15 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO_ROOT, machine_line, md_table, parse_bool, quiet, script_parser, set_threads  # noqa: E402
+from _common import (  # noqa: E402
+    REPO_ROOT,
+    machine_line,
+    md_table,
+    parse_bool,
+    quiet,
+    script_parser,
+    set_threads,
+)
 
 BETA = 0.02
 LEARNING_RATE = 1e-5
