@@ -229,3 +229,48 @@ def test_generic_backend_under_activation_checkpointing_gives_the_same_logits_an
     for a, b in zip(outs[0][1], outs[1][1], strict=True):  # (float sums in another order: a cached forward's)
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     assert saved[1] < saved[0] / 2  # checkpointing was on: the blocks kept far fewer activations for backward
+
+
+def host_reads(fn) -> int:
+    """How many operations of `fn()` read a tensor's values on the host, as the dispatcher sees them: `.item()`,
+    `int(t)`, `bool(t)` (aten._local_scalar_dense) and data-dependent shapes (nonzero, boolean indexing). On a GPU
+    each waits for the device. (`.tolist()` and `.numpy()` do not dispatch on the CPU: those are checked by reading;
+    the layer loops have none.)"""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if str(func).startswith(("aten._local_scalar_dense", "aten.nonzero", "aten.masked_select")):
+                Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.n
+
+
+def host_reads_of_a_fast_path(m, ids, pmask, comp, cmask, G: int) -> tuple[int, int, int]:
+    """(scoring forward with its layout built, decoder prefill, one decode step)."""
+    layout = m.grouped_layout(ids, pmask, comp, G, cmask)
+    out = {}
+    with torch.no_grad():
+        scoring = host_reads(lambda: m.grouped_logits(layout))
+        prefill = host_reads(lambda: out.setdefault("dec", m.grouped_decoder(ids, pmask, G)))
+        step = host_reads(lambda: out["dec"].step(torch.full((ids.size(0) * G,), 5)))
+    return scoring, prefill, step
+
+
+def test_the_fast_path_reads_no_tensor_on_the_host_per_layer(tok, attention):
+    """The GPU property, checked on the CPU: the host reads of a scoring forward, of the decoder's prefill and of a
+    decode step do not grow with the number of layers; scoring and decoding steps have none at all."""
+    ids, pmask = encode(tok, PROMPTS)
+    comp, cmask = completions_with_eos(len(PROMPTS), 3, 4, seed=5)
+    counts = {}
+    for n_layer in (2, 8):
+        torch.manual_seed(0)
+        m = TinyLMForCausalLM(TinyLMConfig(n_layer=n_layer)).eval()
+        counts[n_layer] = host_reads_of_a_fast_path(m, ids, pmask, comp, cmask, 3)
+    assert counts[2] == counts[8], counts
+    assert counts[2][0] == 0 and counts[2][2] == 0, counts
