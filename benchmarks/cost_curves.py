@@ -28,6 +28,7 @@ dispatch-bound (a few hundred tiny operations whose fixed costs dominate); near 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import statistics
@@ -197,9 +198,7 @@ def measure_trl(pt: Point, args) -> dict:
     cb = Clock()
     trl = build_trl_trainer(gpt2, pt.P, pt.G, W + K, LEARNING_RATE, ns, cb, dataset=DATASET)
     cb.trainer = trl
-    import contextlib
-
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its summary dict
         trl.train()
     step = statistics.median(gaps[W:])
     return {

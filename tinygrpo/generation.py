@@ -291,9 +291,8 @@ class BatchGenerator:
         t = self.cfg.temperature
         logp = selective_log_softmax(self.backend.logits(self.model, layout), ids, t)
         ref = selective_log_softmax(self.backend.logits(self.ref_model, layout), ids, t)
-        return (
-            ((logp - ref) * mask).sum(1).to("cpu", copy=True)
-        )  # (beside the rewards; out of inference mode)
+        # On the CPU beside the rewards; a copy, so that it leaves inference mode.
+        return ((logp - ref) * mask).sum(1).to("cpu", copy=True)
 
     def greedy_rewards(
         self, idx: list[int], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
