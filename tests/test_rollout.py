@@ -246,10 +246,7 @@ def test_decode_completions(tok):
     assert decode_completions(tok, c, m, cache)[0] == "from the cache"
 
 
-def test_generic_backend_runs_a_plain_transformers_model(tok):
-    """Any transformers causal LM runs on the generic backend (a random GPT-2 here): completion logits equal a plain
-    forward over prompt + completion, and greedy samples equal generate(). Equal-length prompts: GPT-2 numbers its
-    positions from the first column, padding or not."""
+def _random_gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -267,16 +264,31 @@ def test_generic_backend_runs_a_plain_transformers_model(tok):
         attn_pdrop=0.0,
         initializer_range=0.3,
     )
-    gpt2 = GPT2LMHeadModel(cfg).eval()
+    return GPT2LMHeadModel(cfg).eval()
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_generic_backend_runs_a_plain_transformers_model(tok, checkpointing):
+    """Any transformers causal LM runs on the generic backend (a random GPT-2 here), left-padded prompts included:
+    each row's completion logits equal a plain forward over its prompt alone (no padding) + its completion, with or
+    without activation checkpointing (another code path), and greedy samples equal generate(). GPT-2's forward
+    numbers positions from the first column, pads included, unless given position ids: the backend passes them."""
+    gpt2 = _random_gpt2()
     assert isinstance(select_backend(gpt2), GenericBackend)
-    prompts = ["1+2=", "3+4=", "5+6="]
-    ids, mask = encode(tok, prompts)
+    ids, mask = encode(tok, PROMPTS)
+    assert not bool(mask.all())  # left padding
     G, Tc = 2, 4
-    comp = torch.randint(2, 14, (len(prompts) * G, Tc), generator=torch.Generator().manual_seed(1))
-    got = completion_logits(gpt2, ids, mask, comp, G)
-    rows = ids.repeat_interleave(G, 0)
-    want = gpt2(torch.cat([rows, comp[:, :-1]], 1)).logits[:, ids.size(1) - 1 :]
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    comp = torch.randint(2, 14, (len(PROMPTS) * G, Tc), generator=torch.Generator().manual_seed(1))
+    if checkpointing:
+        (getattr(gpt2, "activation_checkpointing_enable", None) or gpt2.gradient_checkpointing_enable)()
+        gpt2.train()  # checkpointing runs in training mode only; no dropout in this config
+    with torch.enable_grad():
+        got = completion_logits(gpt2, ids, mask, comp, G)
+    gpt2.eval()
+    for r in range(len(PROMPTS) * G):
+        alone = ids[r // G][mask[r // G].bool()]  # the prompt without its padding
+        want = gpt2(torch.cat([alone, comp[r, :-1]])[None]).logits[0, alone.numel() - 1 :]
+        torch.testing.assert_close(got[r], want, atol=1e-5, rtol=0)
     ro = sample_completions(gpt2, ids, mask, 1, 6, EOS, PAD, temperature=0.0)
     ref = gpt2.generate(
         input_ids=ids,
@@ -286,5 +298,6 @@ def test_generic_backend_runs_a_plain_transformers_model(tok):
         eos_token_id=EOS,
         pad_token_id=PAD,
     )[:, ids.size(1) :]
+    assert ro.completion_ids.size(1) > 1  # some row kept decoding after its first token
     for row, want_row in zip(ro.completion_ids.tolist(), ref.tolist(), strict=True):
         assert row == want_row[: len(row)] and all(t == PAD for t in want_row[len(row) :])

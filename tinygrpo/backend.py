@@ -9,7 +9,8 @@ exact, and ~2.6x less compute on 2-digit addition than running P * G copies of t
   (index tensors that depend only on the prompts' padding and the shape) are kept in the backend's `FrameCache`, so
   a trainer builds them once for equal-length prompts, not three times a step.
 - `GenericBackend`: any transformers causal LM whose forward accepts `cache`/`past_key_values`, `attention_mask`
-  and `logits_to_keep`: a `DynamicCache` that holds each prompt once, repeated for its G samples.
+  and `logits_to_keep`: a `DynamicCache` that holds each prompt once, repeated for its G samples. Positions count
+  from each prompt's first real token, as `generate()` counts them (a model's forward alone counts the left padding).
 
 A backend turns a batch into a layout once (`layout`), then scores that layout with any model of the family
 (`logits`): the reference and the policy score the same layout. tests/test_grouped.py checks that both backends give
@@ -18,6 +19,8 @@ the same logits, gradients and samples.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -95,6 +98,25 @@ class GroupedBackend:
         return model.grouped_logits(layout, self.weights(model))
 
 
+@functools.cache
+def _takes_position_ids(cls: type) -> bool:
+    return "position_ids" in inspect.signature(cls.forward).parameters
+
+
+def position_kwargs(model: nn.Module, position_ids: torch.Tensor) -> dict:
+    """`{"position_ids": ...}` for a forward that takes them, else {}. Left padding shifts a prompt's columns; without
+    position ids a transformers model such as GPT-2 numbers the pads too, so a prompt's logits would change with
+    the padding the batch gave it. `generate()` passes them the same way. (DDP wraps the model as .module.)"""
+    return (
+        {"position_ids": position_ids} if _takes_position_ids(type(getattr(model, "module", model))) else {}
+    )
+
+
+def mask_positions(mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) left-padded 0/1 mask -> (B, T) positions: a sequence's first real token is 0 (pads: 0 too)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
 @dataclass(frozen=True)
 class GenericLayout:
     """The generic backend's "layout" is the batch itself: every token is fed."""
@@ -128,13 +150,15 @@ class GenericBackend:
             rows = torch.cat([layout.prompt_ids.repeat_interleave(G, 0), completion_ids[:, :-1]], dim=1)
             ones = torch.ones_like(completion_ids[:, :-1])
             mask = torch.cat([prompt_mask.repeat_interleave(G, 0), ones], 1)
-            logits = model(input_ids=rows, attention_mask=mask, use_cache=False).logits
+            pos = position_kwargs(model, mask_positions(mask))
+            logits = model(input_ids=rows, attention_mask=mask, use_cache=False, **pos).logits
             return logits[:, prompt_mask.size(1) - 1 :]
         cache = DynamicCache()
         out = model(
             input_ids=layout.prompt_ids,
             attention_mask=prompt_mask,
             **cache_kwargs(cache),
+            **position_kwargs(model, mask_positions(prompt_mask)),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -146,8 +170,13 @@ class GenericBackend:
             cache.batch_repeat_interleave(G)
         mask = prompt_mask.repeat_interleave(G, dim=0)  # (P*G, Tp)
         mask = torch.cat([mask, torch.ones_like(completion_ids[:, : Tc - 1])], dim=1)  # (P*G, Tp + Tc - 1)
+        pos = position_kwargs(model, mask_positions(mask)[:, -(Tc - 1) :])
         rest = model(
-            input_ids=completion_ids[:, :-1], attention_mask=mask, **cache_kwargs(cache), use_cache=True
+            input_ids=completion_ids[:, :-1],
+            attention_mask=mask,
+            **cache_kwargs(cache),
+            **pos,
+            use_cache=True,
         ).logits
         return torch.cat([first, rest], dim=1)  # (P*G, Tc, V)
 
@@ -162,10 +191,12 @@ class CacheDecoder:
     ) -> None:
         G = num_generations
         self.model, self.cache = model, DynamicCache()
+        positions = mask_positions(prompt_mask)
         out = model(
             input_ids=prompt_ids,
             attention_mask=prompt_mask,
             **cache_kwargs(self.cache),
+            **position_kwargs(model, positions),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -173,18 +204,26 @@ class CacheDecoder:
         if G > 1:
             self.cache.batch_repeat_interleave(G)
         self.mask = prompt_mask.repeat_interleave(G, dim=0)  # (P*G, Tp)
+        self.next_pos = (
+            positions[:, -1:].repeat_interleave(G, dim=0) + 1
+        )  # (P*G, 1): the next token's position
 
     @torch.inference_mode()
     def keep(self, rows: torch.Tensor) -> None:
         self.cache.batch_select_indices(rows)
-        self.mask, self.logits = self.mask[rows], self.logits[rows]
+        self.mask, self.logits, self.next_pos = self.mask[rows], self.logits[rows], self.next_pos[rows]
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
         out = self.model(
-            input_ids=tokens[:, None], attention_mask=self.mask, **cache_kwargs(self.cache), use_cache=True
+            input_ids=tokens[:, None],
+            attention_mask=self.mask,
+            **cache_kwargs(self.cache),
+            **position_kwargs(self.model, self.next_pos),
+            use_cache=True,
         )
+        self.next_pos = self.next_pos + 1
         self.logits = out.logits[:, -1]
         return self.logits
 
