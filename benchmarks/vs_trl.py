@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -57,6 +59,7 @@ from _common import (  # noqa: E402
     shape_parser,
     sync,
 )
+from _opsplit import StepProfile  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
         default_init="reference,random",
     )
     p.add_argument("--reps", type=int, default=3, help="Timed blocks per trainer, alternating (default 3).")
+    p.add_argument(
+        "--profile_steps",
+        type=int,
+        default=5,
+        help="After the timed blocks, this many more steps per trainer under torch.profiler (default 5; 0: none): "
+        "time inside the model's arithmetic kernels, inside every other ATen call, and the rest (benchmarks/_opsplit.py).",
+    )
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--loss_type", default="dapo", choices=("dapo", "bnpo", "grpo", "dr_grpo"))
     p.add_argument("--max_completion_length", type=int, default=4)
@@ -193,7 +203,7 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
             pushed.append(bool(m.get("grad_norm")))
         return ts
 
-    W, N, R = args.warmup, args.steps, args.reps
+    W, N, R, F = args.warmup, args.steps, args.reps, args.profile_steps
 
     class Interleave(TrainerCallback):
         def __init__(self) -> None:
@@ -202,6 +212,8 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
             self.last = self.begin = 0.0
             self.trainer = None  # set after construction: per-step completion lengths come from its metrics
             self.lengths: list[tuple[float, float]] = []
+            self.profile: StepProfile | None = None
+            self.split = None  # TRL's OpSplit over its last F steps
 
         def on_train_begin(self, a, state, control, **kw):
             torch.set_num_threads(args.threads)
@@ -225,10 +237,17 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
                     ours_steps(W, record=False)  # our warm-up, right after TRL's
                 assert torch.get_num_threads() == args.threads, torch.get_num_threads()
                 ours_blocks.append(ours_steps(N))
+            if F and k == W + R * N:  # the timed blocks are done: profile TRL's last F steps
+                self.profile = StepProfile()
+                self.profile.start()
             self.last = time.perf_counter()
 
+        def on_train_end(self, a, state, control, **kw):
+            if self.profile is not None:
+                self.split = self.profile.stop(F)
+
     cb = Interleave()
-    trl = build_trl_trainer(dirs.peer, prompts, G, W + R * N, dirs.learning_rate(args), args, cb)
+    trl = build_trl_trainer(dirs.peer, prompts, G, W + R * N + F, dirs.learning_rate(args), args, cb)
     cb.trainer = trl
     torch.set_num_threads(args.threads)
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its summary dict
@@ -237,6 +256,12 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
     # (A random function may find no reward and no gradient in a few steps: then nothing had to move.)
     if any(pushed) and all(torch.equal(a, b) for a, b in zip(before, ours.model.parameters(), strict=True)):
         raise RuntimeError("our trainer's parameters did not change: its optimizer steps were skipped")
+    ours_split = None
+    if F:
+        profile = StepProfile()
+        profile.start()
+        ours_steps(F, record=False)
+        ours_split = profile.stop(F)
     trl_blocks = [cb.gaps[W + r * N : W + (r + 1) * N] for r in range(R)]
     trl_inner = [cb.inner[W + r * N : W + (r + 1) * N] for r in range(R)]
     ours_cps = [n * len(b) / sum(b) for b in ours_blocks]
@@ -253,7 +278,9 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
         "trl_inner_cps": trl_inner_cps,
         "ratio": [a / b for a, b in zip(ours_cps, trl_cps, strict=True)],
         "ours_lengths": ours_len,
-        "trl_lengths": cb.lengths[W:] if len(cb.lengths) == W + R * N else [],
+        "trl_lengths": cb.lengths[W : W + R * N] if len(cb.lengths) == W + R * N + F else [],
+        "ours_split": ours_split and asdict(ours_split),
+        "trl_split": cb.split and asdict(cb.split),
     }
 
 
@@ -263,6 +290,45 @@ def _lengths(xs: list[tuple[float, float]]) -> str:
     if not xs:
         return "n/a"
     return f"{sum(a for a, _ in xs) / len(xs):.2f} / {sum(b for _, b in xs) / len(xs):.2f}"
+
+
+def split_table(results: list[dict]) -> str:
+    """Per shape and trainer: the timed step (median of the block means), its time inside the arithmetic kernels and
+    inside other ATen calls (profiled steps), the rest, and the ratio TRL's step / our arithmetic kernels: what ours
+    / TRL could reach if every other call and all Python were free, with torch's kernels as they are."""
+    rows = []
+    for r in results:
+        ours_ms = statistics.median(1000 * sum(b) / len(b) for b in r["ours_step_s"])
+        trl_ms = statistics.median(1000 * sum(b) / len(b) for b in r["trl_step_s"])
+        for who, ms, sp in (("ours", ours_ms, r["ours_split"]), ("TRL", trl_ms, r["trl_split"])):
+            ceiling = f"{trl_ms / sp['arithmetic_ms']:.1f}x" if who == "ours" else ""
+            rows.append(
+                [
+                    r["label"],
+                    who,
+                    f"{ms:.1f}",
+                    f"{sp['arithmetic_ms']:.1f} ({sp['arithmetic_calls']:.0f})",
+                    f"{sp['other_ms']:.1f} ({sp['other_calls']:.0f})",
+                    f"{ms - sp['arithmetic_ms'] - sp['other_ms']:.1f}",
+                    ceiling,
+                ]
+            )
+    head = [
+        "shape",
+        "trainer",
+        "ms/step (timed)",
+        "arithmetic kernels ms (calls)",
+        "other ATen calls ms (calls)",
+        "the rest ms",
+        "ceiling of ours / TRL",
+    ]
+    return (
+        "Where the steps go (torch.profiler over --profile_steps more steps per trainer, self times; "
+        "benchmarks/_opsplit.py): the arithmetic kernels are matmuls, attention, GELU and LayerNorm, forward and "
+        "backward; the rest is the timed step minus both (Python, the autograd engine, bookkeeping). The ceiling is "
+        "TRL's step over our arithmetic kernels: the most ours / TRL can be with torch's kernels as they are.\n\n"
+        + md_table(head, rows)
+    )
 
 
 def report(results: list[dict], args) -> str:
@@ -302,14 +368,16 @@ def report(results: list[dict], args) -> str:
         f"{args.device}, bf16 {str(args.bf16).lower()}, beta {args.beta}, loss_type {args.loss_type}, "
         f"max_completion_length {args.max_completion_length}, "
         f"temperature 1.0, lr {args.learning_rate} from the reference, {args.random_learning_rate} from the "
-        "random function (its lengths stay put).\n\n" + md_table(head, rows)
+        "random function (its lengths stay put).\n\n"
+        + md_table(head, rows)
+        + ("\n\n" + split_table(results) if args.profile_steps else "")
     )
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
-    if min(args.reps, args.steps) < 1 or args.warmup < 0:
-        raise SystemExit("--reps and --steps must be >= 1, --warmup >= 0")
+    if min(args.reps, args.steps) < 1 or min(args.warmup, args.profile_steps) < 0:
+        raise SystemExit("--reps and --steps must be >= 1, --warmup and --profile_steps >= 0")
     try:
         import trl  # noqa: F401
     except ImportError:

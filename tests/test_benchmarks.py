@@ -111,9 +111,33 @@ def test_vs_trl_one_iteration(seed_reference, capsys):
     pytest.importorskip("trl")
     vs = _load("vs_trl")
     argv = "--init reference --shapes 2x4 --reps 1 --steps 1 --warmup 0 --model_name_or_path"
-    vs.main([*argv.split(), seed_reference])
+    results = vs.main(["--profile_steps", "2", *argv.split(), seed_reference])
     out = capsys.readouterr().out
     assert "| 2x4 | 8 |" in out
+    assert "| 2x4 | ours |" in out and "| 2x4 | TRL |" in out  # where the steps go, both trainers
+    for who in ("ours_split", "trl_split"):
+        split = results[0][who]
+        assert split["arithmetic_calls"] > 0 and split["other_calls"] > 0
+        assert 0 < split["arithmetic_ms"] < 1000 * sum(results[0][who.replace("split", "step_s")][0])
+
+
+def test_op_split_counts_the_arithmetic_kernels_apart():
+    """Self times by kind: the matmuls and GELU a computation calls land in "arithmetic", everything else in
+    "other", one count per call, each call counted once (an addmm inside a linear is the addmm's)."""
+    import torch
+    from _opsplit import StepProfile
+
+    x, w, b = torch.randn(64, 32), torch.randn(16, 32), torch.randn(16)
+    prof = StepProfile()
+    prof.start()
+    for _ in range(2):  # two "steps"
+        y = torch.nn.functional.linear(x, w, b)  # linear (other) -> t (other), addmm (arithmetic)
+        y = torch.nn.functional.gelu(y @ w[:, :16].T)  # mm, gelu (arithmetic)
+        (y + 1).sum()  # add, sum (other)
+    split = prof.stop(steps=2)
+    assert split.arithmetic_calls == 3  # addmm, mm, gelu per step
+    assert split.other_calls >= 4  # linear, t, add, sum (and what they call: transposes, views)
+    assert split.arithmetic_ms > 0 and split.other_ms > 0
 
 
 def test_the_random_pair_is_one_function_in_tiny_lm_and_in_gpt2(tmp_path):
