@@ -11,7 +11,8 @@ on any speed ratio reachable without faster kernels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, fields
 
 ARITHMETIC = frozenset(
     {
@@ -60,6 +61,12 @@ def op_split(events, steps: int) -> OpSplit:
     return OpSplit(a_us / 1e3 / steps, a_n / steps, o_us / 1e3 / steps, o_n / steps)
 
 
+def median_split(splits: list[OpSplit]) -> OpSplit:
+    """Field by field, the median over steps profiled one at a time: a step slowed by the machine's other work does
+    not move it."""
+    return OpSplit(*(statistics.median(getattr(s, f.name) for s in splits) for f in fields(OpSplit)))
+
+
 class StepProfile:
     """A CPU profiler started and stopped around a run of training steps, read as an `OpSplit`."""
 
@@ -71,6 +78,6 @@ class StepProfile:
     def start(self) -> None:
         self._prof.start()
 
-    def stop(self, steps: int) -> OpSplit:
+    def stop(self, steps: int = 1) -> OpSplit:
         self._prof.stop()
         return op_split(self._prof.key_averages(), steps)

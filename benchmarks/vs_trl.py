@@ -59,7 +59,7 @@ from _common import (  # noqa: E402
     shape_parser,
     sync,
 )
-from _opsplit import StepProfile  # noqa: E402
+from _opsplit import OpSplit, StepProfile, median_split  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile_steps",
         type=int,
         default=5,
-        help="After the timed blocks, this many more steps per trainer under torch.profiler (default 5; 0: none): "
-        "time inside the model's arithmetic kernels, inside every other ATen call, and the rest (benchmarks/_opsplit.py).",
+        help="After the timed blocks, this many more steps per trainer, each under torch.profiler (default 5; 0: "
+        "none): the median step's time inside the model's arithmetic kernels, inside every other ATen call, and the "
+        "rest (benchmarks/_opsplit.py).",
     )
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--loss_type", default="dapo", choices=("dapo", "bnpo", "grpo", "dr_grpo"))
@@ -213,7 +214,7 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
             self.trainer = None  # set after construction: per-step completion lengths come from its metrics
             self.lengths: list[tuple[float, float]] = []
             self.profile: StepProfile | None = None
-            self.split = None  # TRL's OpSplit over its last F steps
+            self.splits: list[OpSplit] = []  # TRL's last F steps, one profile each
 
         def on_train_begin(self, a, state, control, **kw):
             torch.set_num_threads(args.threads)
@@ -237,14 +238,13 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
                     ours_steps(W, record=False)  # our warm-up, right after TRL's
                 assert torch.get_num_threads() == args.threads, torch.get_num_threads()
                 ours_blocks.append(ours_steps(N))
-            if F and k == W + R * N:  # the timed blocks are done: profile TRL's last F steps
+            if self.profile is not None:  # one profiled step ends, from on_step_end to on_step_end as timed
+                self.splits.append(self.profile.stop())
+                self.profile = None
+            if W + R * N <= k < W + R * N + F:  # the timed blocks are done: profile TRL's last F steps
                 self.profile = StepProfile()
                 self.profile.start()
             self.last = time.perf_counter()
-
-        def on_train_end(self, a, state, control, **kw):
-            if self.profile is not None:
-                self.split = self.profile.stop(F)
 
     cb = Interleave()
     trl = build_trl_trainer(dirs.peer, prompts, G, W + R * N + F, dirs.learning_rate(args), args, cb)
@@ -256,12 +256,12 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
     # (A random function may find no reward and no gradient in a few steps: then nothing had to move.)
     if any(pushed) and all(torch.equal(a, b) for a, b in zip(before, ours.model.parameters(), strict=True)):
         raise RuntimeError("our trainer's parameters did not change: its optimizer steps were skipped")
-    ours_split = None
-    if F:
+    ours_splits = []
+    for _ in range(F):
         profile = StepProfile()
         profile.start()
-        ours_steps(F, record=False)
-        ours_split = profile.stop(F)
+        ours_steps(1, record=False)
+        ours_splits.append(profile.stop())
     trl_blocks = [cb.gaps[W + r * N : W + (r + 1) * N] for r in range(R)]
     trl_inner = [cb.inner[W + r * N : W + (r + 1) * N] for r in range(R)]
     ours_cps = [n * len(b) / sum(b) for b in ours_blocks]
@@ -279,8 +279,8 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
         "ratio": [a / b for a, b in zip(ours_cps, trl_cps, strict=True)],
         "ours_lengths": ours_len,
         "trl_lengths": cb.lengths[W : W + R * N] if len(cb.lengths) == W + R * N + F else [],
-        "ours_split": ours_split and asdict(ours_split),
-        "trl_split": cb.split and asdict(cb.split),
+        "ours_split": asdict(median_split(ours_splits)) if F else None,
+        "trl_split": asdict(median_split(cb.splits)) if F else None,
     }
 
 
@@ -323,7 +323,8 @@ def split_table(results: list[dict]) -> str:
         "ceiling of ours / TRL",
     ]
     return (
-        "Where the steps go (torch.profiler over --profile_steps more steps per trainer, self times; "
+        "Where the steps go (--profile_steps more steps per trainer, each under torch.profiler, the median step's "
+        "self times; "
         "benchmarks/_opsplit.py): the arithmetic kernels are matmuls, attention, GELU and LayerNorm, forward and "
         "backward; the rest is the timed step minus both (Python, the autograd engine, bookkeeping). The ceiling is "
         "TRL's step over our arithmetic kernels: the most ours / TRL can be with torch's kernels as they are.\n\n"

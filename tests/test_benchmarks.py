@@ -125,7 +125,7 @@ def test_op_split_counts_the_arithmetic_kernels_apart():
     """Self times by kind: the matmuls and GELU a computation calls land in "arithmetic", everything else in
     "other", one count per call, each call counted once (an addmm inside a linear is the addmm's)."""
     import torch
-    from _opsplit import StepProfile
+    from _opsplit import OpSplit, StepProfile, median_split
 
     x, w, b = torch.randn(64, 32), torch.randn(16, 32), torch.randn(16)
     prof = StepProfile()
@@ -138,6 +138,9 @@ def test_op_split_counts_the_arithmetic_kernels_apart():
     assert split.arithmetic_calls == 3  # addmm, mm, gelu per step
     assert split.other_calls >= 4  # linear, t, add, sum (and what they call: transposes, views)
     assert split.arithmetic_ms > 0 and split.other_ms > 0
+    # steps profiled one at a time are read field by field at their median: one slow step does not move it
+    steps = [OpSplit(1.0, 2, 3.0, 4), OpSplit(5.0, 6, 7.0, 8), OpSplit(900.0, 0, 0.0, 0)]
+    assert median_split(steps) == OpSplit(5.0, 2, 3.0, 4)
 
 
 def test_the_random_pair_is_one_function_in_tiny_lm_and_in_gpt2(tmp_path):
