@@ -86,6 +86,33 @@ def test_a_large_group_attends_per_sample_with_memory_linear_in_G(model, tok):
     assert not small.per_sample  # a short group sequence is attended as one
 
 
+def test_per_sample_attention_is_torchs_sdpa_bit_for_bit():
+    """The per-sample layout's 5-D attention (`_sdpa_math`) skips torch's safe-softmax row check but is otherwise
+    its CPU fallback op for op: outputs and input gradients equal F.scaled_dot_product_attention's exactly, on a
+    layout-like mask (each query sees itself, some keys hidden)."""
+    import torch.nn.functional as F
+
+    from tiny_lm.grouped import _sdpa_math
+
+    P, G, nh, Tq, Tp, hd = 3, 4, 2, 5, 6, 8
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(P, G, nh, Tq, hd, generator=gen)
+    k = torch.randn(P, G, nh, Tp + Tq, hd, generator=gen)
+    v = torch.randn(P, G, nh, Tp + Tq, hd, generator=gen)
+    hidden = torch.rand(P, 1, 1, Tq, Tp + Tq, generator=gen) < 0.4
+    hidden[..., torch.arange(Tq), Tp + torch.arange(Tq)] = False  # each query sees itself
+    mask = torch.zeros(hidden.shape).masked_fill(hidden, float("-inf"))
+    dy = torch.randn(P, G, nh, Tq, hd, generator=gen)
+    results = []
+    for attend in (_sdpa_math, lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        y = attend(*leaves, mask)
+        results.append((y.detach(), torch.autograd.grad(y, leaves, dy)))
+    (y0, g0), (y1, g1) = results
+    assert torch.equal(y0, y1)
+    assert all(torch.equal(a, b) for a, b in zip(g0, g1, strict=True))
+
+
 def test_grouped_gradients_equal_the_generic_forward(model, tok, attention):
     """The loss a trainer builds (masked log-probs of the sampled tokens, weighted): same gradient on every
     parameter, though the fast path never feeds the tokens after EOS."""

@@ -17,6 +17,7 @@ model has them and falls back to the generic transformers forward for any other 
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -136,9 +137,8 @@ def grouped_logits(w: GroupedWeights, lay: GroupLayout) -> torch.Tensor:
     last = len(w.layers) - 1
     for i, layer in enumerate(w.layers):
         qkv = _qkv(layer, x)  # (P*Tp + N, 3C)
-        dense = qkv.new_zeros(lay.num_slots, qkv.size(1)).index_copy(
-            0, lay.slots, qkv
-        )  # unused slots: 0, unseen
+        # Unused slots: 0, unseen. In place into the fresh zeros: the out-of-place index_copy would copy them first.
+        dense = qkv.new_zeros(lay.num_slots, qkv.size(1)).index_copy_(0, lay.slots, qkv)
         y = _attention(dense, lay, w.n_head)  # (num_slots, C)
         if i == last:
             # After the last attention only the rows that give logits matter: no projection or MLP for the other
@@ -164,18 +164,28 @@ def _attention(dense: torch.Tensor, lay: GroupLayout, n_head: int) -> torch.Tens
         q, k, v = _split_heads(dense, (P, lay.num_slots // P), n_head)  # (P, nh, L, hd)
         return _merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=lay.mask))  # (P * L, C)
     G, Tp, Tq = lay.G, lay.Tp, lay.Tc - 1
-    qp, kp, vp = _split_heads(
-        dense[: P * Tp], (P, Tp), n_head
-    )  # (P, nh, Tp, hd): the prompts among themselves
+    # One split, not two slices: the backward of a slice is a zero tensor the size of `dense` per slice, summed.
+    prompts, samples = dense.split([P * Tp, dense.size(0) - P * Tp])
+    qp, kp, vp = _split_heads(prompts, (P, Tp), n_head)  # (P, nh, Tp, hd): the prompts among themselves
     yp = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=lay.mask[:, :, :Tp, :Tp])
-    qc, kc, vc = _split_heads(dense[P * Tp :], (P, G, Tq), n_head)  # (P, G, nh, Tq, hd): each sample's inputs
+    qc, kc, vc = _split_heads(samples, (P, G, Tq), n_head)  # (P, G, nh, Tq, hd): each sample's inputs
     # Its prompt's keys and values (one copy per sample: memory linear in G), then its own.
     k = torch.cat([kp.unsqueeze(1).expand(-1, G, -1, -1, -1), kc], dim=-2)  # (P, G, nh, Tp + Tq, hd)
     v = torch.cat([vp.unsqueeze(1).expand(-1, G, -1, -1, -1), vc], dim=-2)
-    yc = F.scaled_dot_product_attention(
-        qc, k, v, attn_mask=lay.mask[:, None, :, Tp:]
-    )  # (P, 1, 1, Tq, Tp + Tq)
+    yc = _sdpa_math(qc, k, v, lay.mask[:, None, :, Tp:])  # mask (P, 1, 1, Tq, Tp + Tq)
     return torch.cat([_merge_heads(yp), _merge_heads(yc)])  # (P*Tp + B*Tq, C)
+
+
+def _sdpa_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`F.scaled_dot_product_attention(q, k, v, attn_mask=mask)` for inputs of more than 4 dims, op for op as torch's
+    CPU math fallback computes it (the same bits, forward and backward), without its "safe" softmax: that one
+    checks every row for being wholly masked, which no row of a layout is (each query sees itself), and the check
+    cost more than the attention itself on 5-D problems."""
+    scale = math.sqrt(
+        1.0 / math.sqrt(q.size(-1))
+    )  # the fallback scales q and k by the root of 1 / sqrt(hd) each
+    scores = torch.matmul(q * scale, k.transpose(-2, -1) * scale) + mask
+    return torch.matmul(torch.softmax(scores, -1), v)
 
 
 class GroupedDecoder:
