@@ -109,8 +109,11 @@ def rss_mib() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+def peak_rss_mib(*seen: float) -> float:
+    """The process's peak RSS: the kernel's high-water mark (ru_maxrss, KiB on Linux), and never below an RSS seen
+    (`seen`, or now): the kernel syncs its per-thread RSS counters lazily, so the mark can trail a reading of
+    /proc/self/statm by a few pages."""
+    return max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, rss_mib(), *seen)
 
 
 def measure_ours(pt: Point, args) -> dict:
@@ -159,7 +162,7 @@ def measure_ours(pt: Point, args) -> dict:
         "phases": {k: statistics.median(p[k] for p in phases) for k in phases[0]},
         "params_m": sum(p.numel() for p in trainer.model.parameters()) / 1e6,
         "base_rss_mib": base_rss,
-        "peak_rss_mib": peak_rss_mib(),
+        "peak_rss_mib": peak_rss_mib(base_rss),
     }
 
 
@@ -207,7 +210,7 @@ def measure_trl(pt: Point, args) -> dict:
         "completions_per_s": pt.P * pt.G / step,
         "mean_length": statistics.mean(lengths[W:]) if len(lengths) > W else float("nan"),
         "base_rss_mib": rss[0] if rss else float("nan"),
-        "peak_rss_mib": peak_rss_mib(),
+        "peak_rss_mib": peak_rss_mib(*rss),
     }
 
 
