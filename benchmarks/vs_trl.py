@@ -292,14 +292,18 @@ def _lengths(xs: list[tuple[float, float]]) -> str:
     return f"{sum(a for a, _ in xs) / len(xs):.2f} / {sum(b for _, b in xs) / len(xs):.2f}"
 
 
+def _block_ms(blocks: list[list[float]]) -> list[float]:
+    """Each timed block's mean step, in ms."""
+    return [1000 * sum(b) / len(b) for b in blocks]
+
+
 def split_table(results: list[dict]) -> str:
     """Per shape and trainer: the timed step (median of the block means), its time inside the arithmetic kernels and
     inside other ATen calls (profiled steps), the rest, and the ratio TRL's step / our arithmetic kernels: what ours
     / TRL could reach if every other call and all Python were free, with torch's kernels as they are."""
     rows = []
     for r in results:
-        ours_ms = statistics.median(1000 * sum(b) / len(b) for b in r["ours_step_s"])
-        trl_ms = statistics.median(1000 * sum(b) / len(b) for b in r["trl_step_s"])
+        ours_ms, trl_ms = (statistics.median(_block_ms(r[k])) for k in ("ours_step_s", "trl_step_s"))
         for who, ms, sp in (("ours", ours_ms, r["ours_split"]), ("TRL", trl_ms, r["trl_split"])):
             ceiling = f"{trl_ms / sp['arithmetic_ms']:.1f}x" if who == "ours" else ""
             rows.append(
@@ -335,8 +339,7 @@ def split_table(results: list[dict]) -> str:
 def report(results: list[dict], args) -> str:
     rows = []
     for r in results:
-        ours_ms = [1000 * sum(b) / len(b) for b in r["ours_step_s"]]
-        trl_ms = [1000 * sum(b) / len(b) for b in r["trl_step_s"]]
+        ours_ms, trl_ms = _block_ms(r["ours_step_s"]), _block_ms(r["trl_step_s"])
         rows.append(
             [
                 r["label"],

@@ -181,9 +181,8 @@ def _sdpa_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Te
     CPU math fallback computes it (the same bits, forward and backward), without its "safe" softmax: that one
     checks every row for being wholly masked, which no row of a layout is (each query sees itself), and the check
     cost more than the attention itself on 5-D problems."""
-    scale = math.sqrt(
-        1.0 / math.sqrt(q.size(-1))
-    )  # the fallback scales q and k by the root of 1 / sqrt(hd) each
+    # The fallback scales q and k by the root of 1 / sqrt(hd) each, not the scores by 1 / sqrt(hd).
+    scale = math.sqrt(1.0 / math.sqrt(q.size(-1)))
     scores = torch.matmul(q * scale, k.transpose(-2, -1) * scale) + mask
     return torch.matmul(torch.softmax(scores, -1), v)
 

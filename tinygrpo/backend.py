@@ -204,9 +204,8 @@ class CacheDecoder:
         if G > 1:
             self.cache.batch_repeat_interleave(G)
         self.mask = prompt_mask.repeat_interleave(G, dim=0)  # (P*G, Tp)
-        self.next_pos = (
-            positions[:, -1:].repeat_interleave(G, dim=0) + 1
-        )  # (P*G, 1): the next token's position
+        # (P*G, 1): each row's next position, one past its prompt's last
+        self.next_pos = positions[:, -1:].repeat_interleave(G, dim=0) + 1
 
     @torch.inference_mode()
     def keep(self, rows: torch.Tensor) -> None:
