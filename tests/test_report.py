@@ -3,8 +3,12 @@ real headless browser where one is installed (.ci/run installs Debian's chromium
 
 from __future__ import annotations
 
+import base64
+import errno
 import html
 import json
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,7 +16,7 @@ from pathlib import Path
 import pytest
 from _runs import run_inproc
 
-from tinygrpo.metrics_io import read_jsonl
+from tinygrpo.metrics_io import plot_metrics, read_jsonl
 from tinygrpo.report import REPORT_FILE, build_report, main
 
 SECTIONS = ("run", "curves", "groups", "prompts", "beliefs")
@@ -82,6 +86,100 @@ def test_a_report_of_an_interrupted_run_and_of_an_older_run_says_what_is_missing
 def test_report_of_a_directory_that_is_no_run_is_an_error_line(tmp_path, capsys):
     assert main([str(tmp_path)]) == 1
     assert capsys.readouterr().err.strip() == f"error: {tmp_path} is not a run directory (no metrics.jsonl)"
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err.strip()
+
+
+def test_report_of_garbage_metrics_is_an_error_line_naming_the_file_and_line(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text("this is not\nJSON lines\n")  # before: exit 0 and an empty report
+    assert main([str(tmp_path)]) == 1
+    assert re.fullmatch(
+        rf"error: {re.escape(str(tmp_path / 'metrics.jsonl'))} line 1: not JSON \(.*\)",
+        _one_error_line(capsys),
+    )
+    assert not (tmp_path / REPORT_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "message"),
+    [
+        ("metrics.jsonl", '[0, {"reward": 1}]', "an array where a JSON object belongs"),
+        ("metrics.jsonl", '{"reward": 0.5}', "no 'step' in the row"),
+        ("metrics.jsonl", '{"step": 1, "reward": "high"}', "'reward' should be a number, not \"high\""),
+        ("metrics.jsonl", '{"step": "1"}', "'step' should be an integer, not \"1\""),
+        (
+            "metrics.jsonl",
+            '{"step": 1, "eval/accuracy/carry": [1]}',
+            "'eval/accuracy/carry' should be a number or null",
+        ),
+        (
+            "completions.jsonl",
+            '{"step": 1, "prompt": "1+1=", "completion": 2}',
+            "'completion' should be a string",
+        ),
+        (
+            "eval_failures.jsonl",
+            '{"step": 1, "total": 2, "failures": [["1+1=", "2"]]}',
+            "'failures' should be a list",
+        ),
+        (
+            "beliefs.jsonl",
+            '{"step": 1, "questions": [], "answers": [], "gold": [], "probs": [[1], []]}',
+            "'probs'",
+        ),
+    ],
+)
+def test_report_of_logs_of_the_wrong_shape_is_an_error_line(tmp_path, capsys, name, line, message):
+    """Valid JSON that is not what the report reads: one error line naming the file, line and key, never a
+    traceback (before: a KeyError or TypeError from inside a section)."""
+    good = {"step": 0, "eval/accuracy": 0.5, "prompt": "1+1=", "completion": "2", "pass_rate": [], "total": 0}
+    good |= {"failures": [], "questions": ["1+1="], "answers": ["2"], "gold": ["2"], "probs": [[0.5]]}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(good) + "\n")
+    (tmp_path / name).write_text(json.dumps(good) + "\n" + line + "\n")
+    assert main([str(tmp_path)]) == 1
+    err = _one_error_line(capsys)
+    assert err.startswith(f"error: {tmp_path / name} line 2: ") and message in err, err
+
+
+def test_report_into_a_read_only_run_directory_is_an_error_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 0, "eval/accuracy": 0.5}\n')
+    run.chmod(0o555)
+    try:
+        if os.access(run, os.W_OK):
+            pytest.skip("the run directory stays writable after chmod (running as root)")
+        assert main([str(run)]) == 1
+        err = _one_error_line(capsys)
+    finally:
+        run.chmod(0o755)
+    assert err in (
+        f"error: cannot write {run / REPORT_FILE}: {os.strerror(n)}" for n in (errno.EACCES, errno.EROFS)
+    )
+
+
+def test_report_that_cannot_be_written_is_an_error_line_naming_the_file_and_the_reason(tmp_path, capsys):
+    """The same path as a read-only directory, where root can write anyway: the temporary file cannot be created."""
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "eval/accuracy": 0.5}\n')
+    (tmp_path / (REPORT_FILE + ".tmp")).mkdir()
+    assert main([str(tmp_path)]) == 1
+    assert (
+        _one_error_line(capsys)
+        == f"error: cannot write {tmp_path / REPORT_FILE}: {os.strerror(errno.EISDIR)}"
+    )
+    assert not (tmp_path / REPORT_FILE).exists()
+
+
+def test_the_report_inlines_the_figure_of_plots_png(run_dir, tmp_path):
+    """One builder (metrics_io.curves_figure): plots.png and the report's curves are the same picture, pixel for pixel."""
+    plot_metrics(run_dir / "metrics.jsonl", tmp_path / "plots.png")
+    curves = build_report(run_dir).split('<section id="curves">')[1].split("</section>")[0]
+    data = re.search(r'src="data:image/png;base64,([^"]+)"', curves)[1]
+    assert base64.b64decode(data) == (tmp_path / "plots.png").read_bytes()
 
 
 def _browser() -> str | None:

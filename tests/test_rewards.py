@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import math
+import os
 import pickle
 import subprocess
 import sys
@@ -408,7 +410,10 @@ def test_builtins_accept_trls_call_unchanged():
 
 
 def test_trl_library_reward_plugs_in_unchanged():
-    trl_rewards = pytest.importorskip("trl.rewards")
+    # CI installs .[test]: there a missing trl fails, it never skips
+    trl_rewards = (
+        importlib.import_module("trl.rewards") if os.environ.get("CI") else pytest.importorskip("trl.rewards")
+    )
     soft = trl_rewards.get_soft_overlong_punishment(max_completion_len=8, soft_punish_cache=2)
     ours = make_length_penalty(2)
     out = run([soft, ours], completions=["1<eos>", "1234567", "12345678"], answers=["1"] * 3)

@@ -7,6 +7,7 @@ the same token forever, which would hide ordering and caching bugs).
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -388,7 +389,8 @@ def test_saved_model_loads_with_remote_code_in_a_process_that_never_imported_tin
 
 def test_trl_trains_a_saved_tiny_lm_without_patches(model, tok, tmp_path):
     """TRL's GRPOTrainer and SFTTrainer take the saved directory by path (remote code, no adapter of ours)."""
-    trl = pytest.importorskip("trl")
+    # CI installs .[test]: there a missing trl fails, it never skips
+    trl = importlib.import_module("trl") if os.environ.get("CI") else pytest.importorskip("trl")
     from datasets import Dataset
 
     # TrainingArguments writes ACCELERATE_* variables that later Accelerators in this process would read

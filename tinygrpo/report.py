@@ -3,20 +3,23 @@
     python -m tinygrpo.report RUN_DIR            # any run: finished, interrupted or in progress, of this or older code
 
 The trainer writes it at the end of every run. It reads only the run directory's files (config.json, metrics.jsonl,
-completions.jsonl and, where the run wrote them, prompt_stats.jsonl, eval_failures.jsonl,
-beliefs.jsonl) and says which were missing. Figures are PNGs drawn with matplotlib and inlined as data URIs; there is
-no script, no stylesheet to fetch, no network: the file opens from disk and can be attached to an issue.
+completions.jsonl and, where the run wrote them, prompt_stats.jsonl, eval_failures.jsonl, beliefs.jsonl) and says
+which were missing; a log it cannot read is one `error:` line naming the file and the line (exit code 1). Figures are
+PNGs drawn with matplotlib and inlined as data URIs; there is no script, no stylesheet to fetch, no network: the file
+opens from disk and can be attached to an issue.
 
-Sections: the run (summary, settings, the command that reproduces it); curves (held-out accuracy against seconds and
-completions, reward, signal, KL or entropy, lengths); sampled groups (the logged completions of each logged step,
-coloured by reward, with advantages and gold answers); prompts (pass-rate estimates of the training prompts over time,
-held-out failures at the end, accuracy by problem kind); beliefs (on a small problem set: the policy's probability of
-each answer for each question at the first, middle and last evaluation).
+Sections: the run (summary, settings, the command that reproduces it); curves (plots.png's figure: reward, held-out
+accuracy by step, by problem kind, against seconds and against completions, signal, KL or entropy, prompts by their
+latest group, lengths); sampled groups (the logged completions of each logged step, coloured by reward, with
+advantages and gold answers); prompts (pass-rate estimates of the training prompts over time, held-out failures at the
+end, accuracy by problem kind); beliefs (on a small problem set: the policy's probability of each answer for each
+question at the first, middle and last evaluation).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
 import json
@@ -25,36 +28,68 @@ import sys
 import warnings
 from pathlib import Path
 
+from .metrics_io import (
+    CURVES_DPI,
+    INT,
+    NUM,
+    NUM_OR_NULL,
+    STR,
+    Check,
+    JsonlError,
+    Shape,
+    by_name,
+    curve_panels,
+    curves_figure,
+    list_of,
+    read_checked,
+)
+
 REPORT_FILE = "report.html"
 MAX_GROUP_STEPS = 30  # logged steps shown in the groups section (evenly spaced, the last one included)
 MAX_HEATMAP_ROWS = 300  # prompts are binned into at most this many rows
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by a kill: the run was interrupted mid-write
-            break
-    return rows
+# What the report reads in each log's rows (metrics_io.read_checked): the keys it indexes, and the kind of each value
+# it formats or draws. Keys it does not read are not checked: older and newer runs log other things.
+_CURVE_KEYS = {k for p in curve_panels([]) for k in (p.x, *(y for y, _ in p.ys)) if k}
+_TRIPLES: Check = (lambda v: isinstance(v, list) and len(v) == 3, "a [prompt, gold, completion]")
+_TABLE: Check = (  # what imshow draws: non-empty, rectangular
+    lambda v: list_of(list_of(NUM))[0](v) and len({len(r) for r in v}) == 1 and bool(v and v[0]),
+    "a table of numbers (equal-length lists)",
+)
+LOGS = {
+    "metrics.jsonl": Shape({"step": INT}, dict.fromkeys(_CURVE_KEYS, NUM) | {"eval/accuracy/": NUM_OR_NULL}),
+    "completions.jsonl": Shape(
+        {"step": INT, "prompt": STR, "completion": STR},
+        {"reward": NUM_OR_NULL, "advantage": NUM, "rewards": by_name(NUM_OR_NULL)},
+    ),
+    "prompt_stats.jsonl": Shape({"step": INT, "pass_rate": list_of(NUM_OR_NULL)}, same_length="pass_rate"),
+    "eval_failures.jsonl": Shape({"step": INT, "total": INT, "failures": list_of(_TRIPLES)}),
+    "beliefs.jsonl": Shape(
+        {"step": INT, "probs": _TABLE} | dict.fromkeys(("questions", "answers", "gold"), list_of(STR))
+    ),
+}
+
+
+def read_log(run: Path, name: str) -> list[dict]:
+    """The rows of RUN/name, checked against LOGS[name] (none when the file is missing; a torn last line dropped)."""
+    return read_checked(run / name, LOGS[name])
 
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
         return {}
+    return obj if isinstance(obj, dict) else {}
 
 
-def _png(fig) -> str:
+def _png(fig, dpi: int = 80) -> str:
     """A matplotlib figure as an <img> with a data URI."""
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
+    fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
     data = base64.b64encode(buf.getvalue()).decode()
     return f'<img alt="figure" src="data:image/png;base64,{data}">'
@@ -134,73 +169,12 @@ def section_run(run: Path, config: dict, metrics: list[dict]) -> str:
 
 
 def section_curves(metrics: list[dict]) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     steps = [r for r in metrics if "reward" in r]
     evals = [r for r in metrics if "eval/accuracy" in r]
     if not steps and not evals:
         return '<section id="curves"><h2>Curves</h2>' + _missing("metrics.jsonl has no step") + "</section>"
-    key = "kl" if any("kl" in r for r in steps) else "entropy"
-    # (rows, x key, [(y key, label)], x label, title): a legend where a panel has several lines
-    panels = [
-        (
-            evals,
-            "time/elapsed",
-            [("eval/accuracy", "")],
-            "training seconds",
-            "held-out greedy accuracy against seconds",
-        ),
-        (
-            evals,
-            "num_completions",
-            [("eval/accuracy", "")],
-            "completions sampled",
-            "held-out greedy accuracy against completions",
-        ),
-        (steps, "step", [("reward", "")], "step", "sampled reward (mean)"),
-        (
-            steps,
-            "step",
-            [
-                ("frac_reward_zero_std", "zero-variance groups"),
-                ("frac_completions_with_signal", "completions with signal"),
-            ],
-            "step",
-            "where the samples went",
-        ),
-        (
-            steps,
-            "step",
-            [(key, "")],
-            "step",
-            "KL to the reference" if key == "kl" else "policy entropy (nats per token)",
-        ),
-        (
-            steps,
-            "step",
-            [("completions/mean_length", "mean"), ("completions/max_length", "max")],
-            "step",
-            "completion length (tokens, EOS included)",
-        ),
-    ]
-    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
-    for ax, (rows, x, ys, xlabel, title) in zip(axes.flat, panels, strict=True):
-        drawn = 0
-        for y, label in ys:
-            pts = [(r[x], r[y]) for r in rows if x in r and y in r]
-            if pts:
-                ax.plot(*zip(*pts, strict=True), marker="o" if len(pts) < 30 else None, ms=3, label=label)
-                drawn += 1
-        if len(ys) > 1 and drawn:
-            ax.legend(fontsize=8)
-        ax.set(xlabel=xlabel, title=title)
-    for a in axes.flat:
-        a.grid(alpha=0.3)
-    fig.tight_layout()
-    return f'<section id="curves"><h2>Curves</h2>{_png(fig)}</section>'
+    # plots.png's figure (metrics_io.plot_metrics), at its resolution: the same picture in both places
+    return f'<section id="curves"><h2>Curves</h2>{_png(curves_figure(metrics), dpi=CURVES_DPI)}</section>'
 
 
 def _colour(reward) -> str:
@@ -341,7 +315,7 @@ def section_beliefs(beliefs: list[dict]) -> str:
         return (
             head
             + _missing("beliefs.jsonl: logged when the evaluation set is small, e.g. the seed bank")
-            + ("</section>")
+            + "</section>"
         )
     import matplotlib
 
@@ -385,15 +359,13 @@ def build_report(run_dir: str | Path) -> str:
     """The report's HTML for a run directory."""
     run = Path(run_dir)
     config = _read_json(run / "config.json")
-    metrics = _read_jsonl(run / "metrics.jsonl")
+    metrics = read_log(run, "metrics.jsonl")
     parts = [
         section_run(run, config, metrics),
         section_curves(metrics),
-        section_groups(_read_jsonl(run / "completions.jsonl")),
-        section_prompts(
-            _read_jsonl(run / "prompt_stats.jsonl"), _read_jsonl(run / "eval_failures.jsonl"), metrics
-        ),
-        section_beliefs(_read_jsonl(run / "beliefs.jsonl")),
+        section_groups(read_log(run, "completions.jsonl")),
+        section_prompts(read_log(run, "prompt_stats.jsonl"), read_log(run, "eval_failures.jsonl"), metrics),
+        section_beliefs(read_log(run, "beliefs.jsonl")),
     ]
     nav = "".join(f'<a href="#{s}">{s}</a>' for s in ("run", "curves", "groups", "prompts", "beliefs"))
     return (
@@ -405,13 +377,28 @@ def build_report(run_dir: str | Path) -> str:
 
 
 def write_report(run_dir: str | Path) -> Path:
-    """Write RUN_DIR/report.html (under a temporary name, then renamed) and return its path."""
-    run = Path(run_dir)
-    path = run / REPORT_FILE
-    tmp = run / (REPORT_FILE + ".tmp")
-    tmp.write_text(build_report(run))
-    tmp.replace(path)
+    """Write RUN_DIR/report.html and return its path (JsonlError on a log it cannot read, OSError naming report.html
+    when it cannot be written)."""
+    return _write(Path(run_dir), build_report(run_dir))
+
+
+def _write(run: Path, text: str) -> Path:
+    """Under a temporary name, then renamed: a reader never sees half a report."""
+    path, tmp = run / REPORT_FILE, run / (REPORT_FILE + ".tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as e:
+        with contextlib.suppress(OSError):  # what a full disk left of the temporary file
+            tmp.unlink(missing_ok=True)
+        # named by the file the user asked for, not by our temporary one
+        raise OSError(e.errno, e.strerror, str(path)) from e
     return path
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -421,9 +408,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     run = Path(argv[0])
     if not (run / "metrics.jsonl").is_file():
-        print(f"error: {run} is not a run directory (no metrics.jsonl)", file=sys.stderr)
-        return 1
-    print(write_report(run))
+        return _error(f"{run} is not a run directory (no metrics.jsonl)")
+    try:
+        text = build_report(run)
+    except JsonlError as e:
+        return _error(str(e))
+    except OSError as e:
+        return _error(f"cannot read {e.filename or run}: {e.strerror or e}")
+    except (KeyError, IndexError, TypeError, ValueError) as e:  # content the checks of LOGS let through
+        return _error(f"cannot build a report from the logs in {run} ({type(e).__name__}: {e})")
+    try:
+        path = _write(run, text)
+    except OSError as e:
+        return _error(f"cannot write {e.filename}: {e.strerror or e}")
+    print(path)
     return 0
 
 
