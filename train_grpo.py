@@ -63,19 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_config(argv)
         out = Path(cfg.output_dir)
-        import torch
-        from accelerate import Accelerator
-
         from tinygrpo import launch
         from tinygrpo.problems import load_splits
         from tinygrpo.trainer import GRPOTrainer
 
         launch.stop_with_launcher()
-        acc = Accelerator(
-            cpu=not torch.cuda.is_available(),
-            log_with="tensorboard" if cfg.report_to == "tensorboard" else None,
-            project_dir=cfg.output_dir,
-        )
+        acc = launch.build_accelerator(cfg)
         if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and acc.distributed_type != "FSDP":
             # accelerate drops FSDP when it runs on CPU (cpu=True): say so rather than let the user believe it.
             acc.print(

@@ -22,6 +22,7 @@ from tinygrpo.core import (
     masked_mean,
     selective_log_softmax,
 )
+from tinygrpo.policy_losses import POLICY_LOSSES
 
 # ---------------------------------------------------------------------------------------------------------------
 # token-level oracle: one-token completions from a table "model" == the seed demo's tabular GRPO step
@@ -63,9 +64,9 @@ def _tabular_setup(seed=0, n_q=5, n_ans=13, group=8, questions=(0, 3, 4)):
     return table, old_table, ref_table, groups
 
 
-@pytest.mark.parametrize("loss_type", core.LOSS_TYPES)
+@pytest.mark.parametrize("aggregation", core.AGGREGATIONS)
 @pytest.mark.parametrize("beta", [0.0, 0.04])
-def test_token_level_matches_seed_tabular_step(loss_type, beta):
+def test_token_level_matches_seed_tabular_step(aggregation, beta):
     table, old_table, ref_table, groups = _tabular_setup()
     clip_eps, G = 0.2, 8
 
@@ -91,7 +92,7 @@ def test_token_level_matches_seed_tabular_step(loss_type, beta):
     per_token, stats = clipped_surrogate(logp, old_logp, adv.float(), mask, epsilon_low=clip_eps)
     if beta:
         per_token = per_token + beta * full_kl(logits, ref_table[qs].unsqueeze(1))
-    loss = aggregate_loss(per_token, mask, loss_type, max_completion_length=1)
+    loss = aggregate_loss(per_token, mask, aggregation, max_completion_length=1)
     (grad,) = torch.autograd.grad(loss, table)
 
     # the case is clip-active on both sides, with ratios well outside [0.8, 1.2]
@@ -289,14 +290,17 @@ def test_aggregate_loss_matches_loops():
         "dapo": total / 40.0,
         "luspo": total / B,  # each row's token SUM, averaged over rows
     }
-    # the other loss types reduce as TRL pairs them (GMPO: a per-sequence loss averaged over sequences)
-    expected |= {"cispo": expected["dapo"], "vespo": expected["dapo"], "sapo": expected["grpo"]}
-    expected["gmpo"] = expected["grpo"]
-    assert set(expected) == set(core.LOSS_TYPES)
-    for lt in core.LOSS_TYPES:
-        got = aggregate_loss(loss, mask, lt, max_completion_length=8, num_items_in_batch=40.0)
+    assert set(expected) == set(core.AGGREGATIONS)
+    for agg in core.AGGREGATIONS:
+        got = aggregate_loss(loss, mask, agg, max_completion_length=8, num_items_in_batch=40.0)
         assert got.shape == ()
-        assert math.isclose(got.item(), expected[lt], rel_tol=1e-12), lt
+        assert math.isclose(got.item(), expected[agg], rel_tol=1e-12), agg
+    # every loss type reduces by the aggregation it is registered with, as TRL pairs them (GMPO: a per-sequence
+    # loss averaged over sequences)
+    pairs = {"cispo": "dapo", "vespo": "dapo", "sapo": "grpo", "gmpo": "grpo"} | {
+        a: a for a in core.AGGREGATIONS
+    }
+    assert {name: spec.aggregation for name, spec in POLICY_LOSSES.items()} == pairs
     # dapo's default is the local token count; a tensor count works too
     assert math.isclose(aggregate_loss(loss, mask, "dapo").item(), expected["bnpo"], rel_tol=1e-12)
     got = aggregate_loss(loss, mask, "dapo", num_items_in_batch=torch.tensor(40.0))
@@ -307,10 +311,10 @@ def test_aggregate_loss_matches_loops():
 def test_aggregate_loss_empty_and_validation():
     loss = torch.randn(2, 3)
     empty = torch.zeros(2, 3, dtype=torch.bool)
-    for lt in core.LOSS_TYPES:
-        assert aggregate_loss(loss, empty, lt, max_completion_length=3).item() == 0.0
+    for agg in core.AGGREGATIONS:
+        assert aggregate_loss(loss, empty, agg, max_completion_length=3).item() == 0.0
     assert masked_mean(loss, empty).item() == 0.0
-    with pytest.raises(ValueError, match="loss_type"):
+    with pytest.raises(ValueError, match="aggregation"):
         aggregate_loss(loss, empty, "sum")
     with pytest.raises(ValueError, match="max_completion_length"):
         aggregate_loss(loss, empty, "dr_grpo")
@@ -389,37 +393,6 @@ def test_delta_clamps_the_unclipped_ratio():
         clipped_surrogate(logp, old, adv, mask, delta=0.0)
     with pytest.raises(ValueError, match="importance_sampling_level"):
         clipped_surrogate(logp, old, adv, mask, importance_sampling_level="sequence_token")
-
-
-@pytest.mark.parametrize(
-    "kw",
-    [
-        {},  # GRPO's clip
-        {"epsilon_low": 0.0, "epsilon_high": 0.0},  # r == 1 sits on both clip edges
-        {"epsilon_high": 0.28, "delta": 1.5},  # clip-higher, two-sided
-        {"delta": 0.5},  # delta below 1 binds even at r == 1: the general path
-        {"importance_sampling_level": "sequence"},  # GSPO: a row's ratio spreads its gradient over its tokens
-    ],
-)
-def test_on_policy_old_logp_none_equals_passing_logp_detached(kw):
-    """old_logp=None (num_iterations 1) against the general computation with old_logp = logp.detach(): the same
-    per-token loss, statistics and gradient."""
-    g = torch.Generator().manual_seed(3)
-    base = torch.randn(5, 4, generator=g, dtype=torch.float64)
-    adv = torch.randn(5, generator=g, dtype=torch.float64)
-    mask = torch.rand(5, 4, generator=g) < 0.7
-    results = []
-    for on_policy in (True, False):
-        logp = base.clone().requires_grad_(True)
-        loss, stats = clipped_surrogate(logp, None if on_policy else logp.detach(), adv, mask, **kw)
-        (grad,) = torch.autograd.grad((loss * mask).sum(), logp)
-        results.append((loss.detach(), stats, grad))
-    (loss_a, st_a, grad_a), (loss_b, st_b, grad_b) = results
-    assert torch.equal(loss_a, loss_b)
-    assert torch.equal(grad_a, grad_b)
-    assert grad_a.abs().sum() > 0
-    for key in ("ratio", "low_clipped", "high_clipped", "clipped"):
-        assert torch.equal(st_a[key], st_b[key]), key
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from safetensors.torch import load_file
 from tinygrpo.batch import Batch
 from tinygrpo.config import ConfigError, GRPOConfig
 from tinygrpo.loss import explore_weights
+from tinygrpo.loss_config import LossConfig
 from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
 from tinygrpo.problems import problem_kinds
 from tinygrpo.prompt_stats import PromptStats, selection_weights
@@ -139,7 +141,7 @@ def test_explore_weights_are_truncated_ratios_of_the_two_temperatures():
     )
     cfg = GRPOConfig(temperature=T, explore_importance_sampling_clip_max=C)
     logp = torch.log_softmax(logits / T, -1).gather(-1, ids[..., None])[..., 0]
-    got = explore_weights(logits, batch, logp, cfg)
+    got = explore_weights(logits, batch, logp, LossConfig.from_config(cfg))
     for i in range(n):
         for t in range(Tc):
             z = logits[i, t].tolist()
@@ -206,7 +208,7 @@ def test_resume_with_weighted_selection_and_explore_rounds_continues_exactly(see
         *"--prompt_sampler unsolved --explore_rounds 2 --explore_temperatures 1.5 3.0".split(),
     )
     assert run_inproc(seed_reference, out, *common, "--max_steps", "4") == 0
-    stats = load_file(str(out / "checkpoint-4" / "prompt_stats_0.safetensors"))
+    stats = _prompt_stats(out / "checkpoint-4", 0)
     assert int(stats["samples"].sum()) > 0
     assert (
         run_inproc(seed_reference, out, *common, *"--max_steps 6 --resume_from_checkpoint latest".split())
@@ -220,9 +222,8 @@ def test_resume_with_weighted_selection_and_explore_rounds_continues_exactly(see
 
     got, want = rows(out), rows(straight)
     assert got == want and "prompts/unsolved" in got[-1] and "frac_completions_with_signal" in got[-1]
-    a = load_file(str(out / "checkpoint-6" / "prompt_stats_0.safetensors"))
-    b = load_file(str(straight / "checkpoint-6" / "prompt_stats_0.safetensors"))
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    a, b = _prompt_stats(out / "checkpoint-6", 0), _prompt_stats(straight / "checkpoint-6", 0)
+    assert a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)  # (NaN: a prompt not yet seen)
     m = load_file(str(out / "final" / "model.safetensors"))
     n = load_file(str(straight / "final" / "model.safetensors"))
     assert all(torch.equal(m[k], n[k]) for k in m)
@@ -238,12 +239,17 @@ def test_two_processes_hold_the_same_prompt_statistics(seed_reference, tmp_path)
     )
     proc = launch_two([*argv, "--per_device_train_batch_size", "16", "--explore_rounds", "1"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    a = load_file(str(out / "checkpoint-3" / "prompt_stats_0.safetensors"))
-    b = load_file(str(out / "checkpoint-3" / "prompt_stats_1.safetensors"))
+    a, b = _prompt_stats(out / "checkpoint-3", 0), _prompt_stats(out / "checkpoint-3", 1)
     assert (
         int(a["samples"].sum()) == 3 * 32
     )  # every step's global batch: 4 prompts x 4 samples on each process
     assert all(_same(a[k], b[k]) for k in a)
+
+
+def _prompt_stats(checkpoint: Path, rank: int) -> dict[str, torch.Tensor]:
+    """One process's per-prompt statistics in a checkpoint (the batch generator's tensors)."""
+    tensors = load_file(str(checkpoint / f"batch_generator_{rank}.safetensors"))
+    return {k.removeprefix("stats/"): v for k, v in tensors.items() if k.startswith("stats/")}
 
 
 def _same(x: torch.Tensor, y: torch.Tensor) -> bool:

@@ -21,8 +21,10 @@ from tinygrpo.batch import Batch
 from tinygrpo.config import ConfigError, GRPOConfig
 from tinygrpo.core import aggregate_loss
 from tinygrpo.loss import EntropyCoefficient, LossInputs, grpo_loss
+from tinygrpo.loss_config import LossConfig
 from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
 from tinygrpo.policy_losses import (
+    POLICY_LOSSES,
     cispo_surrogate,
     entropy_threshold,
     gmpo_surrogate,
@@ -176,7 +178,7 @@ def test_gmpo_matches_loop_and_zeroes_pessimistically_clipped_tokens():
     logp, old, adv, mask = _case(4)
     el, eh = 0.2, 0.3
     per_token, stats = gmpo_surrogate(logp, old, adv, mask, epsilon_low=el, epsilon_high=eh)
-    loss = aggregate_loss(per_token, mask, "gmpo")
+    loss = aggregate_loss(per_token, mask, POLICY_LOSSES["gmpo"].aggregation)
     (grad,) = torch.autograd.grad(loss, logp)
     lp, ol, A, m = _lists(logp, old, adv, mask)
     B = len(lp)
@@ -318,7 +320,7 @@ def test_token_level_matches_tabular_bandit(loss_type):
     )
     old_logps = torch.log_softmax(old_table[qs_t], -1).gather(-1, ids)
     inputs = LossInputs(batch, rows=B, tokens=torch.tensor(float(B)), old_logps=old_logps)
-    loss, _ = grpo_loss(table[qs_t].unsqueeze(1), inputs, cfg)
+    loss, _ = grpo_loss(table[qs_t].unsqueeze(1), inputs, LossConfig.from_config(cfg))
     (grad,) = torch.autograd.grad(loss, table)
 
     # the transcription, on the table: every aggregation of one-token rows is the mean over the B samples
@@ -479,7 +481,7 @@ def _run_loss(logits, batch, cfg, old_logps=None, ref_logps=None, **kw):
         old_logps=old_logps,
         ref_logps=ref_logps,
     )
-    loss, stats = grpo_loss(logits, inputs, cfg, **kw)
+    loss, stats = grpo_loss(logits, inputs, LossConfig.from_config(cfg), **kw)
     (grad,) = torch.autograd.grad(loss, logits)
     return loss, grad, stats
 
@@ -493,7 +495,7 @@ def test_luspo_sums_each_rows_tokens_and_averages_over_the_whole_mini_batch(leve
     A, rows = batch.advantages.tolist(), len(LOGIT_LENGTHS) + 2
     cfg = GRPOConfig(loss_type="luspo", importance_sampling_level=level)
     inputs = LossInputs(batch, rows=rows, tokens=batch.completion_mask.sum() + 5)
-    loss, _ = grpo_loss(logits, inputs, cfg)
+    loss, _ = grpo_loss(logits, inputs, LossConfig.from_config(cfg))
     (grad,) = torch.autograd.grad(loss, logits)
     value = sum(-A[b] * n / rows for b, n in enumerate(LOGIT_LENGTHS))
     torch.testing.assert_close(loss, torch.tensor(value, dtype=torch.float64), **F64)
@@ -628,15 +630,15 @@ def test_entropy_coefficient_follows_trls_adaptive_rule():
         entropy_target=0.5,
     )
     entropies = [0.9, 0.4, 0.4, 0.4, 0.5, 0.7, 0.6, 0.65, 0.8, 0.1]
-    ec = EntropyCoefficient(cfg.entropy_coef)
+    ec, loss_cfg = EntropyCoefficient(cfg.entropy_coef), LossConfig.from_config(cfg)
     # TRL 1.16 (_compute_loss): the coefficient applied in a step is the one set at the end of the previous step,
     # and only when that step's entropy was at or below the target (none measured yet: inf, no bonus); then it
     # moves by delta, up at or below the target, down above it, clamped to [min, max].
     coef, last, path = 0.2, math.inf, []
     for h in entropies:
         applied = coef if last <= cfg.entropy_target else 0.0
-        assert ec.applied(cfg) == pytest.approx(applied, abs=1e-15)
-        ec.update(h, cfg)
+        assert ec.applied(loss_cfg) == pytest.approx(applied, abs=1e-15)
+        ec.update(h, loss_cfg)
         if h <= cfg.entropy_target:
             coef = min(coef + cfg.entropy_coef_delta, cfg.entropy_coef_max)
         else:
@@ -647,8 +649,10 @@ def test_entropy_coefficient_follows_trls_adaptive_rule():
     assert max(path) == cfg.entropy_coef_max and min(path) == cfg.entropy_coef_min  # both clamps acted
     static = GRPOConfig(entropy_coef=0.3)
     ec = EntropyCoefficient(static.entropy_coef)
-    ec.update(0.0, static)
-    assert ec.applied(static) == 0.3 and ec.value == 0.3  # not adaptive: constant, always applied
+    ec.update(0.0, LossConfig.from_config(static))
+    assert (
+        ec.applied(LossConfig.from_config(static)) == 0.3 and ec.value == 0.3
+    )  # not adaptive: constant, always applied
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -757,8 +761,8 @@ def test_adaptive_entropy_resumes_exactly(seed_reference, tmp_path):
     out, straight = tmp_path / "resumed", tmp_path / "straight"
     assert run_inproc(seed_reference, out, *common, "--max_steps", "4") == 0
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
-    assert state["entropy_coef"]["value"] == pytest.approx(0.05)
-    assert 0 < state["entropy_coef"]["last_entropy"] < 10
+    assert state["policy_update"]["entropy_coef"]["value"] == pytest.approx(0.05)
+    assert 0 < state["policy_update"]["entropy_coef"]["last_entropy"] < 10
     assert (
         run_inproc(seed_reference, out, *common, "--max_steps", "6", "--resume_from_checkpoint", "latest")
         == 0

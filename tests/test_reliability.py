@@ -119,7 +119,7 @@ CHECKPOINT_FILES = {
     "model.safetensors",
     "optimizer.bin",
     "random_states_0.pkl",
-    "sampler_0.json",
+    "batch_generator_0.json",  # the sampler's RNG and the prompt cursor (its tensors: .safetensors beside it)
     ckpt.STATE_FILE,
 }
 
@@ -132,11 +132,13 @@ def assert_checkpoints_sound(out: Path) -> None:
         names = {f.name for f in p.iterdir()}
         assert names >= CHECKPOINT_FILES, (p, sorted(names))
         state = json.loads((p / ckpt.STATE_FILE).read_text())
-        assert p.name == f"checkpoint-{state['step']}"
+        assert p.name == f"checkpoint-{state['trainer']['step']}"
         # A complete safetensors file (loading checks the header against the file size).
         assert load_file(str(p / "model.safetensors"))
-        json.loads((p / "sampler_0.json").read_text())
-        assert json.loads((p / ckpt.STATE_FILE).read_text())["scheduler"]["_step_count"] >= 1
+        json.loads((p / "batch_generator_0.json").read_text())
+        assert (
+            json.loads((p / ckpt.STATE_FILE).read_text())["optimizer_step"]["scheduler"]["_step_count"] >= 1
+        )
         for name in ("optimizer.bin", "random_states_0.pkl"):
             torch.load(p / name, weights_only=False)  # complete pickles (trusted: we just wrote them)
     latest = ckpt.resolve_checkpoint("latest", out)

@@ -310,7 +310,7 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["num_processes"] == 2
-    assert (out / "checkpoint-2" / "sampler_1.json").is_file()  # rank 1 took part
+    assert (out / "checkpoint-2" / "batch_generator_1.json").is_file()  # rank 1 took part
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2]  # one file, each step once (rank 1 writes nothing)
     for r in rows[1:]:
@@ -916,7 +916,7 @@ def _constant_reward_trainer(seed_reference, tmp_path, reward, **overrides) -> G
 
 def test_a_step_that_finds_no_group_with_signal_trains_nothing_not_even_the_kl(seed_reference, tmp_path):
     # Every reward is equal, so dynamic sampling finds no group with signal in any round: the step keeps one group
-    # as a placeholder (every process must run a forward under DDP) and trains nothing on it, not even the KL term,
+    # marked no_signal (every process must run a forward under DDP) and trains nothing on it, not even the KL term,
     # although the policy has moved away from the reference (so the KL alone would have a gradient).
     def same(completions, **kw):
         return [1.0] * len(completions)
@@ -928,7 +928,7 @@ def test_a_step_that_finds_no_group_with_signal_trains_nothing_not_even_the_kl(s
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     for _ in range(2):
         out = trainer.training_step()
-        assert out.scored.batch.placeholder
+        assert out.scored.batch.no_signal
         assert out.metrics["trained_completions"] == 0
     after = trainer.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)

@@ -12,20 +12,28 @@ Conventions as group_advantages: rewards (N,) in groups of G consecutive complet
 left out of every statistic, advantage exactly 0; `zero_std` (N / G,) marks groups whose valid rewards are all equal
 (no sample is better than another: dynamic sampling drops them). Lengths count a completion's loss tokens (EOS
 included), as verl's response mask.
+
+The registry: every advantage_mode is one function of one signature, registered by name with the inputs it reads
+beyond the rewards (as verl's `register_adv_est`):
+
+    @register_adv_est("my_mode", needs=("lengths",))
+    def my_mode(x: AdvantageInputs, cfg: AdvantageConfig) -> (advantages (N,), zero_std (N / G,))
+
+The trainer gathers only what an estimator `needs` (tinygrpo/generation.py); `advantage_mode` accepts every
+registered name (ADVANTAGE_MODES).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .core import group_advantages
+from .core import GROUP_MODES, group_advantages
 
-GROUP_MODES = ("grpo", "rloo", "reinforce")
-ADVANTAGE_MODES = (*GROUP_MODES, "opo", "pass_at_k", "reinforce_pp", "reinforce_pp_baseline", "remax")
-LENGTH_MODES = ("opo", "reinforce_pp", "reinforce_pp_baseline")  # the estimators that read completion lengths
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 WHITEN_EPS = 1e-8  # verl's masked_whiten
 GDPO_EPS = 1e-4  # TRL's
@@ -148,6 +156,135 @@ def normalize_then_sum(rewards_per_func: Tensor, weights: Tensor, G: int) -> Ten
     return torch.where((~torch.isnan(rewards_per_func)).any(-1), out, torch.full_like(out, math.nan))
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# the registry
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an estimator may read: rewards (N,) in groups of G (NaN = no applicable reward), and what it `needs`."""
+
+    rewards: Tensor  # (N,) the weighted sum of the reward functions
+    lengths: Tensor | None = None  # (N,) loss tokens per completion ("lengths")
+    greedy_rewards: Tensor | None = (
+        None  # (N / G,) the reward of each prompt's greedy answer ("greedy_rewards")
+    )
+    rewards_per_func: Tensor | None = None  # (N, F) each function's reward (GDPO's normalize_then_sum)
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """The settings the estimators read, built once from the run's config (GRPOConfig's names)."""
+
+    advantage_mode: str
+    num_generations: int
+    scale_rewards: str = "group"
+    train_pass_k: int = 1
+    multi_objective_aggregation: str = "sum_then_normalize"
+    reward_weights: tuple[float, ...] = ()
+
+    @classmethod
+    def from_config(cls, cfg: object, reward_weights: list[float]) -> AdvantageConfig:
+        names = (
+            "advantage_mode",
+            "num_generations",
+            "scale_rewards",
+            "train_pass_k",
+            "multi_objective_aggregation",
+        )
+        return cls(**{n: getattr(cfg, n) for n in names}, reward_weights=tuple(reward_weights))
+
+
+AdvEstFn = Callable[[AdvantageInputs, AdvantageConfig], tuple[Tensor, Tensor]]
+NEEDS = ("lengths", "greedy_rewards")  # the inputs beyond the rewards an estimator may ask for
+
+
+@dataclass(frozen=True)
+class AdvEstimator:
+    fn: AdvEstFn
+    needs: tuple[str, ...]  # members of NEEDS
+
+
+ADV_ESTIMATORS: dict[str, AdvEstimator] = {}
+
+
+def register_adv_est(name: str, needs: tuple[str, ...] = ()) -> Callable[[AdvEstFn], AdvEstFn]:
+    """Register an advantage estimator as advantage_mode `name`; `needs`: the inputs it reads beyond the rewards."""
+
+    def register(fn: AdvEstFn) -> AdvEstFn:
+        if name in ADV_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        if not set(needs) <= set(NEEDS):
+            raise ValueError(f"advantage estimator {name!r}: needs must be among {NEEDS}, got {needs}")
+        ADV_ESTIMATORS[name] = AdvEstimator(fn, tuple(needs))
+        return fn
+
+    return register
+
+
+def _register_group_mode(mode: str) -> None:
+    register_adv_est(mode)(
+        lambda x, cfg: group_advantages(
+            x.rewards, cfg.num_generations, mode=mode, scale_rewards=cfg.scale_rewards
+        )
+    )
+
+
+for _mode in GROUP_MODES:  # grpo, rloo, reinforce: core.group_advantages
+    _register_group_mode(_mode)
+
+
+@register_adv_est("opo", needs=("lengths",))
+def _opo(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
+    return opo_advantages(x.rewards, x.lengths, cfg.num_generations)
+
+
+@register_adv_est("pass_at_k")
+def _pass_at_k(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
+    return pass_at_k_advantages(x.rewards, cfg.num_generations, cfg.train_pass_k)
+
+
+@register_adv_est("reinforce_pp", needs=("lengths",))
+def _reinforce_pp(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
+    return reinforce_pp_advantages(x.rewards, x.lengths, cfg.num_generations, baseline=False)
+
+
+@register_adv_est("reinforce_pp_baseline", needs=("lengths",))
+def _reinforce_pp_baseline(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
+    return reinforce_pp_advantages(x.rewards, x.lengths, cfg.num_generations, baseline=True)
+
+
+@register_adv_est("remax", needs=("greedy_rewards",))
+def _remax(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
+    return remax_advantages(x.rewards, x.greedy_rewards, cfg.num_generations)
+
+
+ADVANTAGE_MODES = tuple(ADV_ESTIMATORS)  # the registered names, for config choices and help
+
+
+def gdpo_advantages(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
+    """multi_objective_aggregation "normalize_then_sum" (GDPO, as TRL): the rewards are `normalize_then_sum` of
+    rewards_per_func, and the advantages those, less the batch mean, over the batch std + 1e-4 (advantage_mode and
+    scale_rewards are not used); groups whose summed scores are all equal get 0."""
+    G = cfg.num_generations
+    summed = normalize_then_sum(x.rewards_per_func, torch.tensor(cfg.reward_weights, dtype=torch.float64), G)
+    r, valid, zero_std = _groups(summed, G)
+    flat = summed[~torch.isnan(summed)]
+    std = flat.std() if flat.numel() > 1 else torch.zeros((), dtype=summed.dtype)
+    mean = flat.mean() if flat.numel() else torch.zeros((), dtype=summed.dtype)
+    return _finish((r - mean) / (std + GDPO_EPS), valid, zero_std)
+
+
+def compute_advantages(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
+    """The advantages of cfg.advantage_mode (the registry), or GDPO's when the rewards are normalised per function
+    first; and each group's zero_std."""
+    if cfg.multi_objective_aggregation == "normalize_then_sum":
+        return gdpo_advantages(x, cfg)
+    if cfg.advantage_mode not in ADV_ESTIMATORS:
+        raise ValueError(f"mode must be one of {tuple(ADV_ESTIMATORS)}, got {cfg.advantage_mode!r}")
+    return ADV_ESTIMATORS[cfg.advantage_mode].fn(x, cfg)
+
+
 def advantages(
     rewards: Tensor,
     G: int,
@@ -161,26 +298,8 @@ def advantages(
     reward_weights: Tensor | None = None,
     multi_objective_aggregation: str = "sum_then_normalize",
 ) -> tuple[Tensor, Tensor]:
-    """The advantages of `mode` (ADVANTAGE_MODES) and each group's zero_std. `rewards` are the weighted sums.
-
-    multi_objective_aggregation "normalize_then_sum" (GDPO, as TRL): the rewards are `normalize_then_sum` of
-    rewards_per_func, and the advantages those, less the batch mean, over the batch std + 1e-4 (mode and
-    scale_rewards are not used); groups whose summed scores are all equal get 0."""
-    if multi_objective_aggregation == "normalize_then_sum":
-        summed = normalize_then_sum(rewards_per_func, reward_weights, G)
-        r, valid, zero_std = _groups(summed, G)
-        flat = summed[~torch.isnan(summed)]
-        std = flat.std() if flat.numel() > 1 else torch.zeros((), dtype=summed.dtype)
-        mean = flat.mean() if flat.numel() else torch.zeros((), dtype=summed.dtype)
-        return _finish((r - mean) / (std + GDPO_EPS), valid, zero_std)
-    if mode in GROUP_MODES:
-        return group_advantages(rewards, G, mode=mode, scale_rewards=scale_rewards)
-    if mode == "opo":
-        return opo_advantages(rewards, lengths, G)
-    if mode == "pass_at_k":
-        return pass_at_k_advantages(rewards, G, k)
-    if mode in ("reinforce_pp", "reinforce_pp_baseline"):
-        return reinforce_pp_advantages(rewards, lengths, G, baseline=mode == "reinforce_pp_baseline")
-    if mode == "remax":
-        return remax_advantages(rewards, greedy_rewards, G)
-    raise ValueError(f"mode must be one of {ADVANTAGE_MODES}, got {mode!r}")
+    """compute_advantages with keywords: the advantages of `mode` (ADVANTAGE_MODES) and each group's zero_std.
+    `rewards` are the weighted sums; see gdpo_advantages for multi_objective_aggregation "normalize_then_sum"."""
+    weights = () if reward_weights is None else tuple(reward_weights.tolist())
+    cfg = AdvantageConfig(mode, G, scale_rewards, k, multi_objective_aggregation, weights)
+    return compute_advantages(AdvantageInputs(rewards, lengths, greedy_rewards, rewards_per_func), cfg)

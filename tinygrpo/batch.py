@@ -18,8 +18,10 @@ class Batch:
     completion_mask: torch.Tensor  # (P*G, Tc) float; 0 after EOS (and for truncated rows if they are masked)
     advantages: torch.Tensor  # (P*G,)
     rewards: torch.Tensor  # (P*G,) combined (NaN = no applicable reward)
-    # No group with signal was found: kept only so that every process runs a forward (at weight 0).
-    placeholder: bool = False
+    # Nothing to learn from on this process: the groups are kept only so that every process runs a forward (DDP
+    # needs one from each) at weight 0. Set by generation (no group with signal in any round) and by the update (a
+    # mini-batch with no group to learn from here while another process has one); the loss is then exactly 0.
+    no_signal: bool = False
     # (P*G,) the temperature each completion was sampled at, where some were sampled at another than the run's
     # (explore rounds, tinygrpo/generation.py); None: all at the run's temperature.
     temperature: torch.Tensor | None = None
@@ -41,7 +43,7 @@ class Batch:
             self.completion_mask[rows],
             self.advantages[rows],
             self.rewards[rows],
-            self.placeholder,
+            self.no_signal,
             None if self.temperature is None else self.temperature[rows],
         )
 
@@ -81,6 +83,6 @@ def concat_batches(parts: list[Batch], pad_id: int, temperature: float = 1.0) ->
         torch.cat([right(p.completion_mask, 0.0) for p in parts]),
         torch.cat([p.advantages for p in parts]),
         torch.cat([p.rewards for p in parts]),
-        placeholder=all(p.placeholder for p in parts),
+        no_signal=all(p.no_signal for p in parts),
         temperature=temps,
     )

@@ -1,10 +1,14 @@
-"""Crash-safe checkpoints: written under a temporary name, moved into place only when complete.
+"""Crash-safe checkpoints of a run's components: written under a temporary name, moved into place when complete.
 
-A checkpoint directory `checkpoint-<step>` holds what `accelerator.save_state` writes (model weights as
-safetensors, optimizer, per-process RNG states; loaded back with `weights_only=True`), the reference
-model when it is being synced, `trainer_state.json` (step, data cursor, the learning-rate scheduler's state;
-each process's sampling generator in sampler_<rank>.json), the run's settings (`grpo_config.json`) and a manifest
-of every file's size and SHA-256 (`manifest.json`), written last.
+Every component that has state owns it, as `state_dict()` / `load_state_dict()` (the Stateful protocol below); this
+module saves and restores a named set of them, and never looks inside. A checkpoint directory `checkpoint-<step>`
+holds what `accelerator.save_state` writes (model weights as safetensors, optimizer, per-process RNG states; loaded
+back with `weights_only=True`), `trainer_state.json` (the state of every shared component, by name: the same on
+every process, written once), `<name>_<rank>.json` and `<name>_<rank>.safetensors` (each process's own components:
+JSON values, and the tensors found in them), `<name>.safetensors` for extra models (the reference while it is
+synced), the run's settings (`grpo_config.json`) and a manifest of every file's size and SHA-256 (`manifest.json`),
+written last. (accelerate's `register_for_checkpointing` would pickle the objects, once per node: the
+per-process sampling state and readable JSON are why it is not used.)
 A kill at any moment leaves either no `checkpoint-<step>` or a complete one: the directory is renamed into place
 after everything in it is written and flushed, and `latest` only ever considers complete ones. A checkpoint damaged
 later (a truncated or edited file) fails its manifest: `latest` skips it, and says so.
@@ -19,8 +23,11 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
+import torch.nn as nn
+from safetensors.torch import load_file, load_model, save_file, save_model
 
 from .config import ConfigError
 
@@ -28,6 +35,137 @@ CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"
 CONFIG_FILE = "grpo_config.json"
 MANIFEST_FILE = "manifest.json"
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class SaveError(RuntimeError):
+    """A checkpoint could not be written (disk full, permissions): what was kept is in the message."""
+
+
+def save_checkpoint(
+    out: Path,
+    step: int,
+    acc,
+    procs,
+    *,
+    shared: dict[str, Stateful],
+    per_process: dict[str, Stateful],
+    models: dict[str, nn.Module],
+    config: dict,
+    keep: int,
+) -> Path:
+    """Write checkpoint-<step> in `out` (see the module docstring) and keep the newest `keep`. A failure on one
+    process is settled by all of them at each hand-off (procs.any), so that none waits for a process that has given
+    up: the process that failed raises a SaveError saying why, the others an empty one."""
+    final, tmp = out / f"checkpoint-{step}", out / f".tmp-checkpoint-{step}"
+    failed: OSError | None = None
+    try:
+        if procs.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        procs.wait()
+        acc.save_state(str(tmp), safe_serialization=True)
+        for name, component in per_process.items():
+            plain, tensors = _split_tensors(component.state_dict())
+            write_json_atomic(tmp / f"{name}_{procs.rank}.json", plain)
+            if tensors:
+                save_file(tensors, str(tmp / f"{name}_{procs.rank}.safetensors"))
+    except OSError as e:
+        failed = e
+    if not procs.any(failed is not None) and procs.is_main:
+        try:
+            for name, model in models.items():
+                save_model(model, str(tmp / f"{name}.safetensors"))  # (tied weights stored once)
+            state = {"num_processes": procs.num, **{name: c.state_dict() for name, c in shared.items()}}
+            write_json_atomic(tmp / STATE_FILE, state)
+            write_json_atomic(tmp / CONFIG_FILE, config)
+            write_manifest(tmp)
+            publish(tmp, final)
+            prune(out, keep)
+        except OSError as e:
+            failed = e
+    if procs.any(failed is not None):
+        if procs.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)  # a partial checkpoint is of no use
+        if failed is None:
+            raise SaveError("")
+        kept = checkpoint_dirs(out)
+        raise SaveError(
+            f"step {step}: could not write the checkpoint: {failed.strerror or failed}"
+            + (f" ({failed.filename})" if failed.filename else "")
+            + (f"; the last complete checkpoint is {kept[-1]}" if kept else "; no checkpoint was kept")
+        )
+    return final
+
+
+def load_checkpoint(
+    path: Path,
+    acc,
+    procs,
+    *,
+    shared: dict[str, Stateful],
+    per_process: dict[str, Stateful],
+    models: dict[str, nn.Module],
+    check_config: Callable[[dict], None],
+) -> None:
+    """Restore what save_checkpoint wrote into the same set of components; `check_config` is given the saved
+    settings first. A file that cannot be read is one ConfigError naming the checkpoint and the cause."""
+    try:
+        state = json.loads((path / STATE_FILE).read_text())
+        if state["num_processes"] != procs.num:
+            raise ConfigError(
+                f"checkpoint {path} was written by {state['num_processes']} processes; resume with the same "
+                f"number (this launch has {procs.num})"
+            )
+        if (path / CONFIG_FILE).is_file():
+            check_config(json.loads((path / CONFIG_FILE).read_text()))
+        acc.load_state(str(path))
+        for name, component in shared.items():
+            component.load_state_dict(state[name])
+        for name, component in per_process.items():
+            plain = json.loads((path / f"{name}_{procs.rank}.json").read_text())
+            tensors = path / f"{name}_{procs.rank}.safetensors"
+            component.load_state_dict(
+                _join_tensors(plain, load_file(str(tensors)) if tensors.is_file() else {})
+            )
+        for name, model in models.items():
+            if (path / f"{name}.safetensors").is_file():
+                load_model(model, str(path / f"{name}.safetensors"))
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001  (a damaged file of the user's checkpoint: say which and why)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"cannot resume from {path}: {first}") from None
+
+
+def _split_tensors(state: dict, prefix: str = "") -> tuple[dict, dict[str, torch.Tensor]]:
+    """A state dict -> (its JSON values, its tensors by "/"-joined key path), so tensors go to safetensors."""
+    plain: dict = {}
+    tensors: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor):
+            tensors[prefix + key] = value.contiguous()
+        elif isinstance(value, dict):
+            plain[key], inner = _split_tensors(value, f"{prefix}{key}/")
+            tensors.update(inner)
+        else:
+            plain[key] = value
+    return plain, tensors
+
+
+def _join_tensors(plain: dict, tensors: dict[str, torch.Tensor]) -> dict:
+    """The inverse of _split_tensors."""
+    for path, tensor in tensors.items():
+        *parents, leaf = path.split("/")
+        node = plain
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = tensor
+    return plain
 
 
 def checkpoint_dirs(output_dir: str | Path) -> list[Path]:

@@ -17,7 +17,8 @@ import yaml
 from transformers import HfArgumentParser
 
 from .advantage_estimators import ADVANTAGE_MODES, MULTI_OBJECTIVE_AGGREGATIONS
-from .core import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, SCALE_REWARDS
+from .core import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, SCALE_REWARDS
+from .policy_losses import LOSS_TYPES
 from .prompt_stats import PROMPT_SAMPLERS
 
 

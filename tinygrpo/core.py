@@ -20,24 +20,17 @@ import numbers
 import torch
 from torch import Tensor
 
-ADVANTAGE_MODES = ("grpo", "rloo", "reinforce")
+GROUP_MODES = (
+    "grpo",
+    "rloo",
+    "reinforce",
+)  # group_advantages' modes (the other estimators: advantage_estimators)
 SCALE_REWARDS = ("group", "batch", "none")
 KL_ESTIMATORS = ("k1", "k2", "k3", "full")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
-# How each loss type reduces its (B, T) per-token loss to a scalar (see aggregate_loss): TRL's pairing, and GMPO's
-# per-sequence loss (spread evenly over its tokens) is averaged over sequences.
-AGGREGATION = {
-    "grpo": "grpo",
-    "bnpo": "bnpo",
-    "dr_grpo": "dr_grpo",
-    "dapo": "dapo",
-    "cispo": "dapo",
-    "sapo": "grpo",
-    "luspo": "luspo",
-    "vespo": "dapo",
-    "gmpo": "grpo",
-}
-LOSS_TYPES = tuple(AGGREGATION)
+# How a (B, T) per-token loss is reduced to a scalar (see aggregate_loss). Each loss type names its aggregation when
+# it is registered (tinygrpo.policy_losses.register_policy_loss).
+AGGREGATIONS = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -85,7 +78,7 @@ def group_advantages(
     "rloo" its advantages are set to exactly 0.0 (r - mean need not round to 0, e.g. 0.3 repeated). Advantages
     have the rewards' dtype (integer/bool rewards are promoted to the default float dtype).
     """
-    _check_choice("mode", mode, ADVANTAGE_MODES)
+    _check_choice("mode", mode, GROUP_MODES)
     _check_choice("scale_rewards", scale_rewards, SCALE_REWARDS)
     if std_correction not in (0, 1):
         raise ValueError(f"std_correction must be 0 or 1, got {std_correction!r}")
@@ -108,46 +101,33 @@ def group_advantages(
 
     G = num_generations
     r = rewards.view(-1, G)  # (P, G)
-    nan = torch.isnan(r)
-    # Without NaN (the usual case) every masked step below is the identity, and is skipped: the same arithmetic,
-    # fewer operations. `valid` is then None and the per-group count n is the plain number G.
-    valid = ~nan if bool(nan.any()) else None  # (P, G)
-
-    def where_valid(x: Tensor, fill: float) -> Tensor:
-        return x if valid is None else torch.where(valid, x, torch.full_like(x, fill))
-
-    n = G if valid is None else valid.sum(-1, keepdim=True).to(r.dtype)  # (P, 1) valid samples per group
-    r0 = where_valid(r, 0.0)  # NaN -> 0 so sums stay finite
+    valid = ~torch.isnan(r)  # (P, G)
+    n = valid.sum(-1, keepdim=True).to(r.dtype)  # (P, 1) valid samples per group
+    r0 = torch.where(valid, r, torch.zeros_like(r))  # NaN -> 0 so sums stay finite
     # "all equal" by exact comparison, not std < tol: a tolerance would silently drop real (tiny) signal.
-    zero_std = where_valid(r, -torch.inf).amax(-1) == where_valid(r, torch.inf).amin(-1)  # (P,)
-    if valid is not None:
-        zero_std = zero_std | (n.squeeze(-1) < 2)  # (G >= 2, so only NaN can leave fewer than two)
+    hi = torch.where(valid, r, torch.full_like(r, -torch.inf)).amax(-1)
+    lo = torch.where(valid, r, torch.full_like(r, torch.inf)).amin(-1)
+    zero_std = (hi == lo) | (n.squeeze(-1) < 2)  # (P,)
 
     if mode == "reinforce":
         return r0.reshape(-1), zero_std
 
     if mode == "rloo":
-        total = r0.sum(-1, keepdim=True)  # (P, 1)
-        others = n - 1 if valid is None else (n - 1).clamp(min=1)  # n < 2 is zero_std -> masked below
-        adv = r0 - (total - r0) / others  # (P, G)
+        adv = r0 - (r0.sum(-1, keepdim=True) - r0) / (n - 1).clamp(min=1)  # n < 2 is zero_std -> masked below
     else:
-        mean = r0.sum(-1, keepdim=True) / (n if valid is None else n.clamp(min=1))  # (P, 1)
-        adv = r0 - mean  # (P, G)
+        adv = r0 - r0.sum(-1, keepdim=True) / n.clamp(min=1)  # (P, G)
         if scale_rewards == "group":
-            sq = where_valid(adv, 0.0).square().sum(-1, keepdim=True)  # (P, 1)
-            dof = max(n - std_correction, 1) if valid is None else (n - std_correction).clamp(min=1)
-            adv = adv / ((sq / dof).sqrt() + eps)
+            var = torch.where(valid, adv, torch.zeros_like(adv)).square().sum(-1, keepdim=True)  # (P, 1)
+            adv = adv / ((var / (n - std_correction).clamp(min=1)).sqrt() + eps)
         elif scale_rewards == "batch":
             # TRL: the GROUP mean is subtracted, the BATCH std divides.
-            flat = r.reshape(-1) if valid is None else r[valid]  # (n_valid,)
-            if flat.numel() > std_correction:
-                batch_std = flat.std(correction=std_correction)
-            else:
-                batch_std = torch.zeros((), dtype=r.dtype, device=r.device)
+            flat = r[valid]  # (n_valid,)
+            batch_std = (
+                flat.std(correction=std_correction) if flat.numel() > std_correction else r.new_zeros(())
+            )
             adv = adv / (batch_std + eps)
 
-    keep = ~zero_std.unsqueeze(-1) if valid is None else valid & ~zero_std.unsqueeze(-1)  # (P, G) or (P, 1)
-    adv = torch.where(keep, adv, torch.zeros_like(adv))
+    adv = torch.where(valid & ~zero_std.unsqueeze(-1), adv, torch.zeros_like(adv))
     return adv.reshape(-1), zero_std
 
 
@@ -258,9 +238,9 @@ def clipped_surrogate(
     max=delta, bounding the loss of negative-advantage tokens whose ratio explodes.
 
     old_logp None means on-policy (num_iterations 1: the samples came from this very policy): old_logp is
-    logp.detach(), so r = exp(logp - logp.detach()) is exactly 1, nothing is clipped, and the loss is -r * A with
-    the plain policy gradient -A * grad(logp). For the token level without a delta below 1 that is computed
-    directly, with the same value and gradient and a third of the operations; otherwise logp.detach() is used.
+    logp.detach(), so r = exp(logp - logp.detach()) is exactly 1, nothing is clipped, and the gradient is the plain
+    policy gradient -A * grad(logp). (tinygrpo.fast.on_policy_surrogate computes that case with a third of the
+    operations, and the trainer uses it; tests/test_fast.py checks the two agree bit for bit.)
 
     Returns (per_token_loss (B, T), stats) with stats tensors, not reduced: "ratio" (B, T) (before the delta
     clamp), "low_clipped" = (r < 1 - eps_low) & (A < 0), "high_clipped" = (r > 1 + eps_high) & (A > 0),
@@ -276,8 +256,7 @@ def clipped_surrogate(
         raise ValueError(f"epsilon_high must be >= 0, got {epsilon_high!r}")
     if delta is not None and not delta > 0:
         raise ValueError(f"delta must be > 0 (TRL recommends > 1 + epsilon), got {delta!r}")
-    on_policy = old_logp is None
-    if on_policy:
+    if old_logp is None:
         old_logp = logp.detach()
     if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
         raise ValueError(
@@ -288,19 +267,6 @@ def clipped_surrogate(
         raise ValueError(
             f"advantages must have shape (B,)={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}"
         )
-    if on_policy and importance_sampling_level == "token" and (delta is None or delta >= 1):
-        # r == 1 lies inside [1 - eps_low, 1 + eps_high] and below delta: min(r * A, clip(r) * A) is r * A in value
-        # and in gradient (torch's min splits the gradient of a tie, and both sides have derivative A).
-        ratio = torch.exp(logp - old_logp)  # (B, T), exactly 1
-        never = torch.zeros_like(logp, dtype=torch.bool)
-        per_token_loss = -(ratio * advantages.unsqueeze(-1).to(ratio.dtype))  # (B, T)
-        return per_token_loss, {
-            "ratio": ratio.detach(),
-            "low_clipped": never,
-            "high_clipped": never,
-            "clipped": never,
-        }
-
     ratio = torch.exp(
         log_importance_weights(logp, old_logp, mask, importance_sampling_level)
     )  # (B, T) | (B, 1)
@@ -332,12 +298,12 @@ def log_importance_weights(logp: Tensor, old_logp: Tensor, mask: Tensor, level: 
 def aggregate_loss(
     per_token_loss: Tensor,
     mask: Tensor,
-    loss_type: str = "grpo",
+    aggregation: str = "grpo",
     *,
     max_completion_length: int | None = None,
     num_items_in_batch: float | Tensor | None = None,
 ) -> Tensor:
-    """Reduce a (B, T) per-token loss to a scalar; the loss types differ only in the normaliser.
+    """Reduce a (B, T) per-token loss to a scalar; the aggregations (AGGREGATIONS) differ only in the normaliser.
 
     "grpo"    per-sequence masked mean, then mean over sequences (DeepSeekMath). A row without tokens
               contributes 0 but is still counted in the mean. Long answers get less weight per token.
@@ -349,10 +315,10 @@ def aggregate_loss(
               the global token mean. Defaults to mask.sum() (then equal to "bnpo").
     "luspo"   per-sequence masked SUM, then mean over sequences (LUSPO, as in TRL): a sequence's loss grows with
               its length, undoing the length normalisation of GSPO's sequence ratio.
-    The other loss types reduce as AGGREGATION pairs them (cispo, vespo: "dapo"; sapo, gmpo: "grpo").
+    Each loss type names the aggregation it is reduced by (cispo, vespo: "dapo"; sapo, gmpo: "grpo";
+    tinygrpo.policy_losses.POLICY_LOSSES).
     """
-    _check_choice("loss_type", loss_type, LOSS_TYPES)
-    loss_type = AGGREGATION[loss_type]
+    _check_choice("aggregation", aggregation, AGGREGATIONS)
     if per_token_loss.dim() != 2 or mask.shape != per_token_loss.shape:
         raise ValueError(
             f"per_token_loss and mask must share one (B, T) shape, got {tuple(per_token_loss.shape)} "
@@ -360,14 +326,14 @@ def aggregate_loss(
         )
     m = mask.bool()
     masked = torch.where(m, per_token_loss, torch.zeros_like(per_token_loss))  # (B, T)
-    if loss_type == "grpo":
+    if aggregation == "grpo":
         count = m.sum(-1).to(per_token_loss.dtype)  # (B,) tokens per row
         return (masked.sum(-1) / count.clamp(min=1)).mean()
-    if loss_type == "bnpo":
+    if aggregation == "bnpo":
         return masked.sum() / m.sum().to(per_token_loss.dtype).clamp(min=1)
-    if loss_type == "luspo":
+    if aggregation == "luspo":
         return masked.sum(-1).mean()
-    if loss_type == "dr_grpo":
+    if aggregation == "dr_grpo":
         if (
             isinstance(max_completion_length, bool)
             or not isinstance(max_completion_length, numbers.Integral)

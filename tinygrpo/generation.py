@@ -22,7 +22,8 @@ import torch.nn as nn
 
 from rewards import EOS, RewardError, combine_rewards, compute_rewards
 
-from .advantage_estimators import LENGTH_MODES, advantages
+from . import checkpoint as ckpt
+from .advantage_estimators import ADV_ESTIMATORS, AdvantageConfig, AdvantageInputs, compute_advantages
 from .backend import Backend
 from .batch import Batch, concat_batches
 from .config import GRPOConfig
@@ -45,57 +46,48 @@ class RewardSpec:
 
 
 @dataclass
-class Samples:
-    """G completions of each of P prompts on this process, decoded and scored (no advantages yet)."""
+class Round:
+    """One generation round on this process: G completions of each of its P prompts, decoded and scored; then their
+    advantages (over the global batch for a round at the run's temperature, within the round for an explore round)."""
 
     idx: list[int]  # (P,) training-prompt indices
-    prompt_ids: torch.Tensor  # (P, Tp)
+    prompt_ids: torch.Tensor  # (P, Tp) left-padded
     prompt_mask: torch.Tensor
     completion_ids: torch.Tensor  # (n, Tc), n = P * G
-    completion_mask: torch.Tensor  # (n, Tc) float
-    is_eos: torch.Tensor  # (n,) bool
-    lengths: torch.Tensor  # (n,)
-    prompts: list[str]  # (n,)
-    completions: list[str]  # (n,)
-    rewards_per_func: torch.Tensor  # (n, F) float32, NaN = None
+    completion_mask: torch.Tensor  # (n, Tc) float; 0 after EOS (and on truncated rows if they are masked)
+    is_eos: torch.Tensor  # (n,) bool: ended with EOS (not truncated)
+    lengths: torch.Tensor  # (n,) tokens per completion, EOS included
+    prompts: list[str]  # (n,) the prompt of each completion
+    completions: list[str]  # (n,) decoded, <eos> kept
+    rewards_per_func: torch.Tensor  # (n, F) float32, NaN = the function returned None
     rewards: torch.Tensor  # (n,) combined
     seconds_generate: float
     seconds_reward: float
-    greedy_rewards: torch.Tensor | None = None  # (P,) the greedy answer's reward (advantage_mode remax)
+    greedy_rewards: torch.Tensor | None = None  # (P,) the greedy answer's reward (an estimator that needs it)
     kl: torch.Tensor | None = None  # (n,) summed k1 to the reference over each completion (use_kl_in_reward)
+    # Set once the advantages are known (BatchGenerator.round):
+    advantages: torch.Tensor | None = None  # (n,) this process's rows
+    all_rewards: torch.Tensor | None = None  # (N,) combined rewards of every process's completions
+    zero_std: torch.Tensor | None = (
+        None  # (N / G,) every process's groups: all valid rewards equal (no signal)
+    )
+    has_signal: torch.Tensor | None = None  # (P,) this process's groups that are not zero_std
 
     def shaped_rewards(self, beta: float) -> torch.Tensor:
         """The rewards the advantages see: less beta x the summed KL with use_kl_in_reward."""
         return self.rewards if self.kl is None else self.rewards - beta * self.kl
 
-    def batch(self, advantages: torch.Tensor) -> Batch:
+    @property
+    def batch(self) -> Batch:
+        """The round as the update sees it (P groups; advantages as set)."""
         return Batch(
             self.prompt_ids,
             self.prompt_mask,
             self.completion_ids,
             self.completion_mask,
-            advantages,
+            self.advantages,
             self.rewards,
         )
-
-
-@dataclass
-class Round:
-    """One generation round on this process: G completions of each of its P prompts, scored."""
-
-    batch: Batch  # (P groups) with advantages over the global batch
-    idx: list[int]  # (P,) training-prompt indices
-    prompts: list[str]  # (n,) the prompt of each completion, n = P * G
-    completions: list[str]  # (n,) decoded, <eos> kept
-    rewards_per_func: torch.Tensor  # (n, F) float32, NaN = the function returned None
-    is_eos: torch.Tensor  # (n,) bool: ended with EOS (not truncated)
-    lengths: torch.Tensor  # (n,) tokens per completion, EOS included
-    all_rewards: torch.Tensor  # (N,) combined rewards of every process's completions
-    zero_std: torch.Tensor  # (N / G,) every process's groups: all valid rewards equal (no signal)
-    has_signal: torch.Tensor  # (P,) this process's groups that are not zero_std
-    seconds_generate: float
-    seconds_reward: float
-    kl: torch.Tensor | None = None  # (n,) summed k1 to the reference of each completion (use_kl_in_reward)
 
 
 @dataclass
@@ -111,7 +103,8 @@ class ScoredBatch:
 
 
 class BatchGenerator:
-    """Generates and scores one step's batch; owns the sampling generator (one per process, checkpointed)."""
+    """Generates and scores one step's batch. Owns the state of what it samples: the sampling generator (one per
+    process), the prompt order (PromptSource) and the per-prompt statistics (PromptStats): see state_dict."""
 
     def __init__(
         self,
@@ -133,6 +126,28 @@ class BatchGenerator:
         self.rewarded = False  # some reward function has applied to some sample of this run
         self.stats = stats  # per-prompt pass rates, updated by every base-temperature round (None: not kept)
         self.ref_model = ref_model  # use_kl_in_reward: the reference whose KL each reward pays
+        self.adv_cfg = AdvantageConfig.from_config(cfg, rewards.weights)
+        self.adv_needs = (
+            ()
+            if cfg.multi_objective_aggregation == "normalize_then_sum"
+            else ADV_ESTIMATORS[cfg.advantage_mode].needs
+        )  # what the estimator reads beyond the rewards: gathered over processes, computed only then
+
+    def state_dict(self) -> dict:
+        """This process's sampling state: the generator's RNG, the prompt order's cursor and (tensors) the
+        per-prompt statistics. Restored exactly, a resumed run samples what the uninterrupted one would have."""
+        stats = {} if self.stats is None else self.stats.state_dict()
+        return {
+            "sampler": ckpt.generator_state_to_list(self.generator),
+            **self.prompts.state_dict(),
+            "stats": stats,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        ckpt.generator_state_from_list(self.generator, state["sampler"])
+        self.prompts.load_state_dict(state)
+        if self.stats is not None:
+            self.stats.load_state_dict(state["stats"])
 
     def generate(self) -> ScoredBatch:
         """One batch. Explore rounds resample the failed prompts at higher temperatures; dynamic sampling drops the
@@ -141,7 +156,7 @@ class BatchGenerator:
         first = self.round()
         rounds = [first]
         batch = first.batch
-        explored: list[Samples] = []  # the explore rounds' samples (this process's)
+        explored: list[Round] = []  # the explore rounds (this process's)
         if cfg.explore_rounds or cfg.dynamic_sampling:
             target = first.batch.num_groups
             # Dynamic sampling keeps only the groups with signal; without it the whole first batch is trained on.
@@ -163,8 +178,8 @@ class BatchGenerator:
                 sel = torch.nonzero(r.has_signal).flatten()[: max(0, target - have)]
                 parts.append(r.batch.groups(sel))
                 have += sel.numel()
-            if have == 0:  # nothing with signal in any round: one group, marked as a placeholder
-                parts = [replace(first.batch.groups(torch.zeros(1, dtype=torch.long)), placeholder=True)]
+            if have == 0:  # nothing with signal in any round: one group, kept for DDP's forward (no_signal)
+                parts = [replace(first.batch.groups(torch.zeros(1, dtype=torch.long)), no_signal=True)]
             parts = [p for p in parts if p.num_groups]
             batch = (
                 concat_batches(parts, self.tokenizer.pad_token_id, cfg.temperature)
@@ -182,7 +197,7 @@ class BatchGenerator:
             seconds_reward=sum(r.seconds_reward for r in timed),
         )
 
-    def explore(self, first: Round) -> tuple[list[Batch], list[Samples]]:
+    def explore(self, first: Round) -> tuple[list[Batch], list[Round]]:
         """Adaptive resampling of failed prompts (Reinforce-Ada, Xiong et al. 2025, with a temperature schedule):
         a prompt of the first round whose G samples all scored the same and below the batch's best is sampled again,
         G at a time at the next of `explore_temperatures`, until a round gives it a group whose rewards differ (that
@@ -196,25 +211,25 @@ class BatchGenerator:
         todo = torch.nonzero(~first.has_signal & (top < best)).flatten()  # this process's failed groups
         idx = [first.idx[i] for i in todo.tolist()]
         found: list[Batch] = []
-        rounds: list[Samples] = []
+        rounds: list[Round] = []
         for k in range(cfg.explore_rounds):
             temperature = cfg.explore_temperatures[min(k, len(cfg.explore_temperatures) - 1)]
             if not idx:
                 break
             s = self.sample(idx, temperature)
             rounds.append(s)
-            adv, zero_std = self.advantages(
-                s.shaped_rewards(cfg.beta), s, "group" if cfg.scale_rewards == "batch" else cfg.scale_rewards
-            )
-            hit = torch.nonzero(~zero_std).flatten()
+            # Within the round (its groups are this process's own), so scale_rewards "batch" falls back to "group".
+            scale = "group" if cfg.scale_rewards == "batch" else cfg.scale_rewards
+            s.advantages, s.zero_std = self.advantages(s.shaped_rewards(cfg.beta), s, scale)
+            hit = torch.nonzero(~s.zero_std).flatten()
             if hit.numel():
-                b = replace(s.batch(adv), temperature=torch.full((len(idx) * G,), temperature)).groups(hit)
+                b = replace(s.batch, temperature=torch.full((len(idx) * G,), temperature)).groups(hit)
                 found.append(b)
             hits = set(hit.tolist())
             idx = [i for j, i in enumerate(idx) if j not in hits]
         return found, rounds
 
-    def sample(self, idx: list[int], temperature: float) -> Samples:
+    def sample(self, idx: list[int], temperature: float) -> Round:
         """G completions of each of the prompts `idx` (this process's), decoded and scored."""
         cfg, G = self.cfg, self.G
         t0 = time.perf_counter()
@@ -241,14 +256,16 @@ class BatchGenerator:
 
         lengths = ro.completion_mask.sum(1)  # (n,) tokens per completion, EOS included
         prompts, completions, per_func, rewards = self.score(idx, completion_ids, lengths, G)
-        greedy = self.greedy_rewards(idx, prompt_ids, prompt_mask) if cfg.advantage_mode == "remax" else None
+        greedy = (
+            self.greedy_rewards(idx, prompt_ids, prompt_mask) if "greedy_rewards" in self.adv_needs else None
+        )
         t2 = time.perf_counter()
         if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer
             completion_mask = completion_mask * is_eos[:, None]
         kl = None
         if self.ref_model is not None:
             kl = self.sequence_kl(prompt_ids, prompt_mask, completion_ids, completion_mask)
-        return Samples(
+        return Round(
             idx,
             prompt_ids,
             prompt_mask,
@@ -312,24 +329,25 @@ class BatchGenerator:
         return self.score(idx, ro.completion_ids, ro.completion_mask.sum(1), 1)[3]
 
     def advantages(
-        self, rewards: torch.Tensor, s: Samples, scale_rewards: str, gather=lambda t: t
+        self, rewards: torch.Tensor, s: Round, scale_rewards: str, gather=lambda t: t
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """advantage_estimators.advantages of `rewards` (the shaped rewards of `s`, gathered or local) with the run's
-        settings; of the rest of `s` only what the estimator reads is gathered."""
-        cfg = self.cfg
-        gdpo = cfg.multi_objective_aggregation == "normalize_then_sum"
-        return advantages(
+        """The registered estimator's advantages of `rewards` (the shaped rewards of `s`, gathered or local) and each
+        group's zero_std; of the rest of `s` only what the estimator needs is gathered."""
+        needs = self.adv_needs
+        x = AdvantageInputs(
             rewards,
-            self.G,
-            mode=cfg.advantage_mode,
-            scale_rewards=scale_rewards,
-            lengths=gather(s.completion_mask.sum(1).cpu()) if cfg.advantage_mode in LENGTH_MODES else None,
-            greedy_rewards=None if s.greedy_rewards is None else gather(s.greedy_rewards),
-            k=cfg.train_pass_k,
-            rewards_per_func=gather(s.rewards_per_func) if gdpo else None,
-            reward_weights=torch.tensor(self.rewards.weights),
-            multi_objective_aggregation=cfg.multi_objective_aggregation,
+            lengths=gather(s.completion_mask.sum(1).cpu()) if "lengths" in needs else None,
+            greedy_rewards=gather(s.greedy_rewards) if "greedy_rewards" in needs else None,
+            rewards_per_func=gather(s.rewards_per_func)
+            if self.adv_cfg.multi_objective_aggregation == "normalize_then_sum"
+            else None,
         )
+        cfg = (
+            self.adv_cfg
+            if scale_rewards == self.adv_cfg.scale_rewards
+            else replace(self.adv_cfg, scale_rewards=scale_rewards)
+        )
+        return compute_advantages(x, cfg)
 
     def round(self) -> Round:
         """G completions of this process's share of the next global prompts; advantages on the global batch."""
@@ -355,23 +373,10 @@ class BatchGenerator:
         self.rewarded = True
         if self.stats is not None:
             self.stats.update(global_idx, all_rewards, G)
-        n = s.rewards.numel()
-        P = len(s.idx)
-        return Round(
-            batch=s.batch(adv[r * n : (r + 1) * n].contiguous()),
-            idx=s.idx,
-            prompts=s.prompts,
-            completions=s.completions,
-            rewards_per_func=s.rewards_per_func,
-            is_eos=s.is_eos,
-            lengths=s.lengths,
-            all_rewards=all_rewards,
-            zero_std=zero_std,
-            has_signal=~zero_std[r * P : (r + 1) * P],
-            seconds_generate=s.seconds_generate,
-            seconds_reward=s.seconds_reward,
-            kl=s.kl,
-        )
+        n, P = s.rewards.numel(), len(s.idx)
+        s.advantages = adv[r * n : (r + 1) * n].contiguous()
+        s.all_rewards, s.zero_std, s.has_signal = all_rewards, zero_std, ~zero_std[r * P : (r + 1) * P]
+        return s
 
     def _global_prompts(self) -> list[int]:
         """The next global batch of prompts (each process takes its share: whole groups)."""

@@ -10,8 +10,11 @@ import json
 import os
 import shutil
 import signal
+import threading
 from dataclasses import asdict, fields
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
 from .config import ConfigError, GRPOConfig
@@ -197,3 +200,49 @@ def stop_with_launcher() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         return
+
+
+def build_accelerator(cfg: GRPOConfig):
+    """The run's Accelerator (the one place that builds it): the CPU unless a GPU is there; tensorboard if asked."""
+    import torch
+    from accelerate import Accelerator
+
+    return Accelerator(
+        cpu=not torch.cuda.is_available(),
+        log_with="tensorboard" if cfg.report_to == "tensorboard" else None,
+        project_dir=cfg.output_dir,
+    )
+
+
+class StopOnSignal:
+    """Ctrl-C (SIGINT) or SIGTERM (what Docker, Kubernetes and Slurm send) asks for a stop at the next step
+    boundary, where a checkpoint is exact; a second Ctrl-C stops at once. A SIGTERM after the first signal is taken
+    as the same request (a launcher that dies on Ctrl-C sends one: see launch.stop_with_launcher). Installed only in
+    the main thread (signal handlers can be set nowhere else)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, verbose: bool) -> None:
+        self.verbose = verbose
+        self.requested = False
+        self.name = "interrupted"
+        self._previous: dict = {}
+
+    def __enter__(self) -> StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
+            return
+        self.requested = True
+        self.name = signal.Signals(signum).name
+        if self.verbose:
+            tqdm.write(f"{self.name}: stopping after this step and saving a checkpoint (again to abort)")

@@ -1,11 +1,13 @@
-"""The GRPO loss of one mini-batch, from the policy's logits: a pure function over tensors and the config.
+"""The GRPO loss of one mini-batch, from the policy's logits: a pure function over tensors and a LossConfig.
 
     logits -> log-probs of the sampled tokens -> the policy surrogate of loss_type (ratio to the old policy)
            [x off-policy sequence mask] [x high-entropy token mask] [x explore rounds' importance weights]
            [+ beta * per-token KL to the reference (x the ratio: use_bias_correction_kl)]
            -> aggregate by loss_type [- entropy_coef * mean entropy] -> (loss, statistics)
 
-Each arrow is a function of `tinygrpo.core` or `tinygrpo.policy_losses`. What this file adds is the bookkeeping
+Each arrow is a function of `tinygrpo.core` or `tinygrpo.policy_losses` (the policy loss is looked up by loss_type
+in its registry, POLICY_LOSSES). The loss reads a `LossConfig` (tinygrpo/loss_config.py), built once from the run's
+config with only the fields it uses. What this file adds is the bookkeeping
 around a mini-batch whose zero-advantage groups were left out of the forward: the loss of the groups that were run is
 normalised as if the whole mini-batch had been (their loss terms are exactly zero), so skipping them changes nothing.
 """
@@ -20,11 +22,8 @@ import torch
 from torch import Tensor
 
 from .batch import Batch
-from .config import GRPOConfig
 from .core import (
-    AGGREGATION,
     aggregate_loss,
-    clipped_surrogate,
     entropy_from_logits,
     full_kl,
     kl_estimate,
@@ -32,15 +31,8 @@ from .core import (
     masked_mean,
     selective_log_softmax,
 )
-from .policy_losses import (
-    cispo_surrogate,
-    entropy_threshold,
-    gmpo_surrogate,
-    high_entropy_mask,
-    off_policy_mask,
-    sapo_surrogate,
-    vespo_surrogate,
-)
+from .loss_config import LossConfig
+from .policy_losses import POLICY_LOSSES, entropy_threshold, high_entropy_mask, off_policy_mask
 
 # The per-token statistics a loss reports, as masked sums ("tokens" first: divide by it for means).
 STAT_NAMES = ("tokens", "entropy", "ratio", "clip_ratio/low", "clip_ratio/high", "clip_ratio/region")
@@ -58,8 +50,6 @@ class LossInputs:
     old_logps: Tensor | None = None  # (n, Tc) log-probs before this batch's first update; None = on-policy
     ref_logps: Tensor | None = None  # (n, Tc) the reference's (beta > 0)
     ref_logits: Tensor | None = None  # (n, Tc, V) the reference's, for kl_estimator="full"
-    # Nothing to learn from on this process; run only because DDP needs a forward on every process: weight 0.
-    dummy: bool = False
 
 
 @dataclass
@@ -84,7 +74,7 @@ class LossStats:
         return total / max(tokens, 1.0)
 
 
-def explore_weights(logits: Tensor, sub: Batch, logp: Tensor, cfg: GRPOConfig) -> Tensor:
+def explore_weights(logits: Tensor, sub: Batch, logp: Tensor, cfg: LossConfig) -> Tensor:
     """(n, Tc) truncated importance weights of the tokens of rows sampled at another temperature; exactly 1 on the
     rows sampled at the run's temperature."""
     t = sub.temperature.to(logits.device, logits.dtype)  # (n,)
@@ -97,19 +87,20 @@ def explore_weights(logits: Tensor, sub: Batch, logp: Tensor, cfg: GRPOConfig) -
 class EntropyCoefficient:
     """The entropy bonus's coefficient (TRL's entropy_coef), and Skywork-OR1's adaptive control of it: after each
     optimizer step it moves by entropy_coef_delta towards keeping the mean entropy at entropy_target, and the bonus
-    is applied only while the entropy is at or below the target. Checkpointed with the trainer's state."""
+    is applied only while the entropy is at or below the target. Its state is the policy update's
+    (PolicyUpdate.state_dict)."""
 
     value: float
     # the mean per-token entropy of the last optimizer step, over every process
     last_entropy: float = math.inf
 
-    def applied(self, cfg: GRPOConfig) -> float:
+    def applied(self, cfg: LossConfig) -> float:
         """The coefficient this optimizer step's loss uses (set at the end of the previous step, as in TRL)."""
         if not cfg.use_adaptive_entropy:
             return self.value
         return self.value if self.last_entropy <= cfg.entropy_target else 0.0
 
-    def update(self, entropy: float, cfg: GRPOConfig) -> None:
+    def update(self, entropy: float, cfg: LossConfig) -> None:
         if not cfg.use_adaptive_entropy:
             return
         if entropy <= cfg.entropy_target:
@@ -118,51 +109,17 @@ class EntropyCoefficient:
             self.value = max(self.value - cfg.entropy_coef_delta, cfg.entropy_coef_min)
         self.last_entropy = entropy
 
+    def state_dict(self) -> dict[str, float]:
+        return {"value": self.value, "last_entropy": self.last_entropy}
 
-def policy_surrogate(
-    logp: Tensor, old_logp: Tensor | None, advantages: Tensor, mask: Tensor, cfg: GRPOConfig
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """The per-token policy loss of cfg.loss_type (tinygrpo.core.clipped_surrogate, tinygrpo.policy_losses)."""
-    level = cfg.importance_sampling_level
-    if cfg.loss_type == "cispo":
-        eps_high = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
-        return cispo_surrogate(
-            logp, old_logp, advantages, mask, epsilon_high=eps_high, importance_sampling_level=level
-        )
-    if cfg.loss_type == "sapo":
-        return sapo_surrogate(
-            logp,
-            old_logp,
-            advantages,
-            mask,
-            temperature_pos=cfg.sapo_temperature_pos,
-            temperature_neg=cfg.sapo_temperature_neg,
-            importance_sampling_level=level,
-        )
-    if cfg.loss_type == "vespo":
-        gamma = {"k_pos": cfg.vespo_k_pos, "lambda_pos": cfg.vespo_lambda_pos}
-        gamma |= {"k_neg": cfg.vespo_k_neg, "lambda_neg": cfg.vespo_lambda_neg}
-        return vespo_surrogate(logp, old_logp, advantages, mask, **gamma)
-    if cfg.loss_type == "gmpo":
-        return gmpo_surrogate(
-            logp, old_logp, advantages, mask, epsilon_low=cfg.epsilon, epsilon_high=cfg.epsilon_high
-        )
-    return clipped_surrogate(  # grpo, bnpo, dr_grpo, dapo, luspo: PPO's clip
-        logp,
-        old_logp,  # None: on-policy, the ratio is exactly 1 (see clipped_surrogate)
-        advantages,
-        mask,
-        epsilon_low=cfg.epsilon,
-        epsilon_high=cfg.epsilon_high,
-        delta=cfg.delta,
-        importance_sampling_level=level,
-    )
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.value, self.last_entropy = state["value"], state["last_entropy"]
 
 
 def grpo_loss(
     logits: Tensor,
     inputs: LossInputs,
-    cfg: GRPOConfig,
+    cfg: LossConfig,
     num_items_in_batch: Tensor | None = None,
     *,
     entropy_coef: float = 0.0,
@@ -178,7 +135,9 @@ def grpo_loss(
     names = (
         STAT_NAMES + (("kl",) if cfg.kl_in_loss else ()) + (ENTROPY_STATS if cfg.use_adaptive_entropy else ())
     )
-    if inputs.dummy:  # a forward that DDP needs, and a zero loss: every parameter gets an exact zero gradient
+    if (
+        inputs.batch.no_signal
+    ):  # a forward that DDP needs, at weight 0: every parameter's gradient is exactly 0
         if cfg.top_entropy_quantile < 1 and gather:
             gather(logits.new_zeros(0))  # the other processes pool their tokens: take part, with none
         return logits.sum() * 0.0, LossStats(names, logits.new_zeros(len(names)))
@@ -188,7 +147,8 @@ def grpo_loss(
     # (n, Tc). With an entropy bonus the entropy is differentiated; otherwise it is a statistic (and a token mask).
     entropy = entropy_from_logits(logits if cfg.entropy_bonus else logits.detach(), cfg.temperature)
     advantages = sub.advantages.to(logp.device)  # (rewards and advantages live on the CPU)
-    per_token, st = policy_surrogate(logp, inputs.old_logps, advantages, mask, cfg)
+    policy_loss = POLICY_LOSSES[cfg.loss_type]
+    per_token, st = policy_loss.fn(logp, inputs.old_logps, advantages, mask, cfg)
     if cfg.off_policy_mask_threshold is not None:
         per_token = per_token * off_policy_mask(
             advantages, logp, inputs.old_logps, mask, cfg.off_policy_mask_threshold
@@ -217,12 +177,14 @@ def grpo_loss(
             old = logp.detach() if inputs.old_logps is None else inputs.old_logps
             kl_term = kl * torch.exp(log_importance_weights(logp, old, mask, cfg.importance_sampling_level))
         per_token = per_token + cfg.beta * kl_term
-    if AGGREGATION[cfg.loss_type] == "dapo":
-        loss = aggregate_loss(per_token, mask, cfg.loss_type, num_items_in_batch=num_items_in_batch)
+    if policy_loss.aggregation == "dapo":
+        loss = aggregate_loss(per_token, mask, "dapo", num_items_in_batch=num_items_in_batch)
     else:
-        loss = aggregate_loss(per_token, mask, cfg.loss_type, max_completion_length=cfg.max_completion_length)
+        loss = aggregate_loss(
+            per_token, mask, policy_loss.aggregation, max_completion_length=cfg.max_completion_length
+        )
         # From the groups that were run to the whole mini-batch (the skipped ones contribute exact zeros).
-        if AGGREGATION[cfg.loss_type] == "bnpo":
+        if policy_loss.aggregation == "bnpo":
             loss = loss * mask.sum() / inputs.tokens.clamp(min=1)
         else:
             loss = loss * sub.completion_ids.size(0) / inputs.rows

@@ -65,12 +65,10 @@ def step_metrics(
             "completions/clipped_ratio": float(truncated.mean()),
             "learning_rate": learning_rate,
             "num_completions": num_completions,
-            "trained_completions": int(
-                procs.sum(0 if trained.placeholder else trained.completion_ids.size(0))
-            ),
+            "trained_completions": int(procs.sum(0 if trained.no_signal else trained.completion_ids.size(0))),
             # sampled completions that carried signal: a non-zero advantage in a group that was trained on
             "frac_completions_with_signal": procs.sum(
-                0 if trained.placeholder else int(trained.advantages.ne(0).sum())
+                0 if trained.no_signal else int(trained.advantages.ne(0).sum())
             )
             / max(scored.num_sampled, 1),
         }

@@ -115,6 +115,14 @@ class OptimizerStep:
     def learning_rate(self) -> float:
         return self.scheduler.get_last_lr()[0]
 
+    def state_dict(self) -> dict:
+        """The schedule's state; the optimizer's own (moments, steps) is saved with the model by accelerate's
+        save_state, which knows the prepared optimizer."""
+        return {"scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
+
 
 def functional_adamw_supported(optimizer: torch.optim.Optimizer) -> bool:
     """An AdamW like `build_optimizer`'s: fused, float learning rates, none of the options the functional call here

@@ -14,16 +14,59 @@ plain policy gradient -A grad log pi: 1 for sapo, vespo and gmpo, min(1, eps_hig
 
 The masks: `off_policy_mask` (DeepSeek-V3.2's off-policy sequence masking) and `high_entropy_mask` (train only on
 the highest-entropy tokens, Wang et al. 2025). Shapes as in tinygrpo.core: B completions, T tokens, (B,) advantages.
+
+The registry: every loss type is one function of one signature, registered by name with the aggregation that
+reduces its per-token loss (as verl's `register_policy_loss`):
+
+    @register_policy_loss("my_loss", aggregation="dapo")
+    def my_loss(logp, old_logp, advantages, mask, cfg: LossConfig) -> (per_token_loss (B, T), stats)
+
+`grpo_loss` (tinygrpo/loss.py) looks the loss type up in POLICY_LOSSES; `loss_type` accepts every registered name.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .core import log_importance_weights
+from .core import AGGREGATIONS, clipped_surrogate, log_importance_weights
+from .fast import on_policy_applies, on_policy_surrogate
+from .loss_config import LossConfig
+
+PolicyLossFn = Callable[[Tensor, Tensor | None, Tensor, Tensor, LossConfig], tuple[Tensor, dict[str, Tensor]]]
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    fn: PolicyLossFn  # (logp, old_logp or None = on-policy, advantages, mask, cfg) -> (per-token loss, stats)
+    aggregation: str  # how core.aggregate_loss reduces the per-token loss (core.AGGREGATIONS)
+
+
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+
+
+def register_policy_loss(
+    *names: str, aggregation: str | None = None
+) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Register a policy loss under one or more loss_type names; `aggregation` defaults to the name itself."""
+
+    def register(fn: PolicyLossFn) -> PolicyLossFn:
+        for name in names:
+            agg = aggregation or name
+            if agg not in AGGREGATIONS:
+                raise ValueError(
+                    f"policy loss {name!r}: aggregation must be one of {AGGREGATIONS}, got {agg!r}"
+                )
+            if name in POLICY_LOSSES:
+                raise ValueError(f"policy loss {name!r} is already registered")
+            POLICY_LOSSES[name] = PolicyLoss(fn, agg)
+        return fn
+
+    return register
 
 
 def _scalar(x: float, like: Tensor) -> Tensor:
@@ -157,7 +200,7 @@ def gmpo_surrogate(
     the clip range can be wider (the paper: 0.4 in log space).
 
     Returns the sequence loss spread over the row (every token of row b holds loss_b): aggregated by the per-row
-    mean ("grpo", as AGGREGATION pairs gmpo), it is the mean of the sequence losses over the batch."""
+    mean ("grpo", the aggregation gmpo is registered with), it is the mean of the sequence losses over the batch."""
     if epsilon_high is None:
         epsilon_high = epsilon_low
     old_logp = _on_policy(logp, old_logp)
@@ -208,3 +251,78 @@ def high_entropy_mask(entropies: Tensor, mask: Tensor, threshold: Tensor | float
     """Beyond the 80/20 rule (Wang et al. 2025; TRL's top_entropy_quantile): the completion tokens whose entropy is
     at least the threshold (see entropy_threshold): (B, T) bool, False on padding."""
     return (entropies >= threshold) & mask.bool()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the registered loss types, in the order users know them (loss_type's help and messages list them so)
+
+
+@register_policy_loss("grpo", "bnpo", "dr_grpo", "dapo")
+def ppo_clip_loss(
+    logp: Tensor, old_logp: Tensor | None, advantages: Tensor, mask: Tensor, cfg: LossConfig
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO's clipped surrogate (core.clipped_surrogate); these loss types differ only in their aggregation. On-policy
+    it is computed by its faster equal (tinygrpo.fast)."""
+    if on_policy_applies(old_logp, cfg.importance_sampling_level, cfg.delta):
+        return on_policy_surrogate(logp, advantages)
+    return clipped_surrogate(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        epsilon_low=cfg.epsilon,
+        epsilon_high=cfg.epsilon_high,
+        delta=cfg.delta,
+        importance_sampling_level=cfg.importance_sampling_level,
+    )
+
+
+@register_policy_loss("cispo", aggregation="dapo")
+def cispo_loss(
+    logp: Tensor, old_logp: Tensor | None, advantages: Tensor, mask: Tensor, cfg: LossConfig
+) -> tuple[Tensor, dict[str, Tensor]]:
+    eps_high = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
+    level = cfg.importance_sampling_level
+    return cispo_surrogate(
+        logp, old_logp, advantages, mask, epsilon_high=eps_high, importance_sampling_level=level
+    )
+
+
+@register_policy_loss("sapo", aggregation="grpo")
+def sapo_loss(
+    logp: Tensor, old_logp: Tensor | None, advantages: Tensor, mask: Tensor, cfg: LossConfig
+) -> tuple[Tensor, dict[str, Tensor]]:
+    return sapo_surrogate(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        temperature_pos=cfg.sapo_temperature_pos,
+        temperature_neg=cfg.sapo_temperature_neg,
+        importance_sampling_level=cfg.importance_sampling_level,
+    )
+
+
+# LUSPO: PPO's clip (above) with per-sequence token sums, for GSPO's sequence ratio.
+register_policy_loss("luspo")(ppo_clip_loss)
+
+
+@register_policy_loss("vespo", aggregation="dapo")
+def vespo_loss(
+    logp: Tensor, old_logp: Tensor | None, advantages: Tensor, mask: Tensor, cfg: LossConfig
+) -> tuple[Tensor, dict[str, Tensor]]:
+    gamma = {"k_pos": cfg.vespo_k_pos, "lambda_pos": cfg.vespo_lambda_pos}
+    gamma |= {"k_neg": cfg.vespo_k_neg, "lambda_neg": cfg.vespo_lambda_neg}
+    return vespo_surrogate(logp, old_logp, advantages, mask, **gamma)
+
+
+@register_policy_loss("gmpo", aggregation="grpo")
+def gmpo_loss(
+    logp: Tensor, old_logp: Tensor | None, advantages: Tensor, mask: Tensor, cfg: LossConfig
+) -> tuple[Tensor, dict[str, Tensor]]:
+    return gmpo_surrogate(
+        logp, old_logp, advantages, mask, epsilon_low=cfg.epsilon, epsilon_high=cfg.epsilon_high
+    )
+
+
+LOSS_TYPES = tuple(POLICY_LOSSES)  # the registered names, for config choices and help

@@ -14,12 +14,7 @@ the gradients.
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import shutil
-import signal
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,33 +23,30 @@ import torch
 import torch.nn as nn
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, set_seed
-from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
 
-from rewards import accuracy, resolve_rewards
+from rewards import resolve_rewards
 
 from . import checkpoint as ckpt
 from . import launch
 from .backend import AutocastBackend, PolicyForward, select_backend
-from .config import ConfigError, GRPOConfig
+from .checkpoint import SaveError
+from .config import GRPOConfig
 from .distributed import Processes
 from .evaluation import answer_beliefs, held_out_metrics
 from .generation import BatchGenerator, ScoredBatch, reward_spec
-from .loss import EntropyCoefficient
 from .metrics import StepTimes, step_metrics
-from .metrics_io import JsonlWriter, plot_metrics, truncate_after_step
+from .metrics_io import plot_metrics
 from .optim import OptimizerStep, build_optimizer
 from .problems import problem_kinds
 from .prompt_stats import PromptStats
 from .prompts import PromptSource, left_pad
 from .report import write_report
+from .run_logs import RunLogs
 from .update import NonFiniteError, PolicyUpdate
 from .validation import check_inputs
 
-__all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput"]
-
-DETAIL_FILES = ("prompt_stats", "eval_failures", "beliefs")  # <name>.jsonl, written at every evaluation
-MAX_BELIEF_PROMPTS, MAX_BELIEF_ANSWERS = 64, 32  # beliefs are logged for problem sets this small
+__all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerState"]
 
 
 @dataclass
@@ -63,6 +55,23 @@ class StepOutput:
 
     metrics: dict[str, float]
     scored: ScoredBatch
+
+
+@dataclass
+class TrainerState:
+    """The loop's own counters (the components' state is theirs: see GRPOTrainer.checkpoint_parts)."""
+
+    step: int = 0
+    total_completions: int = 0  # sampled in every round, over all processes
+    nonfinite_skipped: int = 0  # steps skipped for a NaN/inf loss or gradient (on_nonfinite="skip")
+    elapsed_seconds: float = 0.0  # wall-clock seconds in training steps (evaluation and checkpoints excluded)
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
 
 
 class GRPOTrainer:
@@ -78,9 +87,7 @@ class GRPOTrainer:
         accelerator: Accelerator | None = None,
     ) -> None:
         self.cfg = cfg = config
-        self.acc = accelerator or Accelerator(
-            log_with="tensorboard" if cfg.report_to == "tensorboard" else None, project_dir=cfg.output_dir
-        )
+        self.acc = accelerator or launch.build_accelerator(cfg)
         self.procs = procs = Processes(self.acc)
         self.tokenizer = tokenizer
         self.out = Path(cfg.output_dir)
@@ -132,22 +139,17 @@ class GRPOTrainer:
         )
         loss_ref = self.ref_model if cfg.kl_in_loss else None
         self.update = PolicyUpdate(cfg, policy, model, loss_ref, self.backend, self.optim, procs)
+        self.state = TrainerState()
+        self.logs = RunLogs(self.out, enabled=procs.is_main)
 
-        self.step = 0
-        self.total_completions = 0
-        self.nonfinite_skipped = 0
-        self.elapsed = 0.0  # wall-clock seconds spent in training steps (evaluation and checkpoints excluded)
-        self.metrics_log = JsonlWriter(self.out / "metrics.jsonl", enabled=procs.is_main)
-        self.completions_log = JsonlWriter(self.out / "completions.jsonl", enabled=procs.is_main)
-        # What the report (tinygrpo/report.py) shows beside the metrics, written at every evaluation.
-        self.details_log = {
-            name: JsonlWriter(self.out / f"{name}.jsonl", enabled=procs.is_main) for name in DETAIL_FILES
-        }
+    @property
+    def step(self) -> int:
+        return self.state.step
 
     # ------------------------------------------------------------------ one step
     def training_step(self) -> StepOutput:
         """Generate, score, compute advantages, optimize; advances `step`; returns the step's metrics."""
-        cfg = self.cfg
+        cfg, state = self.cfg, self.state
         t0 = time.perf_counter()
         scored = self.generator.generate()
         t1 = time.perf_counter()
@@ -157,16 +159,16 @@ class GRPOTrainer:
             stats = self.update.run(minibatches)
         except NonFiniteError as e:
             raise NonFiniteError(
-                f"step {self.step + 1}: {e}; stopped (the last checkpoint in {self.out} is intact; "
+                f"step {state.step + 1}: {e}; stopped (the last checkpoint in {self.out} is intact; "
                 f"on_nonfinite=skip skips such steps instead)"
             ) from None
         t3 = time.perf_counter()
-        if cfg.sync_ref_model and (self.step + 1) % cfg.ref_model_sync_steps == 0:
+        if cfg.sync_ref_model and (state.step + 1) % cfg.ref_model_sync_steps == 0:
             self.sync_reference()
-        self.step += 1
-        self.total_completions += scored.num_sampled
-        self.nonfinite_skipped += stats.nonfinite_skipped
-        self.elapsed += time.perf_counter() - t0
+        state.step += 1
+        state.total_completions += scored.num_sampled
+        state.nonfinite_skipped += stats.nonfinite_skipped
+        state.elapsed_seconds += time.perf_counter() - t0
 
         m = step_metrics(
             scored,
@@ -175,12 +177,12 @@ class GRPOTrainer:
             self.procs,
             self.rewards.names,
             learning_rate=self.optim.learning_rate,
-            num_completions=self.total_completions,
+            num_completions=state.total_completions,
         )
         m.update(self.prompt_stats.counts())
-        m["time/elapsed"] = self.elapsed
+        m["time/elapsed"] = state.elapsed_seconds
         if cfg.on_nonfinite == "skip":
-            m["nonfinite_skipped"] = self.nonfinite_skipped
+            m["nonfinite_skipped"] = state.nonfinite_skipped
         if cfg.entropy_bonus:
             m["entropy_coef"] = self.update.entropy_coef.value
         if not cfg.needs_old_logps:
@@ -221,155 +223,63 @@ class GRPOTrainer:
             completions_out=self._eval_completions,
         )
 
+    def log_evaluation_details(self) -> None:
+        """At an evaluation (main process): what the report shows per prompt (tinygrpo/run_logs.py)."""
+        if not self.procs.is_main or self.eval_rows is None or not self._eval_completions:
+            return
+
+        def beliefs(answers: list[str]) -> torch.Tensor:
+            return answer_beliefs(self.model, self.tokenizer, *self._eval_prompts, answers, self.backend)
+
+        rows = self.eval_rows
+        self.logs.evaluation(self.step, self.prompt_stats.pass_rate, rows, self._eval_completions, beliefs)
+
     # ------------------------------------------------------------------ checkpoints
+    def checkpoint_parts(self) -> dict:
+        """The components whose state a checkpoint holds, by name: shared (the same on every process), per process,
+        and the extra models."""
+        synced = self.ref_model is not None and self.cfg.sync_ref_model
+        return {
+            "shared": {"trainer": self.state, "optimizer_step": self.optim, "policy_update": self.update},
+            "per_process": {"batch_generator": self.generator},
+            "models": {"ref_model": self.ref_model} if synced else {},
+        }
+
     def save_checkpoint(self) -> Path:
-        """checkpoint-<step>: model, optimizer and RNG states (accelerate), each process's sampling generator, the
-        reference when it is synced, trainer_state.json, the settings and a manifest; written under a temporary
-        name, then renamed. Non-finite weights are never saved."""
+        """checkpoint-<step> (tinygrpo/checkpoint.py): accelerate's state (model, optimizer, RNGs), every component's
+        state, the settings and a manifest; written under a temporary name, then renamed. Non-finite weights are
+        never saved."""
         if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
             raise NonFiniteError(
                 f"step {self.step}: the weights are NaN or infinite (a learning rate too large?); not saved, the "
                 f"last checkpoint in {self.out} is intact"
             )
-        final = self.out / f"checkpoint-{self.step}"
-        tmp = self.out / f".tmp-checkpoint-{self.step}"
-        # A failure on one process is settled by all of them at each hand-off (procs.any), so that none waits for a
-        # process that has given up; the process that failed says why, the others stop with it silently.
-        failed: OSError | None = None
-        try:
-            if self.procs.is_main:
-                shutil.rmtree(tmp, ignore_errors=True)
-            self.procs.wait()
-            self.acc.save_state(str(tmp), safe_serialization=True)
-            sampler = {"state": ckpt.generator_state_to_list(self.generator.generator)}
-            ckpt.write_json_atomic(tmp / f"sampler_{self.procs.rank}.json", sampler)
-            # Every process holds the same statistics (they fold in gathered rewards); each saves its copy.
-            save_file(
-                self.prompt_stats.state_dict(), str(tmp / f"prompt_stats_{self.procs.rank}.safetensors")
-            )
-        except OSError as e:
-            failed = e
-        if not self.procs.any(failed is not None) and self.procs.is_main:
-            try:
-                if self.ref_model is not None and self.cfg.sync_ref_model:
-                    # (save_model stores tied weights once)
-                    save_model(self.ref_model, str(tmp / "ref_model.safetensors"))
-                state = {
-                    "step": self.step,
-                    **self.prompts.state_dict(),
-                    "total_completions": self.total_completions,
-                    "nonfinite_skipped": self.nonfinite_skipped,
-                    "elapsed_seconds": self.elapsed,
-                    "num_processes": self.procs.num,
-                    "scheduler": self.optim.scheduler.state_dict(),
-                }
-                if self.cfg.use_adaptive_entropy:
-                    ec = self.update.entropy_coef
-                    state["entropy_coef"] = {"value": ec.value, "last_entropy": ec.last_entropy}
-                ckpt.write_json_atomic(tmp / ckpt.STATE_FILE, state)
-                ckpt.write_json_atomic(tmp / ckpt.CONFIG_FILE, asdict(self.cfg))
-                ckpt.write_manifest(tmp)
-                ckpt.publish(tmp, final)
-                ckpt.prune(self.out, self.cfg.save_total_limit)
-            except OSError as e:
-                failed = e
-        if self.procs.any(failed is not None):
-            if failed is None:
-                raise SaveError("")
-            kept = ckpt.checkpoint_dirs(self.out)
-            raise SaveError(
-                f"step {self.step}: could not write the checkpoint: {failed.strerror or failed}"
-                + (f" ({failed.filename})" if failed.filename else "")
-                + (f"; the last complete checkpoint is {kept[-1]}" if kept else "; no checkpoint was kept")
-            )
-        return final
+        return ckpt.save_checkpoint(
+            self.out,
+            self.step,
+            self.acc,
+            self.procs,
+            **self.checkpoint_parts(),
+            config=asdict(self.cfg),
+            keep=self.cfg.save_total_limit,
+        )
 
     def load_checkpoint(self, path: Path) -> None:
-        """Restore a checkpoint (see save_checkpoint); a file that cannot be read is one ConfigError naming it."""
-        try:
-            state = json.loads((path / ckpt.STATE_FILE).read_text())
-            if state["num_processes"] != self.procs.num:
-                raise ConfigError(
-                    f"checkpoint {path} was written by {state['num_processes']} processes; resume with the same "
-                    f"number (this launch has {self.procs.num})"
-                )
-            # (train_grpo.py checks the settings before loading anything; a caller of train() may not have)
-            saved = path / ckpt.CONFIG_FILE
-            if saved.is_file():
-                launch.check_same_run(json.loads(saved.read_text()), self.cfg, path)
-            self.acc.load_state(str(path))
-            self.optim.scheduler.load_state_dict(state["scheduler"])
-            sampler = json.loads((path / f"sampler_{self.procs.rank}.json").read_text())
-            ckpt.generator_state_from_list(self.generator.generator, sampler["state"])
-            if self.ref_model is not None and (path / "ref_model.safetensors").is_file():
-                load_model(self.ref_model, str(path / "ref_model.safetensors"))
-            self.step = state["step"]
-            self.prompts.load_state_dict(state)
-            self.total_completions = state["total_completions"]
-            self.nonfinite_skipped = state["nonfinite_skipped"]
-            self.elapsed = state.get("elapsed_seconds", 0.0)
-            if "entropy_coef" in state:
-                self.update.entropy_coef = EntropyCoefficient(**state["entropy_coef"])
-            stats = path / f"prompt_stats_{self.procs.rank}.safetensors"
-            if stats.is_file():  # (checkpoints of older versions have none: the statistics start afresh)
-                self.prompt_stats.load_state_dict(load_file(str(stats)))
-        except ConfigError:
-            raise
-        except Exception as e:  # noqa: BLE001  (a damaged file of the user's checkpoint: say which and why)
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConfigError(f"cannot resume from {path}: {first}") from None
+        """Restore a checkpoint into every component (a caller of train() may not have checked its settings, as
+        train_grpo.py does first: they are checked here too)."""
+        ckpt.load_checkpoint(
+            path,
+            self.acc,
+            self.procs,
+            **self.checkpoint_parts(),
+            check_config=lambda saved: launch.check_same_run(saved, self.cfg, path),
+        )
 
     # ------------------------------------------------------------------ the loop
     def log(self, metrics: dict) -> None:
-        self.metrics_log.write({"step": self.step, **metrics})
+        self.logs.metrics(self.step, metrics)
         if self.cfg.report_to != "none":
             self.acc.log(metrics, step=self.step)
-
-    def log_completions(self, scored: ScoredBatch) -> None:
-        """The first num_completions_to_log samples of the step's first round: prompt, completion, each reward
-        function's value, the combined reward, the advantage and (when the data has one) the gold answer."""
-        first, names = scored.first, self.rewards.names
-        G = self.cfg.num_generations
-        answers = self.prompts.columns.get("answer")
-        for i in range(min(self.cfg.num_completions_to_log, len(first.completions))):
-            values = first.rewards_per_func[i].tolist()
-            rewards = {n: (None if math.isnan(v) else v) for n, v in zip(names, values, strict=True)}
-            reward = float(first.batch.rewards[i])
-            row = {"step": self.step, "prompt": first.prompts[i], "completion": first.completions[i]}
-            row |= {"rewards": rewards, "reward": None if math.isnan(reward) else reward}
-            row["advantage"] = float(first.batch.advantages[i])
-            if answers is not None:
-                row["answer"] = answers[first.idx[i // G]]
-            self.completions_log.write(row)
-
-    def log_evaluation_details(self) -> None:
-        """At an evaluation (main process): every training prompt's pass-rate estimate, the held-out problems answered
-        wrong, and, on a small problem set, the policy's belief in each answer (the report's per-prompt pictures)."""
-        if not self.procs.is_main or self.eval_rows is None or not self._eval_completions:
-            return
-        rates = [None if r != r else round(r, 3) for r in self.prompt_stats.pass_rate.tolist()]
-        self.details_log["prompt_stats"].write({"step": self.step, "pass_rate": rates})
-        rows, outs = self.eval_rows, self._eval_completions
-        wrong = [
-            [p, str(a), c]
-            for p, a, c, ok in zip(
-                rows["prompt"],
-                rows["answer"],
-                outs,
-                accuracy(completions=outs, answer=rows["answer"]),
-                strict=True,
-            )
-            if not ok
-        ]
-        self.details_log["eval_failures"].write({"step": self.step, "total": len(outs), "failures": wrong})
-        answers = sorted({str(a) for a in rows["answer"]}, key=lambda a: (len(a), a))
-        if len(outs) <= MAX_BELIEF_PROMPTS and len(answers) <= MAX_BELIEF_ANSWERS:
-            probs = answer_beliefs(self.model, self.tokenizer, *self._eval_prompts, answers, self.backend)
-            row = {"step": self.step, "questions": rows["prompt"], "answers": answers}
-            row["gold"] = [str(a) for a in rows["answer"]]
-            self.details_log["beliefs"].write(
-                {**row, "probs": [[round(x, 4) for x in r] for r in probs.tolist()]}
-            )
 
     def train(self, resume_from: Path | None = None) -> dict:
         """Run to max_steps; returns a summary (held-out accuracy before/after, wall time). `resume_from`: a
@@ -382,8 +292,7 @@ class GRPOTrainer:
             path = resume_from
             self.load_checkpoint(path)
             if self.procs.is_main:
-                for name in ("metrics.jsonl", "completions.jsonl", *(f"{d}.jsonl" for d in DETAIL_FILES)):
-                    truncate_after_step(self.out / name, self.step)
+                self.logs.truncate_after(self.step)
             self.acc.print(f"resumed from {path} at step {self.step}")
         if cfg.report_to != "none":
             self.acc.init_trackers("tinygrpo")
@@ -406,7 +315,7 @@ class GRPOTrainer:
         )
         m: dict = {}
         last_eval = None
-        with StopOnSignal(self.procs.is_main) as stop:
+        with launch.StopOnSignal(self.procs.is_main) as stop:
             try:
                 while self.step < cfg.max_steps:
                     out = self.training_step()
@@ -421,7 +330,10 @@ class GRPOTrainer:
                     ):
                         self.log(m)
                         if self.step % cfg.logging_steps == 0:
-                            self.log_completions(out.scored)
+                            answers = self.prompts.columns.get("answer")
+                            self.logs.completions(
+                                self.step, out.scored, self.rewards.names, cfg.num_completions_to_log, answers
+                            )
                     last_eval = m.get("eval/accuracy", last_eval)
                     post = {"reward": f"{m['reward']:.3f}"}
                     if last_eval is not None:
@@ -449,7 +361,7 @@ class GRPOTrainer:
                 "eval_after": eval_after,
                 "steps": self.step,
                 "wall_seconds": wall,
-                "num_completions": self.total_completions,
+                "num_completions": self.state.total_completions,
             }
         )
         if self.procs.is_main:
@@ -463,41 +375,3 @@ class GRPOTrainer:
             self.acc.end_training()
         self.procs.wait()
         return summary
-
-
-class SaveError(RuntimeError):
-    """A checkpoint could not be written (disk full, permissions): what was kept is in the message."""
-
-
-class StopOnSignal:
-    """Ctrl-C (SIGINT) or SIGTERM (what Docker, Kubernetes and Slurm send) asks for a stop at the next step
-    boundary, where a checkpoint is exact; a second Ctrl-C stops at once. A SIGTERM after the first signal is taken
-    as the same request (a launcher that dies on Ctrl-C sends one: see launch.stop_with_launcher). Installed only in
-    the main thread (signal handlers can be set nowhere else)."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, verbose: bool) -> None:
-        self.verbose = verbose
-        self.requested = False
-        self.name = "interrupted"
-        self._previous: dict = {}
-
-    def __enter__(self) -> StopOnSignal:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
-            return
-        self.requested = True
-        self.name = signal.Signals(signum).name
-        if self.verbose:
-            tqdm.write(f"{self.name}: stopping after this step and saving a checkpoint (again to abort)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -20,10 +20,12 @@ import torch.nn as nn
 from .backend import Backend
 from .batch import Batch
 from .config import GRPOConfig
-from .core import AGGREGATION, selective_log_softmax
+from .core import selective_log_softmax
 from .distributed import Processes
 from .loss import EntropyCoefficient, LossInputs, LossStats, grpo_loss
+from .loss_config import LossConfig
 from .optim import OptimizerStep
+from .policy_losses import POLICY_LOSSES
 
 
 class NonFiniteError(RuntimeError):
@@ -34,9 +36,10 @@ class NonFiniteError(RuntimeError):
 class MiniBatch:
     """A mini-batch ready for the update passes: what the loss needs, and the layout of its policy forward."""
 
-    inputs: LossInputs
+    inputs: (
+        LossInputs  # inputs.batch.no_signal: nothing to learn from on this process (a forward for DDP only)
+    )
     layout: Any  # the backend's layout of inputs.batch, shared by every pass
-    active_groups: int  # groups run on this process (0: nothing to learn from here)
 
 
 @dataclass
@@ -52,7 +55,8 @@ class UpdateStats:
 
 
 class PolicyUpdate:
-    """Runs the update passes of a generated batch on the policy (see the module docstring)."""
+    """Runs the update passes of a generated batch on the policy (see the module docstring). Owns the entropy
+    bonus's adaptive coefficient (state_dict); the optimizer and its schedule are the OptimizerStep's."""
 
     def __init__(
         self,
@@ -72,13 +76,20 @@ class PolicyUpdate:
         self.opt = optimizer
         self.procs = processes
         self.G = cfg.num_generations
-        self.entropy_coef = EntropyCoefficient(cfg.entropy_coef)  # (checkpointed by the trainer)
+        self.loss_cfg = LossConfig.from_config(cfg)  # what grpo_loss reads, built once
+        self.entropy_coef = EntropyCoefficient(cfg.entropy_coef)
+
+    def state_dict(self) -> dict:
+        return {"entropy_coef": self.entropy_coef.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.entropy_coef.load_state_dict(state["entropy_coef"])
 
     def active_groups(self, batch: Batch) -> torch.Tensor:
         """Groups that enter the forward/backward (ascending). Without a KL or entropy term a group whose advantages
         are all zero adds exactly zero to the loss and its gradient, so it is left out (the normalisers still count
         it)."""
-        if batch.placeholder:
+        if batch.no_signal:
             return torch.zeros(0, dtype=torch.long)
         if not (self.cfg.skip_zero_advantage_groups and self.cfg.loss_is_zero_without_advantage):
             return torch.arange(batch.num_groups)
@@ -114,15 +125,15 @@ class PolicyUpdate:
                 ref_logps=None if ref_logps is None else ref_logps[rows],
                 ref_logits=None if ref_logits is None else ref_logits[rows],
             )
-            out.append(MiniBatch(inputs, train_layout if one else self._layout(inputs.batch), hi - lo))
+            out.append(MiniBatch(inputs, train_layout if one else self._layout(inputs.batch)))
         return out
 
     def _dummy(self, batch: Batch, start: int, whole: torch.Tensor) -> MiniBatch:
-        """One group at weight 0 (see LossInputs.dummy); its layout is built only if it is run. Its rows and tokens
-        are the whole mini-batch's (`whole`, its completion mask): the dapo normaliser sums every process's tokens,
-        and this process's count as much as when one of its groups has signal."""
-        sub = batch.groups(torch.tensor([min(start, batch.num_groups - 1)]))
-        return MiniBatch(LossInputs(sub, rows=whole.size(0), tokens=whole.sum(), dummy=True), None, 0)
+        """One group marked no_signal (weight 0); its layout is built only if it is run. Its rows and tokens are the
+        whole mini-batch's (`whole`, its completion mask): the dapo normaliser sums every process's tokens, and this
+        process's count as much as when one of its groups has signal."""
+        sub = replace(batch.groups(torch.tensor([min(start, batch.num_groups - 1)])), no_signal=True)
+        return MiniBatch(LossInputs(sub, rows=whole.size(0), tokens=whole.sum()), None)
 
     def run(self, minibatches: list[MiniBatch]) -> UpdateStats:
         """The update passes. Raises NonFiniteError for a NaN/inf loss or gradient when on_nonfinite is "stop"."""
@@ -134,7 +145,7 @@ class PolicyUpdate:
             self.policy.train()
         for _ in range(cfg.num_iterations):
             for mb in minibatches:
-                if procs.sum(mb.active_groups) == 0:
+                if not procs.any(not mb.inputs.batch.no_signal):
                     # No group with signal on any process: no update (a zero-gradient AdamW step would still move
                     # the weights through its momentum).
                     skipped_updates += 1
@@ -152,7 +163,9 @@ class PolicyUpdate:
                     continue
                 self.opt.step()
                 if cfg.use_adaptive_entropy:
-                    self.entropy_coef.update(s.bonus_entropy(procs.reduce(s.sums, "sum").tolist()), cfg)
+                    self.entropy_coef.update(
+                        s.bonus_entropy(procs.reduce(s.sums, "sum").tolist()), self.loss_cfg
+                    )
                 grad_norms.append(gn)
                 losses.append(loss.detach())
                 stats = s if stats is None else stats + s
@@ -177,9 +190,9 @@ class PolicyUpdate:
         return grpo_loss(
             logits,
             mb.inputs,
-            self.cfg,
+            self.loss_cfg,
             self._dapo_normaliser(mb.inputs),
-            entropy_coef=self.entropy_coef.applied(self.cfg) if self.cfg.entropy_bonus else 0.0,
+            entropy_coef=self.entropy_coef.applied(self.loss_cfg) if self.cfg.entropy_bonus else 0.0,
             gather=self.procs.gather_varlen,
         )
 
@@ -208,7 +221,7 @@ class PolicyUpdate:
     def _dapo_normaliser(self, inputs: LossInputs) -> torch.Tensor | None:
         """loss_type "dapo" (and cispo, vespo): the global batch's tokens over the number of processes (DDP averages
         gradients)."""
-        if AGGREGATION[self.cfg.loss_type] != "dapo":
+        if POLICY_LOSSES[self.cfg.loss_type].aggregation != "dapo":
             return None
         return (self.procs.reduce(inputs.tokens.detach(), "sum") / self.procs.num).clamp(min=1)
 

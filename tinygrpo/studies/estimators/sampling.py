@@ -222,7 +222,7 @@ class Estimator:
     def gradient(self, draw: Draw) -> Tensor:
         """-d loss / d theta, flat in model.parameters() order (float64); 0 when no group has signal (no step)."""
         (mb,) = self.update.prepare(self.batch(draw))
-        if mb.active_groups == 0:
+        if mb.inputs.batch.no_signal:
             return torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float64)
         loss, _ = self.update.loss(mb)
         grads = torch.autograd.grad(loss, self.params, allow_unused=True)
