@@ -158,6 +158,10 @@ CASES = {
         lambda t, r, p: _yaml(t, "num_generations: two\n"),
         "error: argument --num_generations/--num-generations: invalid int value: 'two'",
     ),
+    "yaml_list_for_a_scalar": (
+        lambda t, r, p: _yaml(t, "max_steps: [3, 4]\n"),
+        "error: --config {t}/recipe.yaml: max_steps must be a single int, got a list [3, 4]",
+    ),
     "invalid_yaml": (
         lambda t, r, p: _yaml(t, "max_steps: [1, 2\n"),
         "error: --config {t}/recipe.yaml: not valid YAML (line 2): expected ',' or ']', but got '<stream end>'",

@@ -3,15 +3,26 @@ that bad values raise, each naming the field."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
+import typing
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 import train_grpo
-from tinygrpo.config import ConfigError, GRPOConfig, _Parser, parse_config
+from tinygrpo.config import (
+    BOUNDS,
+    CHOICES,
+    Bound,
+    ConfigError,
+    GRPOConfig,
+    _field_kind,
+    _Parser,
+    parse_config,
+)
 
 REPO = Path(train_grpo.__file__).resolve().parent
 
@@ -98,6 +109,63 @@ def test_yaml_recipe_with_flags_overriding_it(tmp_path):
     assert cfg.reward_funcs == ["accuracy"] and cfg.reward_weights == [2.0]
     # an empty file is no change
     assert parse_config(["--config", write(tmp_path, "", "empty.yaml")]) == GRPOConfig()
+
+
+def test_flags_override_yaml_of_every_kind(tmp_path):
+    path = write(
+        tmp_path,
+        "dynamic_sampling: true\nmake_plots: false\nepsilon_high: 0.28\nexplore_temperatures: [2.0]\n"
+        "num_generations: 4\nper_device_train_batch_size: 64\neval_split: test\n",
+    )
+    cfg = parse_config(["--no_dynamic_sampling", "--make_plots", f"--config={path}"])  # (--config=PATH too)
+    assert cfg.dynamic_sampling is False and cfg.make_plots is True and cfg.epsilon_high == 0.28
+    cfg = parse_config(
+        ["--config", path, *"--epsilon_high 0.3 --explore_temperatures 1.5 2.5 --eval_split".split(), ""]
+    )
+    assert cfg.epsilon_high == 0.3 and cfg.explore_temperatures == [1.5, 2.5] and cfg.eval_split is None
+    # the checks see the merged values: G = 3 from the file fits the batch of 48 from the flags
+    path = write(tmp_path, "num_generations: 3\n", "g3.yaml")
+    with pytest.raises(ConfigError, match="not a positive multiple of num_generations=3"):
+        parse_config(["--config", path])
+    cfg = parse_config(["--config", path, "--per_device_train_batch_size", "48"])
+    assert (cfg.num_generations, cfg.per_device_train_batch_size) == (3, 48)
+
+
+def test_recipes_in_configs_parse_as_their_flags():
+    assert parse_config(["--config", str(REPO / "configs/default.yaml")]) == parse_config([])
+    flags = "--dataset seed_bank --eval_split train --per_device_train_batch_size 288 --beta 0.02 --kl_estimator full"
+    flags += " --max_steps 200 --prompt_sampler uniform --explore_rounds 0 --eval_steps 20 --logging_steps 5"
+    flags += " --save_steps 0 --output_dir runs/seed_bank"
+    assert parse_config(["--config", str(REPO / "configs/seed_bank.yaml")]) == parse_config(flags.split())
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a YAML int for a float field is a float, as argparse makes "1" one; a string is read as on a command line
+        ("beta: 1\n", {"beta": 1.0}),
+        ("learning_rate: 2e-3\n", {"learning_rate": 0.002}),  # (YAML 1.1 reads 2e-3 as a string)
+        ("learning_rate: 0.002\n", {"learning_rate": 0.002}),
+        ("max_steps: '7'\n", {"max_steps": 7}),
+        ("make_plots: 'false'\n", {"make_plots": False}),
+        ("make_plots: no\n", {"make_plots": False}),
+        ("reward_funcs: [accuracy, format]\nreward_weights: [1, 2]\n", {"reward_weights": [1.0, 2.0]}),
+        ("reward_funcs: format\n", {"reward_funcs": ["format"]}),  # a scalar for a list: a list of one
+        ("explore_temperatures: 2\n", {"explore_temperatures": [2.0]}),
+        ("steps_per_generation: 2\n", {"steps_per_generation": 2}),
+        ("epsilon_high: null\ndelta: null\n", {"epsilon_high": None, "delta": None}),
+        ("eval_split: ''\n", {"eval_split": None}),
+        ("eval_split: none\n", {"eval_split": None}),
+        ("output_dir: 12\n", {"output_dir": "12"}),
+    ],
+)
+def test_yaml_values_take_their_fields_types(tmp_path, text, expected):
+    cfg = parse_config(["--config", write(tmp_path, text)])
+    for name, value in expected.items():
+        got = getattr(cfg, name)
+        assert got == value and type(got) is type(value), (name, got)
+        if isinstance(value, list):
+            assert [type(x) for x in got] == [type(x) for x in value]
 
 
 def test_every_field_has_help_text():
@@ -207,6 +275,188 @@ def test_bad_yaml_raises_config_error(tmp_path, case, text, pattern):
     assert "\n" not in str(e.value)
     if case != "yaml_bad_value":
         assert path in str(e.value)  # says which file
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("max_steps: [3, 4]\n", "max_steps must be a single int, got a list [3, 4]"),
+        ("max_steps: [3]\n", "max_steps must be a single int, got a list [3]"),  # one item is still a list
+        ("beta: [0.1]\n", "beta must be a single float, got a list [0.1]"),
+        ("epsilon_high: [0.3, 0.4]\n", "epsilon_high must be a single float, got a list [0.3, 0.4]"),
+        ("make_plots: [true]\n", "make_plots must be a single bool, got a list [True]"),
+        ("output_dir: [a, b]\n", "output_dir must be a single str, got a list ['a', 'b']"),
+        ("eval_split: []\n", "eval_split must be a single str, got a list []"),
+    ],
+)
+def test_yaml_list_for_a_scalar_is_one_error_naming_the_key_and_the_file(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        parse_config(["--config", path, "--max_steps", "5"])  # (a flag for the same field does not hide it)
+    assert str(e.value) == f"--config {path}: {message}"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # the messages of argparse for the same token on the command line (as before recipes set defaults)
+        ("max_steps: 3.5\n", "argument --max_steps/--max-steps: invalid int value: '3.5'"),
+        ("max_steps: true\n", "argument --max_steps/--max-steps: invalid int value: 'true'"),
+        ("max_steps: two\n", "argument --max_steps/--max-steps: invalid int value: 'two'"),
+        ("beta: true\n", "argument --beta: invalid float value: 'true'"),
+        ("beta: fast\n", "argument --beta: invalid float value: 'fast'"),
+        (
+            "make_plots: maybe\n",
+            "argument --make_plots/--make-plots: Truthy value expected: got maybe but expected one of yes/no, "
+            "true/false, t/f, y/n, 1/0 (case insensitive).",
+        ),
+        (
+            "make_plots: 0.5\n",
+            "argument --make_plots/--make-plots: Truthy value expected: got 0.5 but expected one of yes/no, "
+            "true/false, t/f, y/n, 1/0 (case insensitive).",
+        ),
+        (
+            "reward_weights: [1.0, x]\n",
+            "argument --reward_weights/--reward-weights: invalid float value: 'x'",
+        ),
+        ("reward_funcs: []\n", "argument --reward_funcs/--reward-funcs: expected at least one argument"),
+        # what has no command-line spelling: a mapping, a nested list, null where None is not allowed
+        ("max_steps: {a: 1}\n", "--config {path}: max_steps must be a scalar or a list, got a mapping"),
+        (
+            "reward_weights: [[1.0]]\n",
+            "--config {path}: reward_weights must be a list of float, got an item [1.0]",
+        ),
+        (
+            "reward_funcs: [accuracy, null]\n",
+            "--config {path}: reward_funcs must be a list of str, got an item None",
+        ),
+        ("max_steps: null\n", "--config {path}: max_steps cannot be null"),
+        ("reward_funcs: null\n", "--config {path}: reward_funcs cannot be null"),
+    ],
+)
+def test_yaml_value_of_the_wrong_type_is_one_exact_error(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        parse_config(["--config", path])
+    assert str(e.value) == message.format(path=path)
+
+
+# ------------------------------------------------------------------------------------------------ the tables
+
+
+def _kind(name: str) -> type:
+    return _field_kind(typing.get_type_hints(GRPOConfig)[name])[0]
+
+
+def _edges(name: str, bound: Bound) -> list[tuple[object, object]]:
+    """(just outside, just inside) at each finite end of the bound, as values of the field's type."""
+    kind, is_list, _ = _field_kind(typing.get_type_hints(GRPOConfig)[name])
+    pairs = []
+    for end, is_open, outward in ((bound.lo, bound.lo_open, -1), (bound.hi, bound.hi_open, 1)):
+        if end is None:
+            continue
+        if kind is int:
+            near = end - outward  # the integer on the inside next to the end
+            pairs.append((end, near) if is_open else (end + outward, end))
+        else:
+            near, far = math.nextafter(end, -outward * math.inf), math.nextafter(end, outward * math.inf)
+            pairs.append((float(end), near) if is_open else (far, float(end)))
+    return [([o], [i]) for o, i in pairs] if is_list else pairs
+
+
+@pytest.mark.parametrize("name", list(BOUNDS))
+def test_every_bound_rejects_just_outside_and_accepts_just_inside(name):
+    bound = BOUNDS[name]
+    edges = _edges(name, bound)
+    assert edges, name
+    for outside, inside in edges:
+        with pytest.raises(ConfigError) as e:
+            GRPOConfig(**{name: outside})
+        assert str(e.value) == f"{name} must be {bound.describe()}, got {outside}"
+        assert getattr(GRPOConfig(**{name: inside}), name) == inside
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # written out by hand: the messages the table must keep producing
+        (["--seed", "4294967296"], "seed must be in [0, 2**32), got 4294967296"),
+        (["--seed", "-1"], "seed must be in [0, 2**32), got -1"),
+        (["--num_generations", "1"], "num_generations must be >= 2 (a group needs a baseline), got 1"),
+        (["--steps_per_generation", "0"], "steps_per_generation must be >= 1, got 0"),
+        (["--eval_steps", "0"], "eval_steps must be >= 1, got 0"),
+        (["--top_k", "-1"], "top_k must be >= 0, got -1"),
+        (["--max_dynamic_sampling_rounds", "-1"], "max_dynamic_sampling_rounds must be >= 0, got -1"),
+        (["--top_p", "2"], "top_p must be in (0, 1], got 2.0"),
+        (["--top_p", "0"], "top_p must be in (0, 1], got 0.0"),
+        (["--epsilon_high", "0"], "epsilon_high must be > 0, got 0.0"),
+        (["--vespo_lambda_neg", "0"], "vespo_lambda_neg must be > 0, got 0.0"),
+        (["--entropy_target", "-1"], "entropy_target must be >= 0, got -1.0"),
+        (["--off_policy_mask_threshold", "0"], "off_policy_mask_threshold must be > 0, got 0.0"),
+        (["--top_entropy_quantile", "1.5"], "top_entropy_quantile must be in [0, 1], got 1.5"),
+        (["--adam_beta1", "1"], "adam_beta1 must be in [0, 1), got 1.0"),
+        (["--adam_beta2", "-0.5"], "adam_beta2 must be in [0, 1), got -0.5"),
+        (["--ref_model_sync_steps", "0"], "ref_model_sync_steps must be >= 1, got 0"),
+        (["--pass_rate_ema", "0"], "pass_rate_ema must be in (0, 1], got 0.0"),
+        (
+            ["--explore_temperatures", "2", "0"],
+            "explore_temperatures must be positive numbers, got [2.0, 0.0]",
+        ),
+        (
+            ["--explore_importance_sampling_clip_max", "-1"],
+            "explore_importance_sampling_clip_max must be > 0, got -1.0",
+        ),
+        # the finite-number check comes first
+        (["--top_p", "nan"], "top_p must be a finite number, got nan"),
+        (["--explore_temperatures", "2", "inf"], "explore_temperatures must be a finite number, got inf"),
+        # rules between fields
+        (["--num_mini_batches", "0"], "num_mini_batches=0 must divide the 64 groups per process"),
+        (
+            [
+                *"--steps_per_generation 2 --num_mini_batches 2 --per_device_train_batch_size 32 --num_generations 4".split()
+            ],
+            "steps_per_generation=2 and num_mini_batches=2 both split the generated batch: set one of them",
+        ),
+        (["--epsilon_high", "0.5", "--delta", "1.4"], "delta must be > 1 + epsilon_high, got 1.4"),
+        (
+            ["--entropy_coef_min", "0.5", "--entropy_coef_max", "0.2"],
+            "entropy_coef_min=0.5 must be <= entropy_coef_max=0.2",
+        ),
+        (
+            ["--advantage_mode", "pass_at_k", "--train_pass_k", "8"],
+            "train_pass_k must be in [1, num_generations=8) (k = G leaves no signal), got 8",
+        ),
+        (["--use_kl_in_reward"], "use_kl_in_reward needs beta > 0 (the KL's coefficient in the reward)"),
+        (
+            ["--prompt_sampler", "hardest"],
+            "prompt_sampler='hardest' is not one of uniform, unsolved, informative",
+        ),
+    ],
+)
+def test_bound_and_rule_messages_are_exact(argv, message):
+    with pytest.raises(ConfigError) as e:
+        parse_config(argv)
+    assert str(e.value) == message
+
+
+def test_the_tables_name_fields_and_the_defaults_pass_them():
+    names = {f.name for f in fields(GRPOConfig)}
+    assert set(BOUNDS) <= names and set(CHOICES) <= names
+    assert all(_kind(n) in (int, float) for n in BOUNDS)
+    assert all(_kind(n) is str for n in CHOICES)
+    GRPOConfig()  # every default is inside its bound and among its choices
+
+
+@pytest.mark.parametrize("name", list(CHOICES))
+def test_every_choice_field_rejects_an_unknown_value_and_accepts_its_own(name):
+    allowed = CHOICES[name]
+    with pytest.raises(ConfigError) as e:
+        GRPOConfig(**{name: "no_such_thing"})
+    assert str(e.value) == f"{name}='no_such_thing' is not one of {', '.join(allowed)}"
+    with pytest.raises(ConfigError, match=f"^{name}="):
+        parse_config([f"--{name}", "no_such_thing"])
+    for value in allowed:
+        assert getattr(GRPOConfig(**{name: value}), name) == value
 
 
 def test_empty_reward_funcs_raises_config_error():

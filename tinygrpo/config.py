@@ -1,17 +1,20 @@
 """GRPOConfig: every knob of a run, with TRL's names and meanings where TRL has the concept.
 
-Parsed with `HfArgumentParser`; `--config recipe.yaml` supplies defaults that command-line flags override.
-Every field has a help text (`python train_grpo.py --help`) and `__post_init__` rejects bad values with a message
-that names the field and the allowed values.
+Parsed as TRL's `TrlParser` does: `--config recipe.yaml` sets the parser's defaults and command-line flags override
+them. Every field has a help text (`python train_grpo.py --help`); `__post_init__` rejects bad values with a message
+that names the field and the allowed values: single-field bounds and choices from the tables BOUNDS and CHOICES,
+rules that tie fields together one by one below them.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 from transformers import HfArgumentParser
@@ -26,9 +29,85 @@ class ConfigError(ValueError):
     """A problem with the user's input (config, data, checkpoint): reported as one line, exit code 1."""
 
 
-def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+class Bound(NamedTuple):
+    """The allowed range of one number (of every item, for a list): lo and hi, None where unbounded."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    words: str = ""  # the message's words for the range, where the interval notation is not the clearest
+
+    def admits(self, x: float) -> bool:
+        above = self.lo is None or (x > self.lo if self.lo_open else x >= self.lo)
+        return above and (self.hi is None or (x < self.hi if self.hi_open else x <= self.hi))
+
+    def describe(self) -> str:
+        """The range as the messages write it: >= 1, > 0, in (0, 1]."""
+        if self.words:
+            return self.words
+        if self.hi is None:
+            return f"{'>' if self.lo_open else '>='} {self.lo}"
+        return f"in {'(' if self.lo_open else '['}{self.lo}, {self.hi}{')' if self.hi_open else ']'}"
+
+
+_AT_LEAST_1, _NON_NEGATIVE, _POSITIVE, _PROBABILITY = Bound(1), Bound(0), Bound(0, lo_open=True), Bound(0, 1)
+
+
+def _each(bound: Bound, names: str) -> dict[str, Bound]:
+    return dict.fromkeys(names.split(), bound)
+
+
+# Single-field bounds, checked in this order by one loop in __post_init__ (after the finite-number check). The
+# message is "{name} must be {bound.describe()}, got {value}". None (an Optional field left unset) is not checked.
+BOUNDS: dict[str, Bound] = {
+    "seed": Bound(0, 2**32, hi_open=True, words="in [0, 2**32)"),  # numpy and torch take 32-bit seeds
+    "num_generations": Bound(2, words=">= 2 (a group needs a baseline)"),
+    "steps_per_generation": _AT_LEAST_1,
+    # counts of tokens, steps and passes, and intervals between events (an interval of 0 would never fire)
+    **_each(_AT_LEAST_1, "max_completion_length max_steps num_iterations logging_steps eval_steps"),
+    # counts where 0 means "none" or "off" (save_steps 0: only at the end; top_k 0: every token; threads 0: auto)
+    **_each(_NON_NEGATIVE, "save_steps warmup_steps eval_pass_k top_k num_completions_to_log"),
+    **_each(_NON_NEGATIVE, "torch_num_threads max_dynamic_sampling_rounds"),
+    "save_total_limit": _AT_LEAST_1,  # the newest checkpoint is always kept
+    "temperature": _POSITIVE,  # log-probs divide by it (0 would be greedy)
+    "top_p": Bound(0, 1, lo_open=True),  # a probability mass; 0 keeps no token
+    # PPO's clip range [1 - epsilon, 1 + epsilon_high] must have room on both sides of the ratio 1
+    **_each(_POSITIVE, "epsilon epsilon_high"),
+    "beta": _NON_NEGATIVE,  # a negative KL coefficient pushes AWAY from the reference
+    # sapo's gate divides by its temperatures; vespo's Gamma weight must decay in w (lambda > 0), its power k may
+    # be 0; the adaptive entropy control's bounds, step and target are non-negative quantities
+    **_each(_POSITIVE, "sapo_temperature_pos sapo_temperature_neg vespo_lambda_pos vespo_lambda_neg"),
+    **_each(_NON_NEGATIVE, "vespo_k_pos vespo_k_neg entropy_coef_min entropy_coef_delta entropy_target"),
+    "off_policy_mask_threshold": _POSITIVE,  # a KL threshold: None (not 0) turns the mask off
+    "top_entropy_quantile": _PROBABILITY,
+    "learning_rate": _POSITIVE,
+    "weight_decay": _NON_NEGATIVE,
+    **_each(Bound(0, 1, hi_open=True), "adam_beta1 adam_beta2"),  # EMA decays: 1 would never update
+    "max_grad_norm": _NON_NEGATIVE,  # 0 = no clip
+    "ref_model_mixup_alpha": _PROBABILITY,  # a convex combination's weight
+    "ref_model_sync_steps": _AT_LEAST_1,
+    "prompt_sampler_floor": _POSITIVE,  # so that every prompt keeps a chance to be drawn
+    "pass_rate_ema": Bound(0, 1, lo_open=True),  # an EMA's weight: 0 would never learn a pass rate
+    "explore_rounds": _NON_NEGATIVE,
+    # temperatures of the explore rounds (log-probs divide by them); the list must not be empty
+    "explore_temperatures": Bound(0, lo_open=True, words="positive numbers"),
+    "explore_importance_sampling_clip_max": _POSITIVE,  # a cap on weights that are > 0
+}
+
+# Fields that name one of a fixed set of things: "{name}={value!r} is not one of {', '.join(allowed)}".
+CHOICES: dict[str, tuple[str, ...]] = {
+    "prompt_sampler": PROMPT_SAMPLERS,
+    "loss_type": LOSS_TYPES,
+    "kl_estimator": KL_ESTIMATORS,
+    "advantage_mode": ADVANTAGE_MODES,
+    "multi_objective_aggregation": MULTI_OBJECTIVE_AGGREGATIONS,
+    "scale_rewards": SCALE_REWARDS,
+    "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS,
+    "lr_scheduler_type": ("constant", "linear", "cosine"),
+    "report_to": ("none", "tensorboard"),
+    "on_nonfinite": ("stop", "skip"),
+}
 
 
 @dataclass
@@ -403,134 +482,67 @@ class GRPOConfig:
     )
 
     def __post_init__(self) -> None:
-        # inf or nan in any number is a mistake (an infinite learning rate trains NaNs)
+        # inf or nan in any number is a mistake (an infinite learning rate trains NaNs); first, so that the bounds
+        # below compare finite numbers only
         for f in fields(self):
             value = getattr(self, f.name)
             for x in value if isinstance(value, list) else [value]:
                 if isinstance(x, float) and not math.isfinite(x):
                     raise ConfigError(f"{f.name} must be a finite number, got {x}")
-        if not 0 <= self.seed < 2**32:
-            raise ConfigError(f"seed must be in [0, 2**32), got {self.seed}")
-        if self.num_generations < 2:
-            raise ConfigError(
-                f"num_generations must be >= 2 (a group needs a baseline), got {self.num_generations}"
-            )
+        for name, bound in BOUNDS.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            items = value if isinstance(value, list) else [value]
+            if not items or not all(bound.admits(x) for x in items):
+                raise ConfigError(f"{name} must be {bound.describe()}, got {value}")
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        # Rules that tie fields together (each field is in range by now).
+        # Advantages are computed within a group, so a process must hold whole groups.
         if self.per_device_train_batch_size < 1 or self.per_device_train_batch_size % self.num_generations:
             raise ConfigError(
                 f"per_device_train_batch_size={self.per_device_train_batch_size} is not a positive multiple of "
                 f"num_generations={self.num_generations}: each process must hold whole groups"
             )
-        if self.steps_per_generation is not None:
-            if self.steps_per_generation < 1:
-                raise ConfigError(f"steps_per_generation must be >= 1, got {self.steps_per_generation}")
-            if self.steps_per_generation > 1 and self.num_mini_batches > 1:
-                raise ConfigError(
-                    f"steps_per_generation={self.steps_per_generation} and num_mini_batches={self.num_mini_batches} "
-                    "both split the generated batch: set one of them"
-                )
+        # Both split one generated batch into optimizer steps: two splits at once would be ambiguous.
+        if (self.steps_per_generation or 1) > 1 and self.num_mini_batches > 1:
+            raise ConfigError(
+                f"steps_per_generation={self.steps_per_generation} and num_mini_batches={self.num_mini_batches} "
+                "both split the generated batch: set one of them"
+            )
+        # A mini-batch holds whole groups too (its loss normalisers count whole groups).
         groups = self.per_device_train_batch_size // self.num_generations
         if self.num_mini_batches < 1 or groups % self.num_mini_batches:
             raise ConfigError(
                 f"num_mini_batches={self.num_mini_batches} must divide the {groups} groups per process"
             )
-        for name in ("max_completion_length", "max_steps", "num_iterations", "logging_steps", "eval_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in (
-            "save_steps",
-            "warmup_steps",
-            "eval_pass_k",
-            "top_k",
-            "num_completions_to_log",
-            "torch_num_threads",
-            "max_dynamic_sampling_rounds",
-        ):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.save_total_limit < 1:
-            raise ConfigError(f"save_total_limit must be >= 1, got {self.save_total_limit}")
-        if not self.temperature > 0:
-            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not self.epsilon > 0:
-            raise ConfigError(f"epsilon must be > 0, got {self.epsilon}")
-        if self.epsilon_high is not None and not self.epsilon_high > 0:
-            raise ConfigError(f"epsilon_high must be > 0, got {self.epsilon_high}")
+        # Two-sided GRPO's cap on the unclipped ratio must lie above the clip range, or it clips inside it.
         if self.delta is not None and not self.delta > 1 + (self.epsilon_high or self.epsilon):
             raise ConfigError(f"delta must be > 1 + epsilon_high, got {self.delta}")
-        if self.beta < 0:
-            raise ConfigError(f"beta must be >= 0, got {self.beta}")
-        for name in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos", "vespo_lambda_neg"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in (
-            "vespo_k_pos",
-            "vespo_k_neg",
-            "entropy_coef_min",
-            "entropy_coef_delta",
-            "entropy_target",
-        ):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.off_policy_mask_threshold is not None and not self.off_policy_mask_threshold > 0:
-            raise ConfigError(f"off_policy_mask_threshold must be > 0, got {self.off_policy_mask_threshold}")
-        if not 0 <= self.top_entropy_quantile <= 1:
-            raise ConfigError(f"top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}")
+        # Adaptive entropy control moves the coefficient within [min, max]: an empty interval.
         if not self.entropy_coef_min <= self.entropy_coef_max:
             raise ConfigError(
                 f"entropy_coef_min={self.entropy_coef_min} must be <= entropy_coef_max={self.entropy_coef_max}"
             )
-        if not self.learning_rate > 0:
-            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.weight_decay < 0:
-            raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        for name in ("adam_beta1", "adam_beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.max_grad_norm < 0:
-            raise ConfigError(f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
-        if not 0 <= self.ref_model_mixup_alpha <= 1:
-            raise ConfigError(f"ref_model_mixup_alpha must be in [0, 1], got {self.ref_model_mixup_alpha}")
-        if self.ref_model_sync_steps < 1:
-            raise ConfigError(f"ref_model_sync_steps must be >= 1, got {self.ref_model_sync_steps}")
-        _choice("prompt_sampler", self.prompt_sampler, PROMPT_SAMPLERS)
-        if not self.prompt_sampler_floor > 0:
-            raise ConfigError(f"prompt_sampler_floor must be > 0, got {self.prompt_sampler_floor}")
-        if not 0 < self.pass_rate_ema <= 1:
-            raise ConfigError(f"pass_rate_ema must be in (0, 1], got {self.pass_rate_ema}")
-        if self.explore_rounds < 0:
-            raise ConfigError(f"explore_rounds must be >= 0, got {self.explore_rounds}")
-        if not self.explore_temperatures or not all(t > 0 for t in self.explore_temperatures):
-            raise ConfigError(
-                f"explore_temperatures must be positive numbers, got {self.explore_temperatures}"
-            )
-        if not self.explore_importance_sampling_clip_max > 0:
-            raise ConfigError(
-                f"explore_importance_sampling_clip_max must be > 0, got {self.explore_importance_sampling_clip_max}"
-            )
-        _choice("loss_type", self.loss_type, LOSS_TYPES)
-        _choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
-        _choice("advantage_mode", self.advantage_mode, ADVANTAGE_MODES)
-        _choice("multi_objective_aggregation", self.multi_objective_aggregation, MULTI_OBJECTIVE_AGGREGATIONS)
+        # pass@k over G samples: k = G leaves every advantage 0 (only checked when the mode uses k).
         if self.advantage_mode == "pass_at_k" and not 1 <= self.train_pass_k < self.num_generations:
             raise ConfigError(
                 f"train_pass_k must be in [1, num_generations={self.num_generations}) (k = G leaves no signal), got "
                 f"{self.train_pass_k}"
             )
-        _choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
-        _choice("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
-        _choice("lr_scheduler_type", self.lr_scheduler_type, ("constant", "linear", "cosine"))
-        _choice("report_to", self.report_to, ("none", "tensorboard"))
-        _choice("on_nonfinite", self.on_nonfinite, ("stop", "skip"))
+        # A run needs a reward; reward_weights pairs with reward_funcs one to one.
         if not self.reward_funcs:
             raise ConfigError("reward_funcs is empty: give at least one reward function")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
             raise ConfigError(
                 f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} reward_funcs"
             )
+        # A command line cannot pass None: "" or the word None means "no evaluation split".
         if self.eval_split in ("", "None", "none", "null"):
             self.eval_split = None
+        # The KL in the reward and the reference's sync both need a reference, which beta == 0 does not build.
         if self.use_kl_in_reward and self.beta == 0:
             raise ConfigError("use_kl_in_reward needs beta > 0 (the KL's coefficient in the reward)")
         if self.sync_ref_model and self.beta == 0:
@@ -573,61 +585,104 @@ class _Parser(HfArgumentParser):
         raise ConfigError(message)  # argparse prints usage and exits; the caller prints one line instead
 
 
-def _yaml_to_argv(path: str) -> list[str]:
-    """A YAML mapping of config fields -> command-line tokens, so argparse checks the types of both alike."""
+def _field_kind(hint: object) -> tuple[type, bool, bool]:
+    """(type, is a list of that type, accepts None) of a field's annotation: int, float | None, list[str], ..."""
+    args = typing.get_args(hint)
+    nullable = type(None) in args
+    if nullable:
+        (hint,) = [a for a in args if a is not type(None)]
+    if typing.get_origin(hint) is list:
+        return typing.get_args(hint)[0], True, nullable
+    return typing.cast(type, hint), False, nullable
+
+
+def _action(parser: _Parser, key: str) -> argparse.Action:
+    return next(a for a in parser._actions if a.option_strings[:1] == [f"--{key}"])  # (not --no_{key})
+
+
+def _convert(parser: _Parser, key: str, value: object, kind: type, token: str) -> object:
+    """One YAML scalar as a `kind`. A value of that type is taken as it is (an int for a float becomes a float);
+    anything else is converted from `token` by argparse's own conversion, so that what `--key token` accepts is
+    accepted and what it rejects fails with argparse's message (invalid int value: 'two')."""
+    if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+        return value
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return parser._get_value(_action(parser, key), token)
+    except argparse.ArgumentError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _read_recipe(path: str, parser: _Parser) -> dict[str, object]:
+    """A YAML recipe's values, each checked against its field's type: they become the parser's defaults, which
+    argparse takes as they are (it converts only the strings of the command line)."""
+    where = f"--config {path}"
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"--config {path}: no such file")
+        raise ConfigError(f"{where}: no such file")
     try:
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--config {path}: cannot read it: {e}") from None
+        raise ConfigError(f"{where}: cannot read it: {e}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         line = getattr(getattr(e, "problem_mark", None), "line", None)
-        where = f" (line {line + 1})" if line is not None else ""
-        raise ConfigError(f"--config {path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+        at = f" (line {line + 1})" if line is not None else ""
+        raise ConfigError(f"{where}: not valid YAML{at}: {getattr(e, 'problem', e)}") from None
     if data is None:
-        return []
+        return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: expected a mapping of field: value, got {type(data).__name__}")
-    known = {f.name: f for f in fields(GRPOConfig)}
-    argv: list[str] = []
+        raise ConfigError(f"{where}: expected a mapping of field: value, got {type(data).__name__}")
+    hints = typing.get_type_hints(GRPOConfig)  # (not field.type: HfArgumentParser rewrites it in place)
+    values: dict[str, object] = {}
     for key, value in data.items():
-        if key not in known:
-            raise ConfigError(f"--config {path}: unknown config key {key!r}")
-        if value is None:  # null: "nothing" for an optional field
-            if known[key].default is None:
-                continue  # already None by default
-            hint = typing.get_type_hints(GRPOConfig)[key]  # (HfArgumentParser rewrites field.type in place)
-            if hint == str | None:
-                argv += [f"--{key}", ""]
-                continue
-            raise ConfigError(f"--config {path}: {key} cannot be null")
-        if isinstance(value, list):
-            argv += [f"--{key}", *(str(v) for v in value)]
+        if key not in hints:
+            raise ConfigError(f"{where}: unknown config key {key!r}")
+        kind, is_list, nullable = _field_kind(hints[key])
+        if value is None:  # null: "nothing", for an Optional field
+            if not nullable:
+                raise ConfigError(f"{where}: {key} cannot be null")
+            values[key] = None
         elif isinstance(value, dict):
-            raise ConfigError(f"--config {path}: {key} must be a scalar or a list, got a mapping")
+            raise ConfigError(f"{where}: {key} must be a scalar or a list, got a mapping")
+        elif not is_list:
+            if isinstance(value, list):  # even of one item: a list where one value belongs is a mistake
+                raise ConfigError(f"{where}: {key} must be a single {kind.__name__}, got a list {value}")
+            # the token of a bool is lowercase, as on a command line (max_steps: true -> invalid int value: 'true')
+            token = str(value).lower() if isinstance(value, bool) else str(value)
+            values[key] = _convert(parser, key, value, kind, token)
         else:
-            argv += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
-    return argv
+            # a scalar is a list of one, as after `--key v`
+            items = value if isinstance(value, list) else [value]
+            if not items:  # as argparse says of `--key` with no value
+                raise ConfigError(
+                    f"argument {'/'.join(_action(parser, key).option_strings)}: expected at least one argument"
+                )
+            bad = [item for item in items if item is None or isinstance(item, (list, dict))]
+            if bad:
+                raise ConfigError(f"{where}: {key} must be a list of {kind.__name__}, got an item {bad[0]!r}")
+            values[key] = [_convert(parser, key, item, kind, str(item)) for item in items]
+    return values
 
 
 def parse_config(argv: list[str] | None = None) -> GRPOConfig:
-    """`--config file.yaml` (optional, anywhere in argv) then flags; later values win."""
+    """`--config file.yaml` (optional, anywhere in argv) sets the defaults; flags override them."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    file_argv: list[str] = []
-    if "--config" in argv:
-        i = argv.index("--config")
-        if i + 1 >= len(argv):
-            raise ConfigError("--config needs a path to a YAML file")
-        file_argv = _yaml_to_argv(argv[i + 1])
-        argv = argv[:i] + argv[i + 2 :]
     # allow_abbrev=False: a misspelt flag (--learning 0.1) is an error, not a silent prefix match.
     parser = _Parser(GRPOConfig, description="Token-level GRPO on a tiny transformer.", allow_abbrev=False)
     parser.add_argument("--config", help="YAML recipe whose keys are the fields below (flags override it).")
-    cfg, *rest = parser.parse_args_into_dataclasses(args=file_argv + argv, return_remaining_strings=True)
+    at = next((i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), None)
+    if at is not None:
+        if argv[at] != "--config":  # --config=PATH
+            path, argv = argv[at].removeprefix("--config="), argv[:at] + argv[at + 1 :]
+        elif at + 1 < len(argv):
+            path, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
+        else:
+            raise ConfigError("--config needs a path to a YAML file")
+        parser.set_defaults(**_read_recipe(path, parser))
+    cfg, *rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     remaining = rest[-1]
     if remaining:
         raise ConfigError(f"unknown argument(s): {' '.join(remaining)} (see --help)")
