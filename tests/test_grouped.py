@@ -15,7 +15,7 @@ import tiny_lm.grouped_layout as grouped_layout
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tiny_lm.grouped_layout import FrameCache
 from tinygrpo.backend import CacheDecoder, GenericBackend, GroupedBackend, select_backend
-from tinygrpo.rollout import completion_logits, sample_completions
+from tinygrpo.rollout import SamplingParams, completion_logits, sample_completions
 
 BACKENDS = {True: GroupedBackend, False: GenericBackend}
 
@@ -163,10 +163,10 @@ def test_sampling_is_the_same_on_both_paths(model, tok, temperature):
     ids, pmask = encode(tok, PROMPTS)
     outs = []
     for grouped in (True, False):
-        g = torch.Generator().manual_seed(11)
+        params = SamplingParams(7, temperature, generator=torch.Generator().manual_seed(11))
         outs.append(
             sample_completions(
-                model, ids, pmask, 6, 7, EOS, PAD, temperature, generator=g, backend=BACKENDS[grouped]()
+                model, ids, pmask, 6, params, eos_token_id=EOS, pad_token_id=PAD, backend=BACKENDS[grouped]()
             )
         )
     a, b = outs

@@ -38,7 +38,7 @@ from . import launch
 from .backend import AutocastBackend, PolicyForward, select_backend
 from .config import ConfigError, GRPOConfig
 from .distributed import Processes
-from .evaluation import answer_beliefs, held_out_metrics
+from .evaluation import HeldOut, answer_beliefs, held_out_metrics
 from .generation import BatchGenerator, ScoredBatch, reward_spec
 from .loss import EntropyCoefficient
 from .metrics import StepTimes, step_metrics
@@ -48,6 +48,7 @@ from .problems import problem_kinds
 from .prompt_stats import PromptStats
 from .prompts import PromptSource, left_pad
 from .report import write_report
+from .rollout import SamplingParams
 from .update import NonFiniteError, PolicyUpdate
 from .validation import check_inputs
 
@@ -110,7 +111,8 @@ class GRPOTrainer:
         rows = self.eval_rows or {}
         ab = all(isinstance(v, int) for c in ("a", "b") for v in rows.get(c, [None]))  # an a+b problem set
         self._eval_kinds = problem_kinds(rows["a"], rows["b"]) if ab else None
-        self._eval_completions: list[str] = []  # the latest evaluation's greedy completions
+        # The latest evaluation (set by `evaluate`): log_evaluation_details reads its greedy completions.
+        self.last_held_out: HeldOut | None = None
 
         set_seed(cfg.seed)
         self.model = model
@@ -205,21 +207,20 @@ class GRPOTrainer:
                 t.to(next(self.model.parameters()).device) for t in left_pad(ids, self.tokenizer.pad_token_id)
             )
         cfg = self.cfg
-        return held_out_metrics(
+        # pass@k's own generator, seeded by the step: evaluating never moves the training RNG.
+        gen = torch.Generator().manual_seed(cfg.seed + 7919 * (self.step + 1))
+        params = SamplingParams(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, gen)
+        self.last_held_out = held_out_metrics(
             self.model,
             self.tokenizer,
             *self._eval_prompts,
             self.eval_rows["answer"],
-            max_new_tokens=cfg.max_completion_length,
+            params,
             pass_k=cfg.eval_pass_k,
-            temperature=cfg.temperature,
-            top_k=cfg.top_k,
-            top_p=cfg.top_p,
-            seed=cfg.seed + 7919 * (self.step + 1),
             backend=self.backend,
             kinds=self._eval_kinds,
-            completions_out=self._eval_completions,
         )
+        return self.last_held_out.metrics
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
@@ -345,11 +346,12 @@ class GRPOTrainer:
     def log_evaluation_details(self) -> None:
         """At an evaluation (main process): every training prompt's pass-rate estimate, the held-out problems answered
         wrong, and, on a small problem set, the policy's belief in each answer (the report's per-prompt pictures)."""
-        if not self.procs.is_main or self.eval_rows is None or not self._eval_completions:
+        held = self.last_held_out
+        if not self.procs.is_main or self.eval_rows is None or held is None or not held.completions:
             return
         rates = [None if r != r else round(r, 3) for r in self.prompt_stats.pass_rate.tolist()]
         self.details_log["prompt_stats"].write({"step": self.step, "pass_rate": rates})
-        rows, outs = self.eval_rows, self._eval_completions
+        rows, outs = self.eval_rows, held.completions
         wrong = [
             [p, str(a), c]
             for p, a, c, ok in zip(
