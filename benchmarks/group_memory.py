@@ -6,10 +6,11 @@
 The grouped fast path (tiny_lm/grouped.py) attends a prompt and its G samples either as one "group sequence" of
 L = Tp + G * (Tc - 1) slots, whose mask and attention scores grow with L^2 (quadratic in G), or per sample (its
 prompt's shared keys and its own), linear in G; tiny_lm/grouped_layout.py switches to the per-sample layout past
-MAX_GROUP_SEQUENCE slots. This script forces each layout in turn, and the generic transformers forward for scale, on
-one batch of P prompts x G random completions of Tc tokens (a random default-size tiny_lm: the cost does not depend
-on the weights), and reports the peak resident memory the forward + backward added and its median time. Each
-(layout, G) runs in a fresh process, so that one peak does not hide another.
+MAX_GROUP_SEQUENCE slots. This script forces each layout in turn (GroupedBackend's max_group_sequence), and the
+generic transformers forward for scale, on one batch of P prompts x G random completions of Tc tokens (a random
+default-size tiny_lm: the cost does not depend on the weights), and reports the peak resident memory the forward +
+backward added and its median time. Each (layout, G) runs in a fresh process, so that one peak does not hide
+another.
 """
 
 from __future__ import annotations
@@ -35,13 +36,11 @@ def one(layout: str, G: int, P: int, Tc: int, threads: int, reps: int) -> dict:
     """Measure one (layout, G) in this process: peak RSS added by the forward + backward, median ms."""
     import torch
 
-    import tiny_lm.grouped_layout as grouped_layout
     from tiny_lm import TinyLMConfig, TinyLMForCausalLM
     from tinygrpo.backend import GenericBackend, GroupedBackend
     from tinygrpo.rollout import completion_logits
 
     torch.set_num_threads(threads)
-    grouped_layout.MAX_GROUP_SEQUENCE = 10**9 if layout == "group" else 0
     torch.manual_seed(0)
     model = TinyLMForCausalLM(TinyLMConfig()).train()
     V = model.config.vocab_size
@@ -49,7 +48,9 @@ def one(layout: str, G: int, P: int, Tc: int, threads: int, reps: int) -> dict:
     prompt_mask = torch.ones_like(prompt_ids)
     comp = torch.randint(2, V, (P * G, Tc))
     mask = torch.ones(P * G, Tc)
-    backend = GenericBackend() if layout == "generic" else GroupedBackend()
+    # The layout by argument: a threshold no group sequence reaches, or 0 (every one attended per sample).
+    threshold = 10**9 if layout == "group" else 0
+    backend = GenericBackend() if layout == "generic" else GroupedBackend(max_group_sequence=threshold)
     before = rss_mib()
     times = []
     for _ in range(reps):

@@ -8,7 +8,7 @@ from _lm import encode
 from test_grouped import PROMPTS, completions_with_eos
 
 from tinygrpo.backend import AutocastBackend, GenericBackend, GroupedBackend
-from tinygrpo.rollout import completion_logits, sample_completions
+from tinygrpo.rollout import SamplingParams, completion_logits, sample_completions
 
 
 @pytest.mark.parametrize("grouped", [True, False])
@@ -28,9 +28,16 @@ def test_bf16_logits_are_the_float32_logits_to_bfloat16_precision(model, tok, gr
 def test_bf16_decoding_samples_valid_completions_on_both_paths(model, tok):
     ids, pmask = encode(tok, PROMPTS)
     for inner in (GroupedBackend(), GenericBackend()):
-        g = torch.Generator().manual_seed(3)
+        params = SamplingParams(6, temperature=1.0, generator=torch.Generator().manual_seed(3))
         ro = sample_completions(
-            model, ids, pmask, 4, 6, 1, 0, 1.0, generator=g, backend=AutocastBackend(inner, "cpu")
+            model,
+            ids,
+            pmask,
+            4,
+            params,
+            eos_token_id=1,
+            pad_token_id=0,
+            backend=AutocastBackend(inner, "cpu"),
         )
         assert ro.completion_ids.shape[0] == len(PROMPTS) * 4
         assert bool(((ro.completion_ids >= 0) & (ro.completion_ids < model.config.vocab_size)).all())

@@ -28,7 +28,7 @@ from tinygrpo.exact import (
     exact_objective,
     score_completions,
 )
-from tinygrpo.rollout import completion_logits, sample_completions
+from tinygrpo.rollout import SamplingParams, completion_logits, sample_completions
 
 PROMPTS = ["1+2=", "37+48="]  # different lengths: the batch is left-padded
 V, EOS, PAD = 14, 1, 0
@@ -149,8 +149,8 @@ def test_monte_carlo_reward_and_kl(tok):
         model, ids, mask, space, space_rewards(space, 2), temperature, ref_model=ref, grad=False
     )
 
-    gen = torch.Generator().manual_seed(0)
-    ro = sample_completions(model, ids, mask, G, T, EOS, PAD, temperature, generator=gen)
+    params = SamplingParams(T, temperature, generator=torch.Generator().manual_seed(0))
+    ro = sample_completions(model, ids, mask, G, params, eos_token_id=EOS, pad_token_id=PAD)
     c = torch.nn.functional.pad(ro.completion_ids, (0, T - ro.completion_ids.size(1)), value=PAD)
     m = torch.nn.functional.pad(ro.completion_mask, (0, T - ro.completion_mask.size(1)))
     r = torch.tensor([synthetic_reward(row) for row in c.tolist()], dtype=torch.float64).view(2, G)
@@ -216,9 +216,8 @@ def test_score_function_estimator(tok):
     space = completion_space(V, EOS, PAD, T)
     res = exact_objective(model, ids, mask, space, space_rewards(space, 1), temperature)
 
-    ro = sample_completions(
-        model, ids, mask, G, T, EOS, PAD, temperature, generator=torch.Generator().manual_seed(0)
-    )
+    params = SamplingParams(T, temperature, generator=torch.Generator().manual_seed(0))
+    ro = sample_completions(model, ids, mask, G, params, eos_token_id=EOS, pad_token_id=PAD)
     c, m = ro.completion_ids, ro.completion_mask
     r = torch.tensor(
         [synthetic_reward(row + [PAD] * (T - len(row))) for row in c.tolist()], dtype=torch.float64

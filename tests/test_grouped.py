@@ -11,11 +11,10 @@ import pytest
 import torch
 from _lm import encode
 
-import tiny_lm.grouped_layout as grouped_layout
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tiny_lm.grouped_layout import FrameCache
 from tinygrpo.backend import CacheDecoder, GenericBackend, GroupedBackend, select_backend
-from tinygrpo.rollout import completion_logits, sample_completions
+from tinygrpo.rollout import SamplingParams, completion_logits, sample_completions
 
 BACKENDS = {True: GroupedBackend, False: GenericBackend}
 
@@ -37,10 +36,10 @@ def completions_with_eos(P: int, G: int, Tc: int, seed: int) -> tuple[torch.Tens
     return ids, mask
 
 
-@pytest.fixture(params=["group", "per_sample"])
-def attention(request, monkeypatch):
-    """Both attention layouts of the fast path: one group sequence per prompt, or per sample (grouped_layout)."""
-    monkeypatch.setattr(grouped_layout, "MAX_GROUP_SEQUENCE", 10**9 if request.param == "group" else 0)
+@pytest.fixture(params=[10**9, 0], ids=["group", "per_sample"])
+def max_group_sequence(request) -> int:
+    """Both attention layouts of the fast path, chosen by argument: one group sequence per prompt (no batch here
+    reaches 10**9 slots), or per sample (past 0 slots: always, when completions feed any token)."""
     return request.param
 
 
@@ -53,13 +52,18 @@ def attention(request, monkeypatch):
         (1, 8, 3),  # a single prompt, a larger group
     ],
 )
-def test_grouped_logits_equal_the_generic_forward(model, tok, P, G, Tc, attention):
+def test_grouped_logits_equal_the_generic_forward(model, tok, P, G, Tc, max_group_sequence):
     ids, pmask = encode(tok, PROMPTS[:P])
     comp, cmask = completions_with_eos(P, G, Tc, seed=P * 100 + G * 10 + Tc)
+    grouped = GroupedBackend(max_group_sequence=max_group_sequence)
+    # The backend passes the threshold down to the layout (one-token completions feed nothing to attend per sample).
+    assert grouped.layout(model, ids, pmask, comp, G, cmask).per_sample == (
+        max_group_sequence == 0 and Tc > 1
+    )
     want = completion_logits(model, ids, pmask, comp, G, backend=GenericBackend())
-    full = completion_logits(model, ids, pmask, comp, G, backend=GroupedBackend())  # no mask: every position
+    full = completion_logits(model, ids, pmask, comp, G, backend=grouped)  # no mask: every position
     torch.testing.assert_close(full, want, atol=1e-5, rtol=0)
-    packed = completion_logits(model, ids, pmask, comp, G, cmask, backend=GroupedBackend())
+    packed = completion_logits(model, ids, pmask, comp, G, cmask, backend=grouped)
     m = cmask[..., None].bool()
     torch.testing.assert_close(packed[m.expand_as(packed)], want[m.expand_as(want)], atol=1e-5, rtol=0)
     assert packed[~m.expand_as(packed)].abs().sum() == 0  # positions the mask leaves out are not computed
@@ -84,6 +88,10 @@ def test_a_large_group_attends_per_sample_with_memory_linear_in_G(model, tok):
     comp, cmask = completions_with_eos(P, 2, Tc, seed=0)
     small = model.grouped_layout(ids, pmask, comp, 2, cmask)
     assert not small.per_sample  # a short group sequence is attended as one
+    # The threshold is an argument: the same batch per sample below it, and one frame cache holds both layouts.
+    frames = FrameCache()
+    forced = model.grouped_layout(ids, pmask, comp, 2, cmask, frames, max_group_sequence=0)
+    assert forced.per_sample and not model.grouped_layout(ids, pmask, comp, 2, cmask, frames).per_sample
 
 
 def test_per_sample_attention_is_torchs_sdpa_bit_for_bit():
@@ -113,7 +121,7 @@ def test_per_sample_attention_is_torchs_sdpa_bit_for_bit():
     assert all(torch.equal(a, b) for a, b in zip(g0, g1, strict=True))
 
 
-def test_grouped_gradients_equal_the_generic_forward(model, tok, attention):
+def test_grouped_gradients_equal_the_generic_forward(model, tok, max_group_sequence):
     """The loss a trainer builds (masked log-probs of the sampled tokens, weighted): same gradient on every
     parameter, though the fast path never feeds the tokens after EOS."""
     P, G, Tc = 5, 3, 5
@@ -125,7 +133,8 @@ def test_grouped_gradients_equal_the_generic_forward(model, tok, attention):
     model.train()
     try:
         for grouped in (True, False):
-            logits = completion_logits(model, ids, pmask, comp, G, cmask, backend=BACKENDS[grouped]())
+            backend = GroupedBackend(max_group_sequence=max_group_sequence) if grouped else GenericBackend()
+            logits = completion_logits(model, ids, pmask, comp, G, cmask, backend=backend)
             logp = torch.log_softmax(logits, -1).gather(-1, comp[..., None])[..., 0]
             grads.append(torch.autograd.grad((logp * w * cmask).sum(), params))
     finally:
@@ -163,10 +172,10 @@ def test_sampling_is_the_same_on_both_paths(model, tok, temperature):
     ids, pmask = encode(tok, PROMPTS)
     outs = []
     for grouped in (True, False):
-        g = torch.Generator().manual_seed(11)
+        params = SamplingParams(7, temperature, generator=torch.Generator().manual_seed(11))
         outs.append(
             sample_completions(
-                model, ids, pmask, 6, 7, EOS, PAD, temperature, generator=g, backend=BACKENDS[grouped]()
+                model, ids, pmask, 6, params, eos_token_id=EOS, pad_token_id=PAD, backend=BACKENDS[grouped]()
             )
         )
     a, b = outs
@@ -199,13 +208,14 @@ def test_a_model_with_dropout_gets_the_generic_backend(model):
     assert isinstance(select_backend(model, prefer_grouped=False), GenericBackend)
 
 
-def test_one_layout_serves_every_forward_and_follows_its_inputs(model, tok, attention):
+def test_one_layout_serves_every_forward_and_follows_its_inputs(model, tok, max_group_sequence):
     """A layout is built once per batch and scores it with any model; frames come from the caller's cache."""
     ids, pmask = encode(tok, PROMPTS)
     comp, cmask = completions_with_eos(len(PROMPTS), 2, 4, seed=6)
     frames = FrameCache()
-    layout = model.grouped_layout(ids, pmask, comp, 2, cmask, frames)
-    again = model.grouped_layout(ids, pmask, comp, 2, cmask, frames)
+    layout = model.grouped_layout(ids, pmask, comp, 2, cmask, frames, max_group_sequence=max_group_sequence)
+    assert layout.per_sample == (max_group_sequence == 0)
+    again = model.grouped_layout(ids, pmask, comp, 2, cmask, frames, max_group_sequence=max_group_sequence)
     assert again.mask is layout.mask  # the frame was reused
     want = completion_logits(model, ids, pmask, comp, 2, backend=GenericBackend())
     torch.manual_seed(1)
@@ -220,7 +230,9 @@ def test_one_layout_serves_every_forward_and_follows_its_inputs(model, tok, atte
         assert got[~keep].abs().sum() == 0
     shorter = cmask.clone()
     shorter[:, 2:] = 0  # a different mask: a new layout, and the logits follow it
-    got = model.grouped_logits(model.grouped_layout(ids, pmask, comp, 2, shorter, frames))
+    got = model.grouped_logits(
+        model.grouped_layout(ids, pmask, comp, 2, shorter, frames, max_group_sequence=max_group_sequence)
+    )
     keep = shorter[..., None].bool().expand_as(got)
     torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=0)
     assert got[~keep].abs().sum() == 0
@@ -278,9 +290,11 @@ def host_reads(fn) -> int:
     return Count.n
 
 
-def host_reads_of_a_fast_path(m, ids, pmask, comp, cmask, G: int) -> tuple[int, int, int]:
+def host_reads_of_a_fast_path(
+    m, ids, pmask, comp, cmask, G: int, max_group_sequence: int
+) -> tuple[int, int, int]:
     """(scoring forward with its layout built, decoder prefill, one decode step)."""
-    layout = m.grouped_layout(ids, pmask, comp, G, cmask)
+    layout = m.grouped_layout(ids, pmask, comp, G, cmask, max_group_sequence=max_group_sequence)
     out = {}
     with torch.no_grad():
         scoring = host_reads(lambda: m.grouped_logits(layout))
@@ -289,7 +303,7 @@ def host_reads_of_a_fast_path(m, ids, pmask, comp, cmask, G: int) -> tuple[int, 
     return scoring, prefill, step
 
 
-def test_the_fast_path_reads_no_tensor_on_the_host_per_layer(tok, attention):
+def test_the_fast_path_reads_no_tensor_on_the_host_per_layer(tok, max_group_sequence):
     """The GPU property, checked on the CPU: the host reads of a scoring forward, of the decoder's prefill and of a
     decode step do not grow with the number of layers; scoring and decoding steps have none at all."""
     ids, pmask = encode(tok, PROMPTS)
@@ -298,6 +312,6 @@ def test_the_fast_path_reads_no_tensor_on_the_host_per_layer(tok, attention):
     for n_layer in (2, 8):
         torch.manual_seed(0)
         m = TinyLMForCausalLM(TinyLMConfig(n_layer=n_layer)).eval()
-        counts[n_layer] = host_reads_of_a_fast_path(m, ids, pmask, comp, cmask, 3)
+        counts[n_layer] = host_reads_of_a_fast_path(m, ids, pmask, comp, cmask, 3, max_group_sequence)
     assert counts[2] == counts[8], counts
     assert counts[2][0] == 0 and counts[2][2] == 0, counts

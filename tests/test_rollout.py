@@ -11,6 +11,7 @@ from _lm import encode
 
 from tinygrpo.backend import GenericBackend, GroupedBackend, select_backend
 from tinygrpo.rollout import (
+    SamplingParams,
     completion_logits,
     decode_completions,
     sample_completions,
@@ -29,7 +30,10 @@ EOS, PAD = 1, 0
 @pytest.mark.parametrize("G", [1, 3])  # G = 1 skips the cache repeat; G = 3 exercises it
 def test_greedy_rows_equal_generate(model, tok, G, backend):
     ids, mask = encode(tok, PROMPTS)
-    ro = sample_completions(model, ids, mask, G, 8, EOS, PAD, temperature=0.0, backend=backend())
+    greedy = SamplingParams.greedy(8)
+    ro = sample_completions(
+        model, ids, mask, G, greedy, eos_token_id=EOS, pad_token_id=PAD, backend=backend()
+    )
     P = len(PROMPTS)
     assert ro.completion_ids.shape[0] == P * G and ro.completion_ids.shape[1] <= 8
     ref = model.generate(
@@ -55,8 +59,9 @@ def test_greedy_rows_equal_generate(model, tok, G, backend):
 def test_sampled_mask_and_padding(model, tok, backend):
     ids, mask = encode(tok, PROMPTS)
     gen = torch.Generator().manual_seed(0)
+    params = SamplingParams(10, temperature=3.0, generator=gen)
     ro = sample_completions(
-        model, ids, mask, 16, 10, EOS, PAD, temperature=3.0, generator=gen, backend=backend()
+        model, ids, mask, 16, params, eos_token_id=EOS, pad_token_id=PAD, backend=backend()
     )
     c, m = ro.completion_ids, ro.completion_mask
     assert c.shape == m.shape and c.size(0) == len(PROMPTS) * 16
@@ -83,7 +88,10 @@ def test_stops_when_all_rows_finished(model, tok, backend):
     fake_eos = int(first[0])
     prompts = [p for p, f in zip(PROMPTS, first.tolist(), strict=True) if f == fake_eos]
     ids, mask = encode(tok, prompts)
-    ro = sample_completions(model, ids, mask, 2, 10, fake_eos, PAD, temperature=0.0, backend=backend())
+    greedy = SamplingParams.greedy(10)
+    ro = sample_completions(
+        model, ids, mask, 2, greedy, eos_token_id=fake_eos, pad_token_id=PAD, backend=backend()
+    )
     assert ro.completion_ids.shape == (2 * len(prompts), 1)
     assert ro.is_eos.all() and ro.completion_mask.eq(1).all()
 
@@ -93,8 +101,9 @@ def test_seeded_sampling_is_reproducible(model, tok):
 
     def run(seed):
         g = torch.Generator().manual_seed(seed)
+        params = SamplingParams(8, temperature=1.5, generator=g)
         return sample_completions(
-            model, ids, mask, 4, 8, EOS, PAD, temperature=1.5, generator=g
+            model, ids, mask, 4, params, eos_token_id=EOS, pad_token_id=PAD
         ).completion_ids
 
     a, b, c = run(7), run(7), run(8)
@@ -155,9 +164,15 @@ N_DRAWS = 50_000
 CHI2_CRIT = 25.0  # chi-square, 5 degrees of freedom: P(X > 20.5) = 0.001; 25 leaves extra room
 
 
+def sampler(**kw) -> SamplingParams:
+    """The sampler's settings (max_new_tokens is the decoding loop's, unused by one draw)."""
+    return SamplingParams(1, **kw)
+
+
 def draw(temperature=1.0, top_k=0, top_p=1.0, seed=0):
     g = torch.Generator().manual_seed(seed)
-    out = sample_from_logits(LOGITS.expand(N_DRAWS, -1), temperature, top_k, top_p, generator=g)
+    params = sampler(temperature=temperature, top_k=top_k, top_p=top_p, generator=g)
+    out = sample_from_logits(LOGITS.expand(N_DRAWS, -1), params)
     return torch.bincount(out, minlength=LOGITS.numel()).double()
 
 
@@ -203,7 +218,8 @@ def test_sampler_truncation(top_k, top_p, kept):
 def test_top_p_boundary(top_p, n_kept):
     # One row at a time: which of the tied tokens are kept may differ between rows of a batch, not their number.
     g = torch.Generator().manual_seed(0)
-    seen = {int(sample_from_logits(torch.zeros(1, 4), 1.0, top_p=top_p, generator=g)) for _ in range(300)}
+    params = sampler(top_p=top_p, generator=g)
+    seen = {int(sample_from_logits(torch.zeros(1, 4), params)) for _ in range(300)}
     assert len(seen) == n_kept
 
 
@@ -211,16 +227,33 @@ def test_top_k_1_and_tiny_top_p_are_argmax():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(500, 14, generator=g) * 3
     argmax = logits.argmax(-1)
-    assert torch.equal(sample_from_logits(logits, 1.0, top_k=1, generator=g), argmax)
-    assert torch.equal(sample_from_logits(logits, 1.0, top_p=1e-6, generator=g), argmax)
-    assert torch.equal(sample_from_logits(logits, 0.0), argmax)  # temperature 0 is greedy
+    assert torch.equal(sample_from_logits(logits, sampler(top_k=1, generator=g)), argmax)
+    assert torch.equal(sample_from_logits(logits, sampler(top_p=1e-6, generator=g)), argmax)
+    greedy = SamplingParams.greedy(1)  # temperature 0
+    assert torch.equal(sample_from_logits(logits, greedy), argmax)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_new_tokens": -1},
+        {"temperature": -0.5},
+        {"temperature": float("nan")},
+        {"top_k": -1},
+        {"top_p": 0.0},  # nothing would be kept
+        {"top_p": 1.5},
+    ],
+)
+def test_sampling_params_reject_settings_out_of_range(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        SamplingParams(**{"max_new_tokens": 4, **bad})
 
 
 def test_sampler_generator_reproducible():
     logits = torch.zeros(1000, 14)
-    a = sample_from_logits(logits, generator=torch.Generator().manual_seed(3))
-    b = sample_from_logits(logits, generator=torch.Generator().manual_seed(3))
-    c = sample_from_logits(logits, generator=torch.Generator().manual_seed(4))
+    a = sample_from_logits(logits, sampler(generator=torch.Generator().manual_seed(3)))
+    b = sample_from_logits(logits, sampler(generator=torch.Generator().manual_seed(3)))
+    c = sample_from_logits(logits, sampler(generator=torch.Generator().manual_seed(4)))
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
@@ -289,7 +322,7 @@ def test_generic_backend_runs_a_plain_transformers_model(tok, checkpointing):
         alone = ids[r // G][mask[r // G].bool()]  # the prompt without its padding
         want = gpt2(torch.cat([alone, comp[r, :-1]])[None]).logits[0, alone.numel() - 1 :]
         torch.testing.assert_close(got[r], want, atol=1e-5, rtol=0)
-    ro = sample_completions(gpt2, ids, mask, 1, 6, EOS, PAD, temperature=0.0)
+    ro = sample_completions(gpt2, ids, mask, 1, SamplingParams.greedy(6), eos_token_id=EOS, pad_token_id=PAD)
     ref = gpt2.generate(
         input_ids=ids,
         attention_mask=mask,

@@ -25,7 +25,7 @@ from tinygrpo.batch import Batch
 from tinygrpo.config import GRPOConfig
 from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
 from tinygrpo.problems import load_split
-from tinygrpo.rollout import sample_completions
+from tinygrpo.rollout import SamplingParams, sample_completions
 from tinygrpo.trainer import GRPOTrainer
 
 REPO = Path(train_grpo.__file__).resolve().parent
@@ -258,11 +258,9 @@ def test_sample_completions_mask_ends_at_first_eos(seed_reference):
         enc["input_ids"],
         enc["attention_mask"],
         4,
-        6,
-        eos,
-        pad,
-        temperature=1.5,
-        generator=torch.Generator().manual_seed(0),
+        SamplingParams(6, temperature=1.5, generator=torch.Generator().manual_seed(0)),
+        eos_token_id=eos,
+        pad_token_id=pad,
     )
     ids, mask = ro.completion_ids, ro.completion_mask
     T = ids.size(1)
@@ -670,36 +668,28 @@ def test_no_signal_means_no_update(seed_reference, tmp_path, dynamic_sampling):
 def test_pass_at_k_with_near_zero_temperature_equals_greedy_accuracy(seed_reference):
     # At temperature -> 0 every sample is the greedy answer, so pass@k must equal greedy accuracy; at temperature 1
     # pass@k can only be as good as "any of k", which is in [0, 1].
-    from tinygrpo.evaluation import held_out_metrics
+    from tinygrpo.evaluation import accuracy_rate, held_out_metrics
 
     model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
     rows = load_split("seed_bank", "train").to_dict()
     enc = tok(rows["prompt"], padding=True, return_tensors="pt")
-    cold = held_out_metrics(
-        model,
-        tok,
-        enc["input_ids"],
-        enc["attention_mask"],
-        rows["answer"],
-        max_new_tokens=3,
-        pass_k=3,
-        temperature=1e-4,
-        seed=0,
-    )
+    batch = (model, tok, enc["input_ids"], enc["attention_mask"], rows["answer"])
+
+    def evaluate(pass_k: int, temperature: float) -> dict[str, float]:
+        params = SamplingParams(3, temperature, generator=torch.Generator().manual_seed(0))
+        held = held_out_metrics(*batch, params, pass_k=pass_k)
+        # The greedy completions come back with the metrics computed from them.
+        assert held.metrics["eval/accuracy"] == accuracy_rate(held.completions, rows["answer"])
+        return held.metrics
+
+    cold = evaluate(3, 1e-4)
     assert cold["eval/pass@3"] == cold["eval/accuracy"]
-    warm = held_out_metrics(
-        model,
-        tok,
-        enc["input_ids"],
-        enc["attention_mask"],
-        rows["answer"],
-        max_new_tokens=3,
-        pass_k=8,
-        temperature=1.0,
-        seed=0,
-    )
+    warm = evaluate(8, 1.0)
     assert warm["eval/accuracy"] == cold["eval/accuracy"]  # greedy does not depend on the sampling settings
     assert 0.0 <= warm["eval/pass@8"] <= 1.0
+    # pass@k without its own generator would draw from torch's global one, the training RNG: refused.
+    with pytest.raises(ValueError, match="generator"):
+        held_out_metrics(*batch, SamplingParams(3), pass_k=2)
 
 
 def test_grouped_fast_path_trains_like_the_generic_forward(seed_reference, tmp_path):

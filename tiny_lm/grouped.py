@@ -129,7 +129,7 @@ def grouped_logits(w: GroupedWeights, lay: GroupLayout) -> torch.Tensor:
 
     Position t holds the distribution the model gave completion token t. Positions the layout does not feed (after
     a row's last scored token) are 0. Attention runs per prompt on one "group sequence" of L = Tp + G * Tq slots:
-    one attention call over P sequences instead of a prompt pass plus P * G tiny ones; past MAX_GROUP_SEQUENCE
+    one attention call over P sequences instead of a prompt pass plus P * G tiny ones; past max_group_sequence
     slots, per sample (its prompt's keys and its own: memory linear in G; tiny_lm/grouped_layout.py).
     """
     P = lay.P

@@ -5,10 +5,11 @@ flat matrix of tokens. Attention needs the structure back: each prompt's "group 
 (the left-padded prompt, then each sample's Tq = Tc - 1 input tokens), with a mask that lets a completion token see
 its prompt's real tokens and its own sample's earlier tokens, never another sample's.
 
-That group sequence costs P * L^2 in the attention mask and scores, quadratic in G. Past MAX_GROUP_SEQUENCE slots the
-layout is "per sample" instead: the prompts attend among themselves (P sequences of Tp), and each sample's Tq inputs
-attend to its prompt's keys and values (shared, broadcast over the G samples) and its own: P * G * Tq * (Tp + Tq),
-linear in G. The same math either way (tests compare both with the model's own forward), summed in another order.
+That group sequence costs P * L^2 in the attention mask and scores, quadratic in G. Past `max_group_sequence` slots
+(a keyword of the functions below, MAX_GROUP_SEQUENCE by default) the layout is "per sample" instead: the prompts
+attend among themselves (P sequences of Tp), and each sample's Tq inputs attend to its prompt's keys and values
+(shared, broadcast over the G samples) and its own: P * G * Tq * (Tp + Tq), linear in G. The same math either way
+(tests compare both with the model's own forward), summed in another order.
 
 - A `PromptFrame` is the part of that structure that depends only on the prompts' padding and the shape (P, G, Tc):
   positions, slots and the attention mask. A `FrameCache` keeps the frames a caller asks for repeatedly (a trainer
@@ -29,14 +30,16 @@ from dataclasses import dataclass
 import torch
 
 NEG_INF = float("-inf")
-# The longest group sequence (Tp + G * Tq slots) attended as one: beyond it, per-sample attention (memory linear in
-# G). The default GRPO batch (G = 8, 4-token answers to ~6-token prompts) has L ~ 30.
+# The default longest group sequence (Tp + G * Tq slots) attended as one: beyond it, per-sample attention (memory
+# linear in G). The default GRPO batch (G = 8, 4-token answers to ~6-token prompts) has L ~ 30. A caller that wants
+# one layout whatever the sizes (tests, benchmarks) passes `max_group_sequence`: 0 for per sample, a huge one for
+# the group sequence.
 MAX_GROUP_SEQUENCE = 64
 
 
-def per_sample_attention(Tp: int, G: int, Tq: int) -> bool:
+def per_sample_attention(Tp: int, G: int, Tq: int, max_group_sequence: int = MAX_GROUP_SEQUENCE) -> bool:
     """Whether a layout of these sizes attends per sample (see the module docstring)."""
-    return G * Tq > 0 and Tp + G * Tq > MAX_GROUP_SEQUENCE
+    return G * Tq > 0 and Tp + G * Tq > max_group_sequence
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,14 @@ class FrameCache:
         self.maxsize = maxsize
         self._frames: dict[tuple, PromptFrame] = {}
 
-    def __call__(self, prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype) -> PromptFrame:
+    def __call__(
+        self,
+        prompt_mask: torch.Tensor,
+        G: int,
+        Tc: int,
+        dtype: torch.dtype,
+        max_group_sequence: int = MAX_GROUP_SEQUENCE,
+    ) -> PromptFrame:
         key = (
             prompt_mask.shape,
             prompt_mask.bool().cpu().numpy().tobytes(),
@@ -100,12 +110,14 @@ class FrameCache:
             Tc,
             str(prompt_mask.device),
             dtype,
+            # the layout it picks: one cache may serve callers with different thresholds
+            per_sample_attention(prompt_mask.size(1), G, max(Tc - 1, 0), max_group_sequence),
         )
         frame = self._frames.get(key)
         if frame is None:
             if len(self._frames) >= self.maxsize:
                 self._frames.clear()
-            frame = self._frames[key] = prompt_frame(prompt_mask, G, Tc, dtype)
+            frame = self._frames[key] = prompt_frame(prompt_mask, G, Tc, dtype, max_group_sequence)
         return frame
 
 
@@ -116,12 +128,19 @@ def prompt_geometry(prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 
 @torch.inference_mode(False)  # plain tensors: a frame may serve a forward with autograd later
-def prompt_frame(prompt_mask: torch.Tensor, G: int, Tc: int, dtype: torch.dtype) -> PromptFrame:
-    """The frame of (P, Tp) left-padded prompts with G completions each of width Tc."""
+def prompt_frame(
+    prompt_mask: torch.Tensor,
+    G: int,
+    Tc: int,
+    dtype: torch.dtype,
+    max_group_sequence: int = MAX_GROUP_SEQUENCE,
+) -> PromptFrame:
+    """The frame of (P, Tp) left-padded prompts with G completions each of width Tc; per-sample attention past
+    `max_group_sequence` slots."""
     P, Tp = prompt_mask.shape
     Tq = max(Tc - 1, 0)
     B, L = P * G, Tp + G * Tq
-    per_sample = per_sample_attention(Tp, G, Tq)
+    per_sample = per_sample_attention(Tp, G, Tq, max_group_sequence)
     dev = prompt_mask.device
     ppos, plen = prompt_geometry(prompt_mask)
     b = torch.arange(B, device=dev)[:, None]  # (B, 1)
@@ -190,18 +209,20 @@ def group_layout(
     n_positions: int | None = None,
     dtype: torch.dtype = torch.float32,
     frames: FrameCache | None = None,
+    max_group_sequence: int = MAX_GROUP_SEQUENCE,
 ) -> GroupLayout:
     """The layout of (P, Tp) prompts and their (P*G, Tc) completions, rows grouped by prompt.
 
     With `completion_mask` (P*G, Tc) a completion token is fed only when a later token of its row is marked (so
     nothing after EOS is computed); without it every token but the last is fed. `n_positions` (the model's context)
-    turns a sequence that would run past it into a ValueError. `frames` reuses frames across calls.
+    turns a sequence that would run past it into a ValueError. `frames` reuses frames across calls. Past
+    `max_group_sequence` slots (Tp + G * (Tc - 1)) the layout attends per sample (the module docstring).
     """
     G = num_generations
     P, Tp = prompt_ids.shape
     B, Tc = completion_ids.shape
     Tq = Tc - 1  # completion tokens that are inputs (the last one predicts nothing that is scored)
-    fr = (frames or prompt_frame)(prompt_mask, G, Tc, dtype)
+    fr = (frames or prompt_frame)(prompt_mask, G, Tc, dtype, max_group_sequence)
     inputs = completion_ids[:, :Tq]
     if completion_mask is None:
         sel, ids_c = fr.grid.reshape(3, -1), inputs.reshape(-1)

@@ -21,7 +21,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from .compat import base_model_output, cache_of, causal_lm_output
 from .configuration_tiny_lm import TinyLMConfig
 from .grouped import GroupedDecoder, GroupedWeights, grouped_logits, read_weights
-from .grouped_layout import FrameCache, GroupLayout, group_layout
+from .grouped_layout import MAX_GROUP_SEQUENCE, FrameCache, GroupLayout, group_layout
 
 
 class CausalSelfAttention(nn.Module):
@@ -244,9 +244,12 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
         num_generations: int,
         completion_mask: torch.Tensor | None = None,
         frames: FrameCache | None = None,
+        *,
+        max_group_sequence: int = MAX_GROUP_SEQUENCE,
     ) -> GroupLayout:
         """The token layout of (P, Tp) prompts and their (P*G, Tc) completions: build once per batch, then score it
-        with `grouped_logits` (with this model, or another of the same config, such as a reference)."""
+        with `grouped_logits` (with this model, or another of the same config, such as a reference). Past
+        `max_group_sequence` slots per prompt it attends per sample (tiny_lm/grouped_layout.py)."""
         return group_layout(
             prompt_ids,
             prompt_mask,
@@ -256,6 +259,7 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
             n_positions=self.config.n_positions,
             dtype=self.transformer.wte.weight.dtype,
             frames=frames,
+            max_group_sequence=max_group_sequence,
         )
 
     def grouped_weights(self) -> GroupedWeights:

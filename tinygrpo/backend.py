@@ -75,10 +75,16 @@ class GroupedBackend:
     name = "grouped"
     mode_independent = True  # chosen only for models without dropout (`supports_grouped`)
 
-    def __init__(self) -> None:
+    def __init__(self, max_group_sequence: int | None = None) -> None:
+        """`max_group_sequence`: the longest group sequence the layouts attend as one (tiny_lm/grouped_layout.py; 0
+        = always per sample); None leaves it to the model's `grouped_layout` (tiny_lm: MAX_GROUP_SEQUENCE)."""
         from tiny_lm.grouped_layout import FrameCache
 
         self.frames = FrameCache()
+        # Passed only when chosen, so that a model's grouped_layout need not take the keyword.
+        self._layout_options = (
+            {} if max_group_sequence is None else {"max_group_sequence": max_group_sequence}
+        )
         # id -> (the model, held so that the id stays its own, its weights)
         self._weights: dict[int, tuple[nn.Module, Any]] = {}
 
@@ -92,7 +98,9 @@ class GroupedBackend:
         return model.grouped_decoder(prompt_ids, prompt_mask, G, self.frames, self.weights(model))
 
     def layout(self, model, prompt_ids, prompt_mask, completion_ids, G, completion_mask=None):
-        return model.grouped_layout(prompt_ids, prompt_mask, completion_ids, G, completion_mask, self.frames)
+        return model.grouped_layout(
+            prompt_ids, prompt_mask, completion_ids, G, completion_mask, self.frames, **self._layout_options
+        )
 
     def logits(self, model, layout):
         return model.grouped_logits(layout, self.weights(model))

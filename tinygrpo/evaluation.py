@@ -3,12 +3,14 @@ pass@k. The SFT script, the trainer and the studies all evaluate through here.""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from rewards import accuracy
 
 from .backend import Backend
-from .rollout import completion_logits, decode_completions, sample_completions
+from .rollout import SamplingParams, completion_logits, decode_completions, sample_completions
 
 
 def accuracy_rate(completions: list[str], answers: list) -> float:
@@ -27,8 +29,9 @@ def greedy_completions(
 ) -> list[str]:
     """Greedy completions of (P, Tp) left-padded prompts, decoded with <eos> kept ("85<eos>"; truncated: no <eos>)."""
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    greedy = SamplingParams.greedy(max_new_tokens)
     ro = sample_completions(
-        model, prompt_ids, prompt_mask, 1, max_new_tokens, eos, pad, temperature=0.0, backend=backend
+        model, prompt_ids, prompt_mask, 1, greedy, eos_token_id=eos, pad_token_id=pad, backend=backend
     )
     return decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
 
@@ -49,6 +52,14 @@ def greedy_accuracy(
     return accuracy_rate(outs, answers), outs
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """One held-out evaluation: its metrics and the greedy completions they were computed from."""
+
+    metrics: dict[str, float]  # "eval/accuracy", "eval/accuracy/<kind>", "eval/pass@k"
+    completions: list[str]  # the greedy completion of each prompt, in order (decoded, <eos> kept)
+
+
 @torch.inference_mode()
 def held_out_metrics(
     model: torch.nn.Module,
@@ -56,26 +67,24 @@ def held_out_metrics(
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     answers: list,
+    params: SamplingParams,
     *,
-    max_new_tokens: int,
     pass_k: int = 0,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int = 0,
     backend: Backend | None = None,
     kinds: dict[str, list[bool]] | None = None,
-    completions_out: list[str] | None = None,
-) -> dict[str, float]:
-    """(P, Tp) left-padded prompts -> {"eval/accuracy": greedy exact-match rate, "eval/pass@k": any of k samples}.
+) -> HeldOut:
+    """(P, Tp) left-padded prompts -> {"eval/accuracy": greedy exact-match rate, "eval/pass@k": any of k samples}
+    and the greedy completions.
 
-    pass@k samples with its own generator seeded by `seed`, so evaluating never moves the training RNG. `kinds`
-    (name -> which prompts are of that kind) adds "eval/accuracy/<name>", the greedy accuracy on those prompts.
-    `completions_out`, when given, receives the greedy completions (decoded, <eos> kept).
+    Greedy decoding and pass@k both stop at `params.max_new_tokens`; pass@k samples as `params` says, drawing from
+    `params.generator`, which must be the caller's own (seeded) generator so that evaluating never moves the
+    training RNG. `kinds` (name -> which prompts are of that kind) adds "eval/accuracy/<name>", the greedy accuracy
+    on those prompts.
     """
-    outs = greedy_completions(model, tokenizer, prompt_ids, prompt_mask, max_new_tokens, backend)
-    if completions_out is not None:
-        completions_out[:] = outs
+    if pass_k and params.generator is None:
+        # torch's global generator would serve: an evaluation that changes what training samples next.
+        raise ValueError("pass@k needs its own generator (params.generator), not torch's global one")
+    outs = greedy_completions(model, tokenizer, prompt_ids, prompt_mask, params.max_new_tokens, backend)
     right = accuracy(completions=outs, answer=answers)
     res = {"eval/accuracy": sum(right) / max(1, len(answers))}
     for name, member in (kinds or {}).items():
@@ -84,25 +93,20 @@ def held_out_metrics(
             res[f"eval/accuracy/{name}"] = sum(hits) / len(hits)
     if pass_k:
         eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-        gen = torch.Generator().manual_seed(seed)
         ro = sample_completions(
             model,
             prompt_ids,
             prompt_mask,
             pass_k,
-            max_new_tokens,
-            eos,
-            pad,
-            temperature,
-            top_k,
-            top_p,
-            gen,
-            backend,
+            params,
+            eos_token_id=eos,
+            pad_token_id=pad,
+            backend=backend,
         )
-        outs = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
-        hits = torch.tensor(accuracy(completions=outs, answer=[a for a in answers for _ in range(pass_k)]))
+        samples = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
+        hits = torch.tensor(accuracy(completions=samples, answer=[a for a in answers for _ in range(pass_k)]))
         res[f"eval/pass@{pass_k}"] = float(hits.view(-1, pass_k).amax(1).sum()) / len(answers)
-    return res
+    return HeldOut(res, outs)
 
 
 @torch.no_grad()

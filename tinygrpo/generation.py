@@ -31,7 +31,7 @@ from .core import selective_log_softmax
 from .distributed import Processes
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
-from .rollout import decode_rows, sample_completions
+from .rollout import SamplingParams, decode_rows, sample_completions
 
 
 @dataclass(frozen=True)
@@ -235,19 +235,16 @@ class BatchGenerator:
         t0 = time.perf_counter()
         device = next(self.model.parameters()).device  # (prompts are tokenized on the CPU; a no-op there)
         prompt_ids, prompt_mask = (t.to(device) for t in self.prompts.batch(idx))
+        params = SamplingParams(cfg.max_completion_length, temperature, cfg.top_k, cfg.top_p, self.generator)
         ro = sample_completions(
             self.model,
             prompt_ids,
             prompt_mask,
             G,
-            cfg.max_completion_length,
-            self.tokenizer.eos_token_id,
-            self.tokenizer.pad_token_id,
-            temperature,
-            cfg.top_k,
-            cfg.top_p,
-            self.generator,
-            self.backend,
+            params,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+            backend=self.backend,
         )
         completion_ids = ro.completion_ids.clone()  # out of inference mode: autograd may save it
         completion_mask = ro.completion_mask.float()
@@ -320,10 +317,9 @@ class BatchGenerator:
             prompt_ids,
             prompt_mask,
             1,
-            self.cfg.max_completion_length,
-            self.tokenizer.eos_token_id,
-            self.tokenizer.pad_token_id,
-            temperature=0,
+            SamplingParams.greedy(self.cfg.max_completion_length),
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
             backend=self.backend,
         )
         return self.score(idx, ro.completion_ids, ro.completion_mask.sum(1), 1)[3]

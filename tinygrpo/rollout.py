@@ -2,9 +2,9 @@
 
 `sample_completions` is one decoding loop for any backend (tinygrpo/backend.py): a row that emits EOS is done and
 leaves the batch, so each step computes only the rows still running, and a seeded generator draws the same
-completions on either backend. `sample_from_logits` is the sampler itself (temperature, top-k, top-p);
-`decode_rows` turns token ids into text with <eos> kept, so a verifier can tell a finished answer from a truncated
-one.
+completions on either backend. `SamplingParams` is how to sample (length, temperature, top-k, top-p, generator),
+one object from the caller down to `sample_from_logits`, the sampler itself; `decode_rows` turns token ids into
+text with <eos> kept, so a verifier can tell a finished answer from a truncated one.
 """
 
 from __future__ import annotations
@@ -16,6 +16,45 @@ import torch
 from .backend import Backend, Decoder, select_backend
 
 
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample a completion, token by token.
+
+    - max_new_tokens: tokens per completion at most (EOS included); decoding stops earlier once every row has
+      emitted EOS.
+    - temperature: the logits are divided by it before the softmax (< 1 sharpens, > 1 flattens); 0 is greedy
+      (argmax, no uniform drawn).
+    - top_k: sample among the k most likely tokens only (Fan et al. 2018, "Hierarchical Neural Story
+      Generation"); 0 = all.
+    - top_p: nucleus sampling, among the smallest set of most likely tokens whose probability reaches top_p
+      (Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration"); 1 = all.
+    - generator: the source of the uniforms, one per row per step (None: torch's global generator). The same
+      generator object, drawn in the same order, gives the same completions; a caller that must not move another
+      stream's state (evaluation beside training) gives its own.
+    """
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    generator: torch.Generator | None = None
+
+    def __post_init__(self) -> None:
+        if not self.max_new_tokens >= 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not self.top_k >= 0:
+            raise ValueError(f"top_k must be >= 0 (0 = all tokens), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @classmethod
+    def greedy(cls, max_new_tokens: int) -> SamplingParams:
+        """Argmax decoding: draws nothing from any generator."""
+        return cls(max_new_tokens, temperature=0)
+
+
 @dataclass
 class Rollout:
     completion_ids: torch.Tensor  # (P*G, Tc) long, pad after EOS
@@ -23,19 +62,14 @@ class Rollout:
     is_eos: torch.Tensor  # (P*G,) bool: the completion ended with EOS (not truncated)
 
 
-def sample_from_logits(
-    logits: torch.Tensor,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """(B, V) -> (B,) token ids. Temperature 0 is greedy.
+def sample_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """(B, V) -> (B,) token ids, one per row, drawn as `params` says (its max_new_tokens is the caller's).
 
     Inverse-CDF sampling (one uniform per row against the cumulative weights) instead of `torch.multinomial`: the
     same distribution, several times cheaper on tiny vocabularies; and exp/sum by hand rather than softmax, which
     is slow on a tiny last dimension on CPU.
     """
+    temperature, top_k, top_p, generator = params.temperature, params.top_k, params.top_p, params.generator
     if temperature == 0:
         return logits.argmax(-1)
     if logits.dtype != torch.float32:
@@ -75,21 +109,19 @@ def sample_completions(
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
     num_generations: int,
-    max_new_tokens: int,
+    params: SamplingParams,
+    *,
     eos_token_id: int,
     pad_token_id: int,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
     backend: Backend | None = None,
 ) -> Rollout:
     """prompt_ids/prompt_mask (P, Tp), left-padded -> G completions per prompt, rows grouped by prompt (P*G, Tc).
 
     One batched decode for all P*G sequences with a KV cache. A row that emits EOS is done: later tokens are pad
     (masked), and it leaves the batch, so each step computes only the rows still running; decoding ends when
-    none is left or at max_new_tokens. `backend` defaults to `select_backend(model)`. A backend whose forward
-    depends on the mode (dropout) samples in eval mode, as `generate()` does; the model's mode is restored after.
+    none is left or at `params.max_new_tokens`. `backend` defaults to `select_backend(model)`. A backend whose
+    forward depends on the mode (dropout) samples in eval mode, as `generate()` does; the model's mode is restored
+    after.
     """
     backend = backend or select_backend(model)
     switch = model.training and not backend.mode_independent
@@ -97,31 +129,21 @@ def sample_completions(
         model.eval()
     try:
         dec = backend.decoder(model, prompt_ids, prompt_mask, num_generations)
-        sampler = (temperature, top_k, top_p, generator)
-        return decode(dec, max_new_tokens, eos_token_id, pad_token_id, *sampler)
+        return decode(dec, params, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
     finally:
         if switch:
             model.train()
 
 
-def decode(
-    dec: Decoder,
-    max_new_tokens: int,
-    eos_token_id: int,
-    pad_token_id: int,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> Rollout:
+def decode(dec: Decoder, params: SamplingParams, *, eos_token_id: int, pad_token_id: int) -> Rollout:
     """The decoding loop of `sample_completions` on a decoder that holds the prompts' state."""
     logits = dec.logits  # (B, V)
-    B = logits.size(0)
+    B, max_new_tokens = logits.size(0), params.max_new_tokens
     completion_ids = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=logits.device)
     live = torch.arange(B, device=logits.device)  # rows still running, in the order the decoder holds them
     Tc = max_new_tokens
     for step in range(max_new_tokens):
-        nxt = sample_from_logits(logits, temperature, top_k, top_p, generator)  # (A,)
+        nxt = sample_from_logits(logits, params)  # (A,)
         completion_ids[live, step] = nxt
         if step == max_new_tokens - 1:
             break

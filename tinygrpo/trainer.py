@@ -33,7 +33,7 @@ from .backend import AutocastBackend, PolicyForward, select_backend
 from .checkpoint import SaveError
 from .config import GRPOConfig
 from .distributed import Processes
-from .evaluation import answer_beliefs, held_out_metrics
+from .evaluation import HeldOut, answer_beliefs, held_out_metrics
 from .generation import BatchGenerator, ScoredBatch, reward_spec
 from .metrics import StepTimes, step_metrics
 from .metrics_io import plot_metrics
@@ -42,6 +42,7 @@ from .problems import problem_kinds
 from .prompt_stats import PromptStats
 from .prompts import PromptSource, left_pad
 from .report import write_report
+from .rollout import SamplingParams
 from .run_logs import RunLogs
 from .update import NonFiniteError, PolicyUpdate
 from .validation import check_inputs
@@ -117,7 +118,8 @@ class GRPOTrainer:
         rows = self.eval_rows or {}
         ab = all(isinstance(v, int) for c in ("a", "b") for v in rows.get(c, [None]))  # an a+b problem set
         self._eval_kinds = problem_kinds(rows["a"], rows["b"]) if ab else None
-        self._eval_completions: list[str] = []  # the latest evaluation's greedy completions
+        # The latest evaluation (set by `evaluate`): log_evaluation_details reads its greedy completions.
+        self.last_held_out: HeldOut | None = None
 
         set_seed(cfg.seed)
         self.model = model
@@ -207,32 +209,32 @@ class GRPOTrainer:
                 t.to(next(self.model.parameters()).device) for t in left_pad(ids, self.tokenizer.pad_token_id)
             )
         cfg = self.cfg
-        return held_out_metrics(
+        # pass@k's own generator, seeded by the step: evaluating never moves the training RNG.
+        gen = torch.Generator().manual_seed(cfg.seed + 7919 * (self.step + 1))
+        params = SamplingParams(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, gen)
+        self.last_held_out = held_out_metrics(
             self.model,
             self.tokenizer,
             *self._eval_prompts,
             self.eval_rows["answer"],
-            max_new_tokens=cfg.max_completion_length,
+            params,
             pass_k=cfg.eval_pass_k,
-            temperature=cfg.temperature,
-            top_k=cfg.top_k,
-            top_p=cfg.top_p,
-            seed=cfg.seed + 7919 * (self.step + 1),
             backend=self.backend,
             kinds=self._eval_kinds,
-            completions_out=self._eval_completions,
         )
+        return self.last_held_out.metrics
 
     def log_evaluation_details(self) -> None:
         """At an evaluation (main process): what the report shows per prompt (tinygrpo/run_logs.py)."""
-        if not self.procs.is_main or self.eval_rows is None or not self._eval_completions:
+        held = self.last_held_out
+        if not self.procs.is_main or self.eval_rows is None or held is None or not held.completions:
             return
 
         def beliefs(answers: list[str]) -> torch.Tensor:
             return answer_beliefs(self.model, self.tokenizer, *self._eval_prompts, answers, self.backend)
 
         rows = self.eval_rows
-        self.logs.evaluation(self.step, self.prompt_stats.pass_rate, rows, self._eval_completions, beliefs)
+        self.logs.evaluation(self.step, self.prompt_stats.pass_rate, rows, held.completions, beliefs)
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_parts(self) -> dict:

@@ -134,7 +134,7 @@ class Sampler:
     def draw(self, G: int, generator: torch.Generator) -> Draw:
         from rewards import combine_rewards, compute_rewards
 
-        from ...rollout import decode_rows, sample_completions
+        from ...rollout import SamplingParams, decode_rows, sample_completions
 
         tok = self.tok
         ro = sample_completions(
@@ -142,11 +142,9 @@ class Sampler:
             self.ids,
             self.mask,
             G,
-            self.T,
-            tok.eos_token_id,
-            tok.pad_token_id,
-            1.0,
-            generator=generator,
+            SamplingParams(self.T, temperature=1.0, generator=generator),
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
             backend=self.backend,
         )
         lengths = ro.completion_mask.sum(1)
