@@ -15,11 +15,13 @@ from _runs import reference_trainer, run_inproc
 from safetensors.torch import load_file
 
 from tinygrpo.advantage_estimators import (
+    ADV_ESTIMATORS,
     ADVANTAGE_MODES,
     advantages,
     normalize_then_sum,
     opo_advantages,
     pass_at_k_advantages,
+    register_adv_est,
     reinforce_pp_advantages,
     remax_advantages,
 )
@@ -381,3 +383,46 @@ def test_remax_baseline_is_the_reward_of_a_plain_greedy_decode(seed_reference, t
             assert a == pytest.approx([r - b for r in rs], abs=1e-6)
             checked += 1
     assert checked > 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the registry: a new estimator is one decorated function, and the trainer gathers what it needs
+
+
+@pytest.fixture
+def length_baseline():
+    """An estimator registered for one test: A = (the group's mean length - l) where the reward is 1, else 0."""
+
+    @register_adv_est("shorter_is_better", needs=("lengths",))
+    def shorter_is_better(x, cfg):
+        n = x.lengths.to(torch.float64).view(-1, cfg.num_generations)
+        r = x.rewards.to(torch.float64).view(-1, cfg.num_generations)
+        adv = torch.where(r == 1, n.mean(1, keepdim=True) - n, torch.zeros_like(n))
+        return adv.reshape(-1).to(x.rewards.dtype), ~adv.ne(0).any(1)
+
+    yield "shorter_is_better"
+    del ADV_ESTIMATORS["shorter_is_better"]
+
+
+def test_a_registered_estimator_is_an_advantage_mode_and_gets_what_it_needs(
+    length_baseline, seed_reference, tmp_path
+):
+    """Registered after the config was loaded, the estimator is a valid advantage_mode; the trainer's generation
+    round hands it the lengths it asked for (computed here again from the completion mask) and keeps its
+    advantages."""
+    tr = reference_trainer(seed_reference, tmp_path, advantage_mode=length_baseline, max_completion_length=4)
+    first = tr.generator.generate().first
+    G = tr.cfg.num_generations
+    lengths = first.completion_mask.sum(1).double().view(-1, G).tolist()
+    rewards = first.rewards.double().view(-1, G).tolist()
+    want = [
+        [(sum(ls) / G - n) if r == 1 else 0.0 for n, r in zip(ls, rs, strict=True)]
+        for ls, rs in zip(lengths, rewards, strict=True)
+    ]
+    assert any(any(row) for row in want)  # the case is exercised: some right answers of different lengths
+    torch.testing.assert_close(first.advantages.double().view(-1, G), torch.tensor(want, dtype=torch.float64))
+    with pytest.raises(ValueError, match="already registered"):
+        register_adv_est(length_baseline)(lambda x, cfg: None)
+    with pytest.raises(ValueError, match="needs must be among"):
+        register_adv_est("other", needs=("logits",))(lambda x, cfg: None)
+    assert "other" not in ADV_ESTIMATORS

@@ -30,6 +30,7 @@ from tinygrpo.policy_losses import (
     gmpo_surrogate,
     high_entropy_mask,
     off_policy_mask,
+    register_policy_loss,
     sapo_surrogate,
     vespo_surrogate,
 )
@@ -779,3 +780,48 @@ def test_adaptive_entropy_resumes_exactly(seed_reference, tmp_path):
     a = load_file(str(out / "final" / "model.safetensors"))
     b = load_file(str(straight / "final" / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the registry: a new loss is one decorated function
+
+
+@pytest.fixture
+def scaled_reinforce():
+    """A loss registered for the length of one test: -2 A log pi per token, reduced as dapo."""
+
+    @register_policy_loss("twice_reinforce", aggregation="dapo")
+    def twice_reinforce(logp, old_logp, advantages, mask, cfg):
+        never = torch.zeros_like(mask, dtype=torch.bool)
+        stats = {
+            "ratio": torch.ones_like(logp),
+            "low_clipped": never,
+            "high_clipped": never,
+            "clipped": never,
+        }
+        return -2.0 * advantages.unsqueeze(-1).to(logp.dtype) * logp, stats
+
+    yield "twice_reinforce"
+    del POLICY_LOSSES["twice_reinforce"]
+
+
+def test_a_registered_loss_is_a_loss_type_and_grpo_loss_runs_it(scaled_reinforce):
+    """Registered after the config module was loaded, the loss is a valid loss_type, grpo_loss calls it and reduces
+    it by its aggregation: twice the on-policy dapo gradient, by an independent chain rule."""
+    logits, batch = _logits_case(7)
+    cfg = GRPOConfig(loss_type=scaled_reinforce)  # (accepted: the config checks the live registry)
+    loss, grad, _ = _run_loss(logits, batch, cfg)
+    _, dapo_grad, _ = _run_loss(
+        logits.detach().clone().requires_grad_(True), batch, GRPOConfig(loss_type="dapo")
+    )
+    torch.testing.assert_close(grad, 2 * dapo_grad, **F64)
+    table = _token_table(logits, batch)
+    tokens = float(batch.completion_mask.sum())
+    A = batch.advantages.tolist()
+    by_hand = _chain(logits, dlogp={(b, t): -2 * A[b] / tokens for (b, t) in table}, table=table)
+    torch.testing.assert_close(grad, by_hand, **F64)
+    with pytest.raises(ValueError, match="already registered"):
+        register_policy_loss(scaled_reinforce)(lambda *a: None)
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        register_policy_loss("other", aggregation="median")(lambda *a: None)
+    assert "other" not in POLICY_LOSSES

@@ -12,6 +12,7 @@ import argparse
 import math
 import sys
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import NamedTuple
@@ -19,9 +20,9 @@ from typing import NamedTuple
 import yaml
 from transformers import HfArgumentParser
 
-from .advantage_estimators import ADVANTAGE_MODES, MULTI_OBJECTIVE_AGGREGATIONS
+from .advantage_estimators import ADV_ESTIMATORS, ADVANTAGE_MODES, MULTI_OBJECTIVE_AGGREGATIONS
 from .core import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, SCALE_REWARDS
-from .policy_losses import LOSS_TYPES
+from .policy_losses import LOSS_TYPES, POLICY_LOSSES
 from .prompt_stats import PROMPT_SAMPLERS
 
 
@@ -96,11 +97,12 @@ BOUNDS: dict[str, Bound] = {
 }
 
 # Fields that name one of a fixed set of things: "{name}={value!r} is not one of {', '.join(allowed)}".
-CHOICES: dict[str, tuple[str, ...]] = {
+# The registries' live names: a loss or estimator registered after this module is loaded is a valid choice too.
+CHOICES: dict[str, Collection[str]] = {
     "prompt_sampler": PROMPT_SAMPLERS,
-    "loss_type": LOSS_TYPES,
+    "loss_type": POLICY_LOSSES.keys(),
     "kl_estimator": KL_ESTIMATORS,
-    "advantage_mode": ADVANTAGE_MODES,
+    "advantage_mode": ADV_ESTIMATORS.keys(),
     "multi_objective_aggregation": MULTI_OBJECTIVE_AGGREGATIONS,
     "scale_rewards": SCALE_REWARDS,
     "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS,

@@ -1,5 +1,5 @@
 """Held-out evaluation with one correctness rule, the strict verifier's (`rewards.accuracy`): greedy accuracy and
-pass@k. The SFT script, the trainer and the studies all evaluate through here."""
+pass@k. The SFT script, the trainer (HeldOutEvaluator) and the studies all evaluate through here."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import torch
 from rewards import accuracy
 
 from .backend import Backend
+from .problems import problem_kinds
+from .prompts import left_pad
 from .rollout import SamplingParams, completion_logits, decode_completions, sample_completions
 
 
@@ -130,3 +132,47 @@ def answer_beliefs(
     logits = completion_logits(model, prompt_ids, prompt_mask, comp, C, mask, backend)
     logp = torch.log_softmax(logits.float(), -1).gather(-1, comp[..., None])[..., 0]
     return (logp * mask).sum(1).exp().view(P, C)
+
+
+class HeldOutEvaluator:
+    """The trainer's held-out evaluation: the split's rows, tokenized once on first use, greedy accuracy (and by
+    problem kind on an a+b set) and pass@k at the step's seed; the latest result is kept for the run's logs."""
+
+    def __init__(self, rows: dict | None, tokenizer, backend: Backend, cfg) -> None:
+        self.rows = rows if rows is not None and "answer" in rows else None  # (no answers: nothing to score)
+        self.tokenizer, self.backend, self.cfg = tokenizer, backend, cfg
+        self.prompts: tuple[torch.Tensor, torch.Tensor] | None = None  # (P, Tp) left-padded ids and mask
+        ab = self.rows is not None and all(
+            isinstance(v, int) for c in ("a", "b") for v in self.rows.get(c, [None])
+        )
+        self.kinds = problem_kinds(self.rows["a"], self.rows["b"]) if ab else None
+        self.last: HeldOut | None = None
+
+    def __call__(self, model: torch.nn.Module, step: int) -> dict[str, float]:
+        """Metrics of `model` after `step` steps ({} without a held-out split); every process gets the same."""
+        if self.rows is None:
+            return {}
+        if self.prompts is None:
+            ids = self.tokenizer(self.rows["prompt"])["input_ids"]
+            device = next(model.parameters()).device
+            self.prompts = tuple(t.to(device) for t in left_pad(ids, self.tokenizer.pad_token_id))
+        cfg = self.cfg
+        # pass@k's own generator, seeded by the step: evaluating never moves the training RNG.
+        gen = torch.Generator().manual_seed(cfg.seed + 7919 * (step + 1))
+        params = SamplingParams(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, gen)
+        answers, kinds = self.rows["answer"], self.kinds
+        self.last = held_out_metrics(
+            model,
+            self.tokenizer,
+            *self.prompts,
+            answers,
+            params,
+            pass_k=cfg.eval_pass_k,
+            backend=self.backend,
+            kinds=kinds,
+        )
+        return self.last.metrics
+
+    def beliefs(self, model: torch.nn.Module, answers: list[str]) -> torch.Tensor:
+        """(P, C) the policy's probability of each candidate answer for each held-out prompt (answer_beliefs)."""
+        return answer_beliefs(model, self.tokenizer, *self.prompts, answers, self.backend)

@@ -55,15 +55,15 @@ def register_policy_loss(
     """Register a policy loss under one or more loss_type names; `aggregation` defaults to the name itself."""
 
     def register(fn: PolicyLossFn) -> PolicyLossFn:
-        for name in names:
-            agg = aggregation or name
-            if agg not in AGGREGATIONS:
-                raise ValueError(
-                    f"policy loss {name!r}: aggregation must be one of {AGGREGATIONS}, got {agg!r}"
-                )
+        for name in names:  # every name checked before any is registered
             if name in POLICY_LOSSES:
                 raise ValueError(f"policy loss {name!r} is already registered")
-            POLICY_LOSSES[name] = PolicyLoss(fn, agg)
+            if (aggregation or name) not in AGGREGATIONS:
+                raise ValueError(
+                    f"policy loss {name!r}: aggregation must be one of {AGGREGATIONS}, got {aggregation or name!r}"
+                )
+        for name in names:
+            POLICY_LOSSES[name] = PolicyLoss(fn, aggregation or name)
         return fn
 
     return register

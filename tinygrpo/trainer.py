@@ -33,16 +33,14 @@ from .backend import AutocastBackend, PolicyForward, select_backend
 from .checkpoint import SaveError
 from .config import GRPOConfig
 from .distributed import Processes
-from .evaluation import HeldOut, answer_beliefs, held_out_metrics
+from .evaluation import HeldOutEvaluator
 from .generation import BatchGenerator, ScoredBatch, reward_spec
 from .metrics import StepTimes, step_metrics
 from .metrics_io import plot_metrics
 from .optim import OptimizerStep, build_optimizer
-from .problems import problem_kinds
 from .prompt_stats import PromptStats
-from .prompts import PromptSource, left_pad
+from .prompts import PromptSource
 from .report import write_report
-from .rollout import SamplingParams
 from .run_logs import RunLogs
 from .update import NonFiniteError, PolicyUpdate
 from .validation import check_inputs
@@ -113,14 +111,6 @@ class GRPOTrainer:
             cfg.prompt_sampler_floor,
             self.prompt_stats,
         )
-        self.eval_rows = eval_dataset.to_dict() if eval_dataset is not None else None
-        self._eval_prompts: tuple[torch.Tensor, torch.Tensor] | None = None  # tokenized on first use
-        rows = self.eval_rows or {}
-        ab = all(isinstance(v, int) for c in ("a", "b") for v in rows.get(c, [None]))  # an a+b problem set
-        self._eval_kinds = problem_kinds(rows["a"], rows["b"]) if ab else None
-        # The latest evaluation (set by `evaluate`): log_evaluation_details reads its greedy completions.
-        self.last_held_out: HeldOut | None = None
-
         set_seed(cfg.seed)
         self.model = model
         self.ref_model = ref_model if cfg.beta > 0 else None  # beta == 0: no reference is built or kept
@@ -131,6 +121,8 @@ class GRPOTrainer:
         self.backend = select_backend(model, self.ref_model, prefer_grouped=cfg.grouped_forward and not fsdp)
         if cfg.bf16:
             self.backend = AutocastBackend(self.backend, self.acc.device.type)
+        rows = eval_dataset.to_dict() if eval_dataset is not None else None
+        self.evaluator = HeldOutEvaluator(rows, tokenizer, self.backend, cfg)
         optimizer, scheduler = build_optimizer(model, cfg)
         policy, optimizer = self.acc.prepare(PolicyForward(model, self.backend), optimizer)
         policy.train()
@@ -201,39 +193,14 @@ class GRPOTrainer:
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, float]:
         """Greedy accuracy (and pass@k) on the held-out split; every process gets the same numbers."""
-        if self.eval_rows is None or "answer" not in self.eval_rows:
-            return {}
-        if self._eval_prompts is None:
-            ids = self.tokenizer(self.eval_rows["prompt"])["input_ids"]
-            self._eval_prompts = tuple(
-                t.to(next(self.model.parameters()).device) for t in left_pad(ids, self.tokenizer.pad_token_id)
-            )
-        cfg = self.cfg
-        # pass@k's own generator, seeded by the step: evaluating never moves the training RNG.
-        gen = torch.Generator().manual_seed(cfg.seed + 7919 * (self.step + 1))
-        params = SamplingParams(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, gen)
-        self.last_held_out = held_out_metrics(
-            self.model,
-            self.tokenizer,
-            *self._eval_prompts,
-            self.eval_rows["answer"],
-            params,
-            pass_k=cfg.eval_pass_k,
-            backend=self.backend,
-            kinds=self._eval_kinds,
-        )
-        return self.last_held_out.metrics
+        return self.evaluator(self.model, self.step)
 
     def log_evaluation_details(self) -> None:
         """At an evaluation (main process): what the report shows per prompt (tinygrpo/run_logs.py)."""
-        held = self.last_held_out
-        if not self.procs.is_main or self.eval_rows is None or held is None or not held.completions:
+        held = self.evaluator.last
+        if not self.procs.is_main or held is None or not held.completions:
             return
-
-        def beliefs(answers: list[str]) -> torch.Tensor:
-            return answer_beliefs(self.model, self.tokenizer, *self._eval_prompts, answers, self.backend)
-
-        rows = self.eval_rows
+        rows, beliefs = self.evaluator.rows, lambda answers: self.evaluator.beliefs(self.model, answers)
         self.logs.evaluation(self.step, self.prompt_stats.pass_rate, rows, held.completions, beliefs)
 
     # ------------------------------------------------------------------ checkpoints
