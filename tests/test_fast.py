@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from tinygrpo import fast
 from tinygrpo.config import GRPOConfig
-from tinygrpo.core import clipped_surrogate
+from tinygrpo.core import GROUP_MODES, SCALE_REWARDS, clipped_surrogate, group_advantages
 from tinygrpo.fast import on_policy_applies
 from tinygrpo.loss_config import LossConfig
 from tinygrpo.policy_losses import POLICY_LOSSES
@@ -58,3 +59,34 @@ def test_on_policy_clip_equals_the_plain_form_with_old_logp_detached(kw, fast):
     assert grad_a.abs().sum() > 0
     for key in ("ratio", "low_clipped", "high_clipped", "clipped"):
         assert torch.equal(st_a[key].expand_as(mask), st_b[key].expand_as(mask)), key
+
+
+@pytest.mark.parametrize("mode", GROUP_MODES)
+@pytest.mark.parametrize("scale_rewards", SCALE_REWARDS)
+def test_group_advantages_without_nan_equal_the_plain_form(mode, scale_rewards):
+    """fast.group_advantages against core.group_advantages, bit for bit: rewards with ties, all-equal groups, binary
+    and continuous, G from 2 to 9, float32 and float64; with a NaN present it is the plain form itself."""
+    g = torch.Generator().manual_seed(11)
+    cases = 0
+    for G in (2, 3, 4, 7, 8, 9):
+        for dtype in (torch.float32, torch.float64):
+            for kind in ("binary", "ties", "continuous"):
+                P = 6
+                if kind == "binary":
+                    r = (torch.rand(P * G, generator=g) < 0.5).to(dtype)
+                elif kind == "ties":
+                    r = torch.randint(0, 3, (P * G,), generator=g).to(dtype) * 0.3
+                else:
+                    r = torch.randn(P * G, generator=g, dtype=dtype)
+                r.view(P, G)[0] = r.view(P, G)[0, 0]  # one group all equal: zero_std
+                want = group_advantages(r, G, mode=mode, scale_rewards=scale_rewards)
+                got = fast.group_advantages(r, G, mode=mode, scale_rewards=scale_rewards)
+                assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (G, dtype, kind)
+                assert want[1][0] and not want[1].all()
+                cases += 1
+                with_nan = r.clone()
+                with_nan[1] = float("nan")
+                want = group_advantages(with_nan, G, mode=mode, scale_rewards=scale_rewards)
+                got = fast.group_advantages(with_nan, G, mode=mode, scale_rewards=scale_rewards)
+                assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert cases == 36

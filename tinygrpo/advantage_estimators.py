@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from . import fast
 from .core import GROUP_MODES, group_advantages
 
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
@@ -224,13 +225,15 @@ def register_adv_est(name: str, needs: tuple[str, ...] = ()) -> Callable[[AdvEst
 
 def _register_group_mode(mode: str) -> None:
     register_adv_est(mode)(
-        lambda x, cfg: group_advantages(
+        lambda x, cfg: fast.group_advantages(
             x.rewards, cfg.num_generations, mode=mode, scale_rewards=cfg.scale_rewards
         )
     )
 
 
-for _mode in GROUP_MODES:  # grpo, rloo, reinforce: core.group_advantages
+for (
+    _mode
+) in GROUP_MODES:  # grpo, rloo, reinforce: core.group_advantages, through its NaN-free equal (fast.py)
     _register_group_mode(_mode)
 
 

@@ -3,12 +3,16 @@ equals the plain form, and each checked against it bit for bit (tests/test_fast.
 
     on_policy_surrogate   core.clipped_surrogate with old_logp None (num_iterations 1, one mini-batch): the ratio is
                           exactly 1, so -min(r A, clip(r) A) is -r A in value and in gradient, in a third of the ops
+    group_advantages      core.group_advantages when no reward is NaN: its masks are identities, and are skipped
+                          (about 15 fewer tensor operations per generation round)
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from . import core
 
 
 def on_policy_applies(old_logp: Tensor | None, importance_sampling_level: str, delta: float | None) -> bool:
@@ -31,3 +35,30 @@ def on_policy_surrogate(logp: Tensor, advantages: Tensor) -> tuple[Tensor, dict[
         "high_clipped": never,
         "clipped": never,
     }
+
+
+def group_advantages(
+    rewards: Tensor, num_generations: int, *, mode: str, scale_rewards: str
+) -> tuple[Tensor, Tensor]:
+    """core.group_advantages at the trainer's settings (unbiased std, eps 1e-4) when no reward is NaN (the usual
+    case): every masked step of the plain form is then the identity, and is skipped, and the per-group count is the
+    plain number G. With a NaN reward, the plain form itself."""
+    if not rewards.is_floating_point():
+        rewards = rewards.to(torch.get_default_dtype())
+    G = num_generations
+    r = rewards.view(-1, G)  # (P, G)
+    if bool(torch.isnan(r).any()):
+        return core.group_advantages(rewards, G, mode=mode, scale_rewards=scale_rewards)
+    zero_std = r.amax(-1) == r.amin(-1)  # (P,)
+    if mode == "reinforce":
+        return r.reshape(-1), zero_std
+    if mode == "rloo":
+        adv = r - (r.sum(-1, keepdim=True) - r) / (G - 1)
+    else:
+        adv = r - r.sum(-1, keepdim=True) / G
+        if scale_rewards == "group":
+            adv = adv / ((adv.square().sum(-1, keepdim=True) / (G - 1)).sqrt() + 1e-4)
+        elif scale_rewards == "batch":
+            adv = adv / (r.reshape(-1).std() + 1e-4)  # (G >= 2: at least two rewards)
+    adv = torch.where(~zero_std.unsqueeze(-1), adv, torch.zeros_like(adv))
+    return adv.reshape(-1), zero_std
