@@ -127,11 +127,10 @@ class BatchGenerator:
         self.stats = stats  # per-prompt pass rates, updated by every base-temperature round (None: not kept)
         self.ref_model = ref_model  # use_kl_in_reward: the reference whose KL each reward pays
         self.adv_cfg = AdvantageConfig.from_config(cfg, rewards.weights)
-        self.adv_needs = (
-            ()
-            if cfg.multi_objective_aggregation == "normalize_then_sum"
-            else ADV_ESTIMATORS[cfg.advantage_mode].needs
-        )  # what the estimator reads beyond the rewards: gathered over processes, computed only then
+        # What the estimator reads beyond the rewards: gathered over processes, and computed, only then. (GDPO's
+        # normalise-then-sum replaces the estimator and reads each function's rewards.)
+        self.gdpo = cfg.multi_objective_aggregation == "normalize_then_sum"
+        self.adv_needs = () if self.gdpo else ADV_ESTIMATORS[cfg.advantage_mode].needs
 
     def state_dict(self) -> dict:
         """This process's sampling state: the generator's RNG, the prompt order's cursor and (tensors) the
@@ -334,16 +333,12 @@ class BatchGenerator:
             rewards,
             lengths=gather(s.completion_mask.sum(1).cpu()) if "lengths" in needs else None,
             greedy_rewards=gather(s.greedy_rewards) if "greedy_rewards" in needs else None,
-            rewards_per_func=gather(s.rewards_per_func)
-            if self.adv_cfg.multi_objective_aggregation == "normalize_then_sum"
-            else None,
+            rewards_per_func=gather(s.rewards_per_func) if self.gdpo else None,
         )
-        cfg = (
-            self.adv_cfg
-            if scale_rewards == self.adv_cfg.scale_rewards
-            else replace(self.adv_cfg, scale_rewards=scale_rewards)
+        cfg = self.adv_cfg
+        return compute_advantages(
+            x, cfg if scale_rewards == cfg.scale_rewards else replace(cfg, scale_rewards=scale_rewards)
         )
-        return compute_advantages(x, cfg)
 
     def round(self) -> Round:
         """G completions of this process's share of the next global prompts; advantages on the global batch."""
