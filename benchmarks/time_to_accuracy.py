@@ -1,46 +1,134 @@
-"""Held-out greedy accuracy of the default experiment against wall-clock seconds and sampled completions.
+"""Held-out greedy accuracy against training seconds and sampled completions: TRL's GRPOTrainer, our trainer doing
+TRL's algorithm, and our default, on the same task, reference, verifier and settings.
 
-    python benchmarks/time_to_accuracy.py                           # train_grpo.py's defaults, 1 thread
-    python benchmarks/time_to_accuracy.py --threads 2 --max_steps 300 --output_dir runs/bench/tta2
+    python benchmarks/time_to_accuracy.py                                          # ours_default, seed 42
+    python benchmarks/time_to_accuracy.py --peer trl,ours_plain,ours_default --seeds 42,1,2   # the comparison
+    python benchmarks/time_to_accuracy.py --peer trl --max_steps 3 --eval_steps 1 --eval_limit 50   # smoke run
     python benchmarks/time_to_accuracy.py --max_steps 20 -- --beta 0.02    # after --: more train_grpo.py flags
 
-Runs `python train_grpo.py` (2-digit addition from checkpoints/reference, train_grpo.py's defaults: 64 prompts x
-G = 8 per step, 1000 steps, beta 0, prompts weighted toward unsolved ones, explore rounds, unless told otherwise) as a subprocess with --torch_num_threads THREADS, --logging_steps 1 (a metrics row
-per step, so the summed time/step is exact) and --eval_steps EVAL_STEPS (default 5; the trainer's default is
-25). Evaluation is greedy decoding of the 500 held-out problems; it does not change the training.
+Peers (--peer, comma-separated; each runs every seed of --seeds, each run in a fresh process, one after another):
+  ours_default  `python train_grpo.py` with its defaults: 2-digit addition (data/addition: the train split's prompts;
+                the 500 test problems held out) from checkpoints/reference (SFT'd first by the repo's own
+                tinygrpo.sft if missing), 64 prompts x G = 8 per step (per_device_train_batch_size 512),
+                max_completion_length 4, temperature 1, AdamW lr 2e-3 cosine, betas 0.9/0.99, clip 1.0, beta 0,
+                loss dapo, 1000 steps; prompts weighted toward unsolved ones, explore rounds, dynamic sampling.
+  ours_plain    the same with --prompt_sampler uniform --explore_rounds 0 --dynamic_sampling false: TRL's algorithm.
+  trl           TRL's GRPOTrainer (model = the reference directory) with our settings wherever its GRPOConfig has
+                them (benchmarks/_tta.py SHARED: the above and epsilon, scale_rewards, num_iterations, ...;
+                generation_batch_size 512: one generation per step), gradient checkpointing and bf16 off as ours,
+                no checkpoints; TRL's defaults otherwise (logs every 10 steps). Reward: our strict verifier
+                rewards.accuracy under TRL's calling convention (_tta.strict_accuracy_for_trl).
+Flags after `--` go to train_grpo.py; the TRL peer takes those of them TRL has (SHARED). Every setting of every peer
+is printed first.
 
-Reported, from the run's metrics.jsonl ("eval/accuracy" rows, "num_completions", "time/step"):
-  train s     the summed time/step of the steps so far (generation, rewards, update: no eval, logging, saving)
-  wall s      seconds since the step-0 evaluation row appeared in metrics.jsonl (the file is polled every 0.1 s),
-              so evaluation, logging and checkpoint saving are included; process start-up is not
-  completions sampled so far (num_completions)
-the first evaluation at or above 90 / 95 / 98 / 99 % ("first") and the first after which every later evaluation stays
-at or above it ("sustained"), and the peak resident memory of the training process: ru_maxrss of the waited child
-(resource.getrusage(RUSAGE_CHILDREN)) and psutil polling of the process tree. The curve goes to
-OUTPUT_DIR/time_to_accuracy.png, the numbers to OUTPUT_DIR/time_to_accuracy.json, the run's output to
-OUTPUT_DIR/time_to_accuracy.log.
+The clock (held-out evaluation off it on both sides; evaluation = tinygrpo.evaluation.HeldOutEvaluator: greedy
+decoding of the test split, or its first --eval_limit problems, scored by the strict verifier):
+  ours  train s = the summed time/step of metrics.jsonl (--logging_steps 1: a row per step): generation, rewards,
+        advantages, update. Not on it: the step's metrics (computed after time/step is taken), logging, evaluation
+        (every --eval_steps, default 5), checkpoints.
+  TRL   a TrainerCallback evaluates at step 0 and in on_step_end every --eval_steps (default 25) and at the end, and
+        keeps its seconds off the clock: train s = wall seconds since the clock started (after the step-0
+        evaluation, before the first step's data loading) minus the evaluations' seconds since. On it: everything
+        else TRL's Trainer loop does (data loading, its per-step metrics, its logs every 10 steps, callbacks).
+  wall s  ours: since the step-0 evaluation row appeared in metrics.jsonl (polled every 0.1 s); TRL: since its
+        clock started. Both include the evaluations (and ours its logging and checkpoints).
+  completions  sampled so far: ours num_completions (every round of a step), TRL steps x 512.
+
+What each side does that the other does not (read in TRL 1.16's trl/trainer/grpo_trainer.py, as configured here):
+  TRL   tokenizes the step's prompt texts every step, each prompt G times (64 x 8 = 512 rows); samples with
+        transformers' generate, each row running its own copy of the prompt, and finished rows stay in the batch
+        until every row has ended; decodes the completions (our reward re-attaches <eos>, no second decode); runs the
+        policy forward and backward on every completion, the groups whose advantages are all zero included, over the
+        padded prompt + completion rows; every step, it computes the metrics it logs (on the clock) and keeps the
+        batch's prompts, completions and advantages for its logs; visits the train split in a fresh shuffle per pass
+        in batches of 64, dropping the last 9500 mod 64 = 28 prompts of each pass.
+  ours  tokenizes the prompts once; tiny_lm's grouped fast path: each prompt runs through the network once for its
+        G samples, in decoding and scoring, finished rows leave decoding, no work after <eos>; at beta 0 with no
+        entropy term, groups whose advantages are all zero are left out of the forward and backward (exact: their
+        loss terms are zero and the dapo normaliser still counts their tokens); decoded completions cached by token
+        ids; a batch may straddle two passes of the shuffled split. ours_default also samples where the signal is:
+        prompts weighted toward unsolved ones, explore rounds (failed prompts re-sampled at higher temperatures),
+        dynamic sampling (refills), so it samples more completions per step (counted).
+  both  fp32 on one torch thread (--threads), fused AdamW, no reference model at beta 0, no old log-prob pass
+        (num_iterations 1: the ratio is exactly 1), transformers' cosine schedule.
+
+Reported: per run the final accuracy, training seconds and completions to the first evaluation at or above 90 / 95 /
+98 / 99 % ("not reached" otherwise), medians over seeds per peer (not reached counts as infinitely late), and per
+run the first evaluation after which every later one stays at or above each threshold ("sustained"), the
+evaluation seconds, the peak RSS (ru_maxrss of the waited child, and psutil polling). Outputs in OUTPUT_DIR (default
+runs/bench/time_to_accuracy): time_to_accuracy.md (the report), .json (settings and every curve), .png (accuracy
+against training seconds and against completions, one line per run); each run in OUTPUT_DIR/PEER_sSEED with its
+time_to_accuracy.log. Seed variance is real: compare medians over seeds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import subprocess
+import shutil
 import sys
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEFAULT_BENCH_DIR, REPO_ROOT, md_table, script_parser  # noqa: E402
+from _tta import (  # noqa: E402
+    ALIASES,
+    DEFAULT_EVAL_STEPS,
+    DETAILS_HEAD,
+    PEERS,
+    PLAIN_FLAGS,
+    SHARED,
+    TABLE_HEAD,
+    crossings,  # noqa: F401  (this script's interface: tta.crossings)
+    curve,
+    details_row,
+    load_average,
+    median_rows,
+    plot_runs,
+    run_and_watch,
+    run_row,
+    run_trl,
+    settings_table,
+    short_cmd,
+    trl_settings,
+    write_eval_subset,
+)
 
-THRESHOLDS = (0.90, 0.95, 0.98, 0.99)
+
+def parse_peers(text: str) -> list[str]:
+    out = [ALIASES.get(t.strip(), t.strip()) for t in text.split(",") if t.strip()]
+    bad = [t for t in out if t not in PEERS]
+    if bad or not out:
+        raise argparse.ArgumentTypeError(
+            f"--peer {text!r}: expected a comma-separated list of {', '.join(PEERS)}"
+        )
+    return list(dict.fromkeys(out))
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        return list(dict.fromkeys(int(t) for t in text.split(",") if t.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: expected comma-separated integers") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = script_parser(__doc__)
+    p.add_argument(
+        "--peer",
+        type=parse_peers,
+        default=["ours_default"],
+        help=f"Comma-separated peers: {', '.join(PEERS)} (plain, default: short names). Default ours_default.",
+    )
+    p.add_argument(
+        "--seeds",
+        "--seed",
+        dest="seeds",
+        type=parse_seeds,
+        default=None,
+        help="Comma-separated run seeds, each peer runs each (default: train_grpo.py's, 42).",
+    )
     p.add_argument(
         "--max_steps", type=int, default=None, help="Training steps (default: train_grpo.py's, 1000)."
     )
@@ -49,256 +137,205 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Initial policy (default: train_grpo.py's, checkpoints/reference; trained first if missing).",
     )
-    p.add_argument("--eval_steps", type=int, default=5, help="Held-out evaluation every N steps (default 5).")
-    p.add_argument("--seed", type=int, default=None, help="Run seed (default: train_grpo.py's, 42).")
+    p.add_argument(
+        "--eval_steps",
+        type=int,
+        default=None,
+        help="Held-out evaluation every N steps (default: "
+        + ", ".join(f"{k} {v}" for k, v in DEFAULT_EVAL_STEPS.items())
+        + "; also at step 0 and the end).",
+    )
+    p.add_argument(
+        "--eval_limit",
+        type=int,
+        default=0,
+        help="Evaluate on the first N test problems only (default 0: all).",
+    )
     p.add_argument(
         "--output_dir",
         default=str(DEFAULT_BENCH_DIR / "time_to_accuracy"),
-        help="The run's output dir (overwritten). Default runs/bench/time_to_accuracy.",
+        help="Where the report goes, each run in a subdirectory (overwritten). Default runs/bench/time_to_accuracy.",
     )
-    p.add_argument("--dry_run", action="store_true", help="Print the train_grpo.py command and exit.")
+    p.add_argument("--dry_run", action="store_true", help="Print the settings and commands, and exit.")
+    p.add_argument(
+        "--trl_run_json", default=None, help=argparse.SUPPRESS
+    )  # the TRL child: one run, result here
     p.add_argument("train_args", nargs="*", help="Extra train_grpo.py flags, after `--`.")
     return p
 
 
-def train_command(args) -> list[str]:
-    cmd = [
-        sys.executable,
-        str(REPO_ROOT / "train_grpo.py"),
-        "--output_dir",
-        args.output_dir,
-        *"--overwrite_output_dir true --torch_num_threads".split(),
-        str(args.threads),
-        *"--logging_steps 1 --eval_steps".split(),
-        str(args.eval_steps),
-        "--disable_tqdm",
-        "true",
-    ]
-    if args.max_steps is not None:
-        cmd += ["--max_steps", str(args.max_steps)]
-    if args.model_name_or_path:
-        cmd += ["--model_name_or_path", args.model_name_or_path]
-    if args.seed is not None:
-        cmd += ["--seed", str(args.seed)]
+def _our_config(argv: list[str]):
+    from tinygrpo.config import parse_config
+
+    return parse_config(argv)
+
+
+def _out_dir(args) -> Path:
+    out = Path(args.output_dir)
+    return out if out.is_absolute() else REPO_ROOT / out  # (train_grpo.py runs in the repository root)
+
+
+def train_command(
+    args, peer: str = "ours_default", seed: int | None = None, run_dir: Path | None = None
+) -> list[str]:
+    """One run's command line: train_grpo.py for ours, this script as the TRL child for trl."""
+    out = str(run_dir) if run_dir is not None else args.output_dir
+    every = str(args.eval_steps or DEFAULT_EVAL_STEPS[peer])
+    shared = _shared_flags(args, seed)
+    if peer == "trl":
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--peer", "trl", "--threads", str(args.threads)]
+        cmd += ["--eval_steps", every, "--eval_limit", str(args.eval_limit), "--output_dir", out, *shared]
+        cmd += ["--trl_run_json", str(Path(out) / "trl_run.json")]
+        return cmd + (["--", *args.train_args] if args.train_args else [])
+    cmd = [sys.executable, str(REPO_ROOT / "train_grpo.py"), "--output_dir", out]
+    cmd += [*"--overwrite_output_dir true --torch_num_threads".split(), str(args.threads)]
+    cmd += [*"--logging_steps 1 --eval_steps".split(), every, "--disable_tqdm", "true"]
+    if args.eval_limit:  # (written by execute before the run)
+        cmd += ["--dataset", str(Path(out) / "eval_subset")]
+    cmd += [*shared, *(PLAIN_FLAGS if peer == "ours_plain" else ())]
     return cmd + list(args.train_args)
 
 
-def run_and_watch(cmd: list[str], metrics: Path, log: Path, poll_s: float = 0.1) -> dict:
-    """Run the training subprocess; note when each metrics row appears and the peak RSS of its process tree."""
-    try:
-        import psutil
-    except ImportError:
-        psutil = None
-    env = dict(
-        os.environ, TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=cmd[cmd.index("--torch_num_threads") + 1]
-    )
-    t_start = time.time()
-    with open(log, "w") as logf:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
-    ps = psutil.Process(proc.pid) if psutil else None
-    seen: dict[int, float] = {}  # metrics.jsonl line index -> time first seen
-    peak_poll = 0
-    while True:
-        done = proc.poll() is not None
-        if ps is not None and not done:
-            try:
-                rss = ps.memory_info().rss + sum(c.memory_info().rss for c in ps.children(recursive=True))
-                peak_poll = max(peak_poll, rss)
-            except psutil.Error:
-                pass
-        if metrics.is_file():
-            now = time.time()
-            with open(metrics) as f:
-                n = sum(1 for line in f if line.endswith("\n"))
-            for i in range(len(seen), n):
-                seen[i] = now
-        if done:
-            break
-        time.sleep(poll_s)
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux (bytes on macOS)
-    ru_bytes = ru if sys.platform == "darwin" else ru * 1024
-    return {
-        "returncode": proc.returncode,
-        "output": log.read_text(),
-        "seen": seen,
-        "peak_rss_ru_maxrss": ru_bytes,
-        "peak_rss_polled": peak_poll,
-        "process_seconds": time.time() - t_start,
-    }
-
-
-def curve(metrics: Path, seen: dict[int, float]) -> list[dict]:
-    """One point per evaluation: step, accuracy, completions, train seconds (summed time/step), wall seconds."""
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    t0 = None
-    train_s, last_step, points = 0.0, 0, []
-    for i, r in enumerate(rows):
-        step = r.get("step", 0)
-        if "time/step" in r:
-            # With logging_steps 1 every step has a row; otherwise a logged step stands for the unlogged ones before it.
-            train_s += r["time/step"] * max(1, step - last_step)
-            last_step = step
-        if "eval/accuracy" not in r:
-            continue
-        if t0 is None:
-            t0 = seen.get(i)
-        wall = seen.get(i, float("nan")) - t0 if t0 is not None else float("nan")
-        points.append(
-            {
-                "step": step,
-                "accuracy": r["eval/accuracy"],
-                "completions": r.get("num_completions", 0),
-                "train_s": train_s,
-                "wall_s": wall,
-            }
-        )
-    return points
-
-
-def crossings(points: list[dict], threshold: float) -> tuple[dict | None, dict | None]:
-    first = next((p for p in points if p["accuracy"] >= threshold), None)
-    sustained = None
-    for i, p in enumerate(points):
-        if all(q["accuracy"] >= threshold for q in points[i:]):
-            sustained = p
-            break
-    return first, sustained
-
-
 def plot(points: list[dict], path: Path, title: str) -> None:
-    import matplotlib
+    """One run's curve (plot_runs with one run)."""
+    plot_runs([{"peer": "run", "seed": "", "points": points}], path, title)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    acc = [100 * p["accuracy"] for p in points]
-    axes[0].plot([p["train_s"] for p in points], acc, "o-", ms=3, label="train s (summed time/step)")
-    axes[0].plot(
-        [p["wall_s"] for p in points], acc, "s--", ms=3, alpha=0.7, label="wall s (incl. eval, saving)"
+# ------------------------------------------------------------------------------------------------ the runs
+OURS_ONLY = (
+    "prompt_sampler explore_rounds explore_temperatures dynamic_sampling max_dynamic_sampling_rounds "
+    "skip_zero_advantage_groups grouped_forward advantage_mode logging_steps eval_steps save_steps"
+).split()
+
+
+def plan(args) -> list[dict]:
+    """Every run: peer, seed, directory, command line, settings (ours: train_grpo.py's parsed command line; TRL: the
+    keyword arguments its GRPOConfig gets from the same parse of the shared flags) and that shared parse (`base`)."""
+    runs = []
+    for peer in args.peer:
+        for seed in args.seeds or [None]:
+            base = _our_config(_shared_flags(args, seed) + list(args.train_args))
+            run_dir = _out_dir(args) / f"{peer}_s{base.seed}"
+            cmd = train_command(args, peer, seed, run_dir)
+            if peer == "trl":
+                settings = {k: v for k, v in trl_settings(base, "").items() if k != "output_dir"}
+            else:
+                cfg = _our_config(cmd[2:])
+                settings = {n: getattr(cfg, n) for n in (*SHARED, *OURS_ONLY)}
+            # (ours' --dataset is the eval_subset directory under --eval_limit: the problems are base's)
+            settings.update(dataset=base.dataset, train_split=base.train_split, eval_split=base.eval_split)
+            settings["eval every (steps)"] = args.eval_steps or DEFAULT_EVAL_STEPS[peer]
+            settings["held-out problems"] = f"the first {args.eval_limit}" if args.eval_limit else "all"
+            settings["torch threads"] = args.threads
+            runs.append({"peer": peer, "seed": base.seed, "dir": run_dir, "cmd": cmd, "base": base})
+            runs[-1]["settings"] = settings
+    return runs
+
+
+def _shared_flags(args, seed: int | None) -> list[str]:
+    flags = ["--max_steps", str(args.max_steps)] if args.max_steps is not None else []
+    if args.model_name_or_path:
+        flags += ["--model_name_or_path", args.model_name_or_path]
+    return flags + (["--seed", str(seed)] if seed is not None else [])
+
+
+def ensure_reference(args) -> None:
+    """train_grpo.py's default reference, SFT'd by the repo's own code as train_grpo.py would, if missing: before the
+    first run, so that every peer starts from the same one."""
+    if args.model_name_or_path:
+        return
+    from tinygrpo.config import GRPOConfig
+
+    ref = REPO_ROOT / GRPOConfig.__dataclass_fields__["model_name_or_path"].default
+    if (ref / "config.json").is_file():
+        return
+    import torch
+
+    from tinygrpo.sft import SFTConfig, train_reference
+
+    print(f"no reference at {ref}: training it first (tinygrpo.sft, as train_grpo.py does)", file=sys.stderr)
+    torch.set_num_threads(args.threads)
+    train_reference(SFTConfig(output_dir=str(ref)))
+
+
+def execute(run: dict, args) -> dict:
+    """Run one peer and seed in a fresh process; its curve and resources."""
+    d = run["dir"]
+    if d.exists():
+        shutil.rmtree(d)  # (this script's own PEER_sSEED directory: no stale curve is read back)
+    d.mkdir(parents=True)
+    if args.eval_limit and run["peer"] != "trl":
+        write_eval_subset(run["base"], args.eval_limit, d / "eval_subset")
+    print(
+        f"{run['peer']}, seed {run['seed']}: {' '.join(short_cmd(run['cmd']))}", file=sys.stderr, flush=True
     )
-    axes[0].set_xlabel("seconds")
-    axes[1].plot([p["completions"] for p in points], acc, "o-", ms=3)
-    axes[1].set_xlabel("sampled completions")
-    for ax in axes:
-        for t in THRESHOLDS:
-            ax.axhline(100 * t, color="grey", lw=0.6, ls=":")
-        ax.set_ylabel("held-out greedy accuracy (%)")
-        ax.grid(alpha=0.3)
-    axes[0].legend(loc="lower right", fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _cell(p: dict | None, key: str, fmt: str) -> str:
-    return "not reached" if p is None else format(p[key], fmt)
+    res = run_and_watch(run["cmd"], d / "metrics.jsonl", d / "time_to_accuracy.log", args.threads)
+    if res["returncode"] != 0:
+        sys.stderr.write(res["output"][-4000:])
+        raise SystemExit(f"{run['peer']} (seed {run['seed']}) exited with {res['returncode']}")
+    if run["peer"] == "trl":
+        trl = json.loads((d / "trl_run.json").read_text())
+        points, extra = trl["points"], {"threads_seen": trl["threads_seen"]}
+    else:
+        points = curve(d / "metrics.jsonl", res["seen"])
+        s = d / "summary.json"
+        extra = {"summary": json.loads(s.read_text()) if s.is_file() else {}}
+    if not points:
+        raise SystemExit(f"{run['peer']} (seed {run['seed']}): no held-out evaluation recorded in {d}")
+    keep = ("peak_rss_ru_maxrss", "peak_rss_polled", "process_seconds")
+    return {
+        "peer": run["peer"],
+        "seed": run["seed"],
+        "command": run["cmd"],
+        "settings": run["settings"],
+        "points": points,
+        **{k: res[k] for k in keep},
+        **extra,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
-    if args.threads < 1 or args.eval_steps < 1:
-        raise SystemExit("--threads and --eval_steps must be >= 1")
-    cmd = train_command(args)
-    if args.dry_run:
-        print(" ".join(cmd))
-        return {}
-    out = Path(args.output_dir)
-    if not out.is_absolute():
-        out = REPO_ROOT / out
-    metrics = out / "metrics.jsonl"
-    if metrics.is_file():
-        metrics.unlink()  # train_grpo.py clears it too (--overwrite_output_dir), but not before we start polling
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"running: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    res = run_and_watch(cmd, metrics, out / "time_to_accuracy.log")
-    if res["returncode"] != 0:
-        sys.stderr.write(res["output"][-4000:])
-        raise SystemExit(f"train_grpo.py exited with {res['returncode']}")
-    points = curve(metrics, res["seen"])
-    if not points:
-        raise SystemExit(f"no eval/accuracy rows in {metrics}")
-    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
-    rows = []
-    for t in THRESHOLDS:
-        first, sus = crossings(points, t)
-        rows.append(
-            [
-                f"{t:.0%}",
-                _cell(first, "train_s", ".1f"),
-                _cell(first, "wall_s", ".1f"),
-                _cell(first, "completions", ",d"),
-                _cell(first, "step", "d"),
-                _cell(sus, "train_s", ".1f"),
-                _cell(sus, "wall_s", ".1f"),
-                _cell(sus, "completions", ",d"),
-            ]
+    if args.threads < 1 or (args.eval_steps is not None and args.eval_steps < 1) or args.eval_limit < 0:
+        raise SystemExit("--threads and --eval_steps must be >= 1, --eval_limit >= 0")
+    if args.trl_run_json:  # the TRL child: one run in this process, its result to the parent as JSON
+        cfg = _our_config(_shared_flags(args, (args.seeds or [None])[0]) + list(args.train_args))
+        every = args.eval_steps or DEFAULT_EVAL_STEPS["trl"]
+        res = run_trl(
+            cfg, cfg.model_name_or_path, args.eval_limit, every, Path(args.output_dir), args.threads
         )
-    last = points[-1]
-    try:
-        load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        load = "n/a"
-    text = [
-        f"### Time to accuracy: `{' '.join(Path(c).name if i < 2 else c for i, c in enumerate(cmd))}`\n",
-        f"{args.threads} torch thread(s); load average at the end {load}; evaluation every {args.eval_steps} steps.\n",
-        md_table(
-            [
-                "held-out accuracy",
-                "first: train s",
-                "first: wall s",
-                "first: completions",
-                "first: step",
-                "sustained: train s",
-                "sustained: wall s",
-                "sustained: completions",
-            ],
-            rows,
-        ),
-        "",
-        md_table(
-            [
-                "accuracy before -> after",
-                "steps",
-                "completions",
-                "train s (summed time/step)",
-                "wall s (step-0 eval -> last eval)",
-                "run's wall_seconds (summary.json)",
-                "process s",
-                "peak RSS (ru_maxrss)",
-                "peak RSS (psutil poll)",
-            ],
-            [
-                [
-                    f"{points[0]['accuracy']:.1%} -> {last['accuracy']:.1%}",
-                    last["step"],
-                    f"{last['completions']:,}",
-                    f"{last['train_s']:.1f}",
-                    f"{last['wall_s']:.1f}",
-                    f"{summary.get('wall_seconds', float('nan')):.1f}",
-                    f"{res['process_seconds']:.1f}",
-                    f"{res['peak_rss_ru_maxrss'] / 2**20:.0f} MiB",
-                    f"{res['peak_rss_polled'] / 2**20:.0f} MiB"
-                    if res["peak_rss_polled"]
-                    else "n/a (no psutil)",
-                ]
-            ],
-        ),
+        Path(args.trl_run_json).write_text(json.dumps(res))
+        return res
+    runs = plan(args)
+    head = "### Time to accuracy\n\nSettings (load average at the start {}):\n\n{}\n"
+    if args.dry_run:  # the settings, then the command lines as they run
+        print(head.format(load_average(), settings_table(runs, commands=False)))
+        print("\n".join(" ".join(r["cmd"]) for r in runs))
+        return {}
+    head = head.format(load_average(), settings_table(runs))
+    print(head, flush=True)
+    ensure_reference(args)
+    results = [execute(r, args) for r in runs]
+    seconds = "training seconds (evaluation off the clock; ours: summed time/step)"
+    report = [
+        head,
+        f"Time to accuracy: first held-out evaluation at or above each threshold, {seconds}; load average at the "
+        f"end {load_average()}.\n",
+        md_table(["peer", "seed", "accuracy at the end", *TABLE_HEAD], [run_row(r) for r in results]),
+        "\nMedians over seeds (a threshold not reached counts as infinitely late):\n",
+        md_table(["peer", "seeds", "accuracy at the end", *TABLE_HEAD], median_rows(results)),
+        "\nEach run:\n",
+        md_table(DETAILS_HEAD, [details_row(r) for r in results]),
     ]
+    out = _out_dir(args)
     png = out / "time_to_accuracy.png"
-    plot(points, png, f"GRPO, default experiment ({args.threads} thread(s))")
-    text.append(f"\nCurve: {png}")
-    report = "\n".join(text)
-    print(report)
-    result = {
-        "command": cmd,
-        "points": points,
-        "peak_rss_ru_maxrss": res["peak_rss_ru_maxrss"],
-        "peak_rss_polled": res["peak_rss_polled"],
-        "summary": summary,
-    }
-    (out / "time_to_accuracy.json").write_text(json.dumps(result, indent=1))
+    plot_runs(results, png, f"held-out greedy accuracy, {args.threads} torch thread(s)")
+    report.append(f"\nCurves: {png}")
+    text = "\n".join(report)
+    print(text[len(head) :])
+    (out / "time_to_accuracy.md").write_text(text + "\n")
+    result = {"runs": results, "medians": median_rows(results)}
+    (out / "time_to_accuracy.json").write_text(json.dumps(result, indent=1, default=str))
     return result
 
 

@@ -109,6 +109,86 @@ def test_time_to_accuracy_curve(tmp_path):
     assert (tmp_path / "c.png").stat().st_size > 0
 
 
+def test_time_to_accuracy_peers_dry_run(tmp_path, capsys):
+    tta = _load("time_to_accuracy")
+    argv = "--dry_run --peer trl,plain,default --seeds 7,8 --max_steps 3 --eval_limit 50 --output_dir"
+    tta.main([*argv.split(), str(tmp_path), "--", "--beta", "0.0"])
+    out = capsys.readouterr().out
+    cmds = [line for line in out.splitlines() if line.startswith(sys.executable)]
+    assert len(cmds) == 6  # each peer runs each seed
+    trl, plain, default = cmds[:2], cmds[2:4], cmds[4:]
+    assert all("--trl_run_json" in c and "--eval_steps 25" in c and c.endswith("-- --beta 0.0") for c in trl)
+    assert all("--prompt_sampler uniform --explore_rounds 0 --dynamic_sampling false" in c for c in plain)
+    assert not any("--prompt_sampler" in c for c in default)
+    assert all("--eval_steps 5" in c and "--max_steps 3" in c and "eval_subset" in c for c in plain + default)
+    assert "--seed 7" in cmds[0] and "--seed 8" in cmds[1]
+    # every setting printed, side by side: TRL gets ours wherever its GRPOConfig has it
+    assert "| setting | trl | ours_plain | ours_default |" in out
+    assert (
+        "| learning_rate | 0.002 | 0.002 | 0.002 |" in out and "| per_device_train_batch_size | 512 |" in out
+    )
+    assert "| gradient_checkpointing | False | - | - |" in out and "| explore_rounds | - | 0 | 3 |" in out
+
+
+def test_time_to_accuracy_eval_subset(tmp_path):
+    from tinygrpo.config import GRPOConfig
+    from tinygrpo.problems import load_splits
+
+    tta = _load("time_to_accuracy")
+    tta.write_eval_subset(GRPOConfig(), 50, tmp_path)
+    train, test = load_splits(str(tmp_path), "train", "test")
+    full_train, full_test = load_splits("addition", "train", "test")
+    assert len(train) == len(full_train) and test[:] == full_test[:50]
+
+
+def test_trl_reward_is_our_strict_verifier_on_our_decoding(tok):
+    """TRL's completions (decoded without special tokens, cut after the first <eos>) + <eos> where the ids end on it
+    score as our trainer's decoding of the same ids does."""
+    from _tta import strict_accuracy_for_trl
+
+    from rewards import accuracy
+    from tinygrpo.rollout import decode_rows
+
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    digits = {c: tok.convert_tokens_to_ids(c) for c in "0123456789+="}
+    cases = ["12", "12<eos>", "012<eos>", "1+2<eos>", "", "<eos>", "7<pad>2<eos>", "12=<eos>"]
+    ids = [
+        [
+            eos if t == "e" else pad if t == "p" else digits[t]
+            for t in c.replace("<eos>", "e").replace("<pad>", "p")
+        ]
+        for c in cases
+    ]
+    texts = tok.batch_decode(ids, skip_special_tokens=True)  # what TRL hands a reward function
+    answers = ["12", "12", "12", "3", "0", "0", "72", "12"]
+    reward = strict_accuracy_for_trl(tok.eos_token, eos)
+    ours = accuracy(completions=decode_rows(tok, ids), answer=answers)
+    assert reward(completions=texts, completion_ids=ids, answer=answers, trainer_state=None) == ours
+    assert ours == [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+
+
+def test_time_to_accuracy_trl_peer(seed_reference, tmp_path, capsys):
+    """TRL's GRPOTrainer, 2 steps evaluated after each on 50 problems: the table has its row, and the clock leaves the
+    evaluations out (structurally; no speed is asserted)."""
+    # CI installs .[test]: there a missing trl fails, it never skips
+    importlib.import_module("trl") if os.environ.get("CI") else pytest.importorskip("trl")
+    tta = _load("time_to_accuracy")
+    argv = "--peer trl --seeds 3 --max_steps 2 --eval_steps 1 --eval_limit 50 --model_name_or_path"
+    result = tta.main([*argv.split(), seed_reference, "--output_dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "| gradient_checkpointing | False |" in out  # the settings came first
+    assert "| trl | 3 |" in out and "| trl | 1 (3) |" in out  # the run's row and its median
+    (run,) = result["runs"]
+    pts = run["points"]
+    assert [p["step"] for p in pts] == [0, 1, 2] and [p["completions"] for p in pts] == [0, 512, 1024]
+    assert all(p["eval_s"] > 0 and 0 <= p["train_s"] <= p["wall_s"] for p in pts)
+    for i, p in enumerate(pts[2:], start=2):  # the step-0 evaluation ran before the clock started
+        assert p["wall_s"] - p["train_s"] >= sum(q["eval_s"] for q in pts[1:i])
+    assert pts[-1]["train_s"] > pts[1]["train_s"] > 0
+    for ext in ("md", "json", "png"):
+        assert (tmp_path / f"time_to_accuracy.{ext}").stat().st_size > 0
+
+
 def test_vs_trl_one_iteration(seed_reference, capsys):
     # CI installs .[test]: there a missing trl fails, it never skips
     importlib.import_module("trl") if os.environ.get("CI") else pytest.importorskip("trl")
