@@ -18,6 +18,15 @@ from tinygrpo.config import ConfigError, GRPOConfig, parse_config
 DEFAULT_REFERENCE = GRPOConfig.__dataclass_fields__["model_name_or_path"].default
 
 
+# A saved tokenizer's vocabulary: tokenizers' own file, or a slow tokenizer's (BPE, WordPiece, SentencePiece).
+VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "tokenizer.model", "spiece.model")
+
+
+def _one_line(e: Exception) -> str:
+    """A library's whole message on one line (its first line alone may stop mid-sentence)."""
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 def load_model_and_tokenizer(path: str, what: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -27,12 +36,20 @@ def load_model_and_tokenizer(path: str, what: str):
     p = Path(path)
     if not (p / "config.json").is_file():
         raise ConfigError(f"{what}={path}: no model there (missing config.json)")
+    # No vocabulary file: say so, rather than transformers' guess at what might have converted one.
+    if not any((p / f).is_file() for f in VOCABULARY_FILES):
+        raise ConfigError(
+            f"{what}={path}: no tokenizer there (missing tokenizer.json, the tokenizer's vocabulary); save the "
+            "tokenizer beside the model (tokenizer.save_pretrained)"
+        )
     try:
         model, info = AutoModelForCausalLM.from_pretrained(p, use_safetensors=True, output_loading_info=True)
-        tokenizer = AutoTokenizer.from_pretrained(p)
     except Exception as e:  # noqa: BLE001  (any load failure is the user's checkpoint; say which and why)
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"{what}={path}: cannot load the model: {msg}") from None
+        raise ConfigError(f"{what}={path}: cannot load the model: {_one_line(e)}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(p)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"{what}={path}: cannot load the tokenizer: {_one_line(e)}") from None
     # transformers initialises absent weights silently: a checkpoint that does not match the model is an error.
     for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
         keys = sorted(str(k) for k in info.get(kind, []))
@@ -150,9 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         after = summary["eval_after"].get("eval/accuracy")
         if after is not None:
             b = f"{before:.1%}" if before is not None else "n/a (resumed)"
+            skipped = summary["nonfinite_skipped_steps"]
             print(
                 f"held-out greedy accuracy: {b} -> {after:.1%}  ({summary['steps']} steps, "
-                f"{summary['wall_seconds']:.0f}s, {summary['num_completions']:,} completions sampled)"
+                f"{summary['wall_seconds']:.0f}s, {summary['num_completions']:,} completions sampled"
+                + (f", {skipped} steps skipped for a NaN or infinite loss" if skipped else "")
+                + ")"
             )
         written = [
             f"{n}/" if (out / n).is_dir() else n for n in (*launch.RUN_FILES, "final") if (out / n).exists()

@@ -15,6 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from tinygrpo.sft import SFTConfig, train_reference
+    from tinygrpo.update import NonFiniteError
 
     class Parser(HfArgumentParser):
         def error(self, message: str) -> None:
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         (cfg,) = Parser(SFTConfig, allow_abbrev=False).parse_args_into_dataclasses(args=argv)
         train_reference(cfg)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, NonFiniteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -28,7 +28,14 @@ from .registry import (
     resolve_reward,
     resolve_rewards,
 )
-from .scoring import RewardError, combine_rewards, compute_rewards, reward_metrics
+from .scoring import (
+    RewardError,
+    check_binary,
+    combine_rewards,
+    compute_rewards,
+    reward_metrics,
+    rewards_float32,
+)
 
 __all__ = [
     "EOS",
@@ -38,6 +45,7 @@ __all__ = [
     "RewardResolutionError",
     "accuracy",
     "accuracy_lenient",
+    "check_binary",
     "combine_rewards",
     "compute_rewards",
     "digit_match",
@@ -51,5 +59,6 @@ __all__ = [
     "resolve_reward",
     "resolve_rewards",
     "reward_metrics",
+    "rewards_float32",
     "soft_overlong_punishment",
 ]

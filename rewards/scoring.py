@@ -291,6 +291,67 @@ def combine_rewards(per_func: Any, weights: Sequence[float]) -> Any:
     return total
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _sample(j: int, completions: Sequence[Any]) -> str:
+    return f"for sample {j} (completion {_show(completions[j])})"
+
+
+def _combined(row: np.ndarray, weights: Sequence[float], names: Sequence[str]) -> str:
+    """What one sample's combined reward is made of, for a message: "reward 'f'", or with weights "the weighted
+    reward 2 x 'f'" / "the weighted sum 1 x 'f' + 3 x 'g'" (the functions that returned None left out)."""
+    applied = [(w, n) for w, n, x in zip(weights, names, row, strict=True) if not math.isnan(x)]
+    if len(applied) == 1 and applied[0][0] == 1:
+        return f"reward {applied[0][1]!r}"
+    terms = " + ".join(f"{w:g} x {n!r}" for w, n in applied)
+    return f"the weighted {'reward' if len(applied) == 1 else 'sum'} {terms}"
+
+
+def rewards_float32(
+    per_func: np.ndarray, weights: Sequence[float], names: Sequence[str], completions: Sequence[Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """compute_rewards' (N, F) float64 rewards as a trainer keeps them: (N, F) float32 and their weighted sum (N,)
+    (combine_rewards) in float32. A value that does not fit float32 would become infinite there, and the loss NaN:
+    a RewardError naming the function, the sample and the value instead."""
+    with np.errstate(over="ignore"):  # (the overflow is reported below, not warned about)
+        per32 = per_func.astype(np.float32)
+        total = combine_rewards(per32, weights).astype(np.float32)
+    fits = f"which does not fit float32 (at most {FLOAT32_MAX:.3g} in size)"
+    over = np.isinf(per32)  # (per_func is finite: compute_rewards refuses infinities)
+    if over.any():
+        j, i = (int(x) for x in np.argwhere(over)[0])
+        raise RewardError(
+            f"reward {names[i]!r} returned {per_func[j, i]:g} {_sample(j, completions)}, {fits}"
+        )
+    if np.isinf(total).any():
+        j = int(np.flatnonzero(np.isinf(total))[0])
+        exact = float(combine_rewards(per_func[j : j + 1], weights)[0])
+        raise RewardError(
+            f"{_combined(per_func[j], weights, names)} is {exact:g} {_sample(j, completions)}, {fits}"
+        )
+    return per32, total
+
+
+def check_binary(
+    total: np.ndarray,
+    per_func: np.ndarray,
+    weights: Sequence[float],
+    names: Sequence[str],
+    completions: Sequence[Any],
+    who: str,
+) -> None:
+    """RewardError unless every combined reward is 0 or 1 (NaN, every function None, is allowed); `who` names what
+    needs them so ("advantage_mode pass_at_k")."""
+    bad = ~np.isnan(total) & (total != 0) & (total != 1)
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise RewardError(
+            f"{who} needs rewards of 0 or 1 (or None), but {_combined(per_func[j], weights, names)} gave "
+            f"{float(total[j]):g} {_sample(j, completions)}"
+        )
+
+
 def reward_metrics(per_func: Any, names: Sequence[str]) -> dict[str, float]:
     """``rewards/<name>/{mean,std,frac_none}`` per function, ignoring None (NaN) entries.
 

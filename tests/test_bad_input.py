@@ -22,6 +22,8 @@ from _runs import ENV, REPO, cli, snapshot
 from safetensors.torch import load_file, save_file
 
 import train_grpo
+import train_sft
+from tinygrpo.validation import gigabytes, memory_budget
 
 # ------------------------------------------------------------------------------------------------ builders
 
@@ -135,6 +137,21 @@ def _damage(t, prior, which, *extra):
         p = t / "out" / f"checkpoint-{step}" / "model.safetensors"
         p.write_bytes(p.read_bytes()[:-10])
     return list(extra)
+
+
+def _pass_at_k(t, body, func, *extra):
+    return [*_reward_file(t, body, func), "--advantage_mode", "pass_at_k", "--train_pass_k", "2", *extra]
+
+
+HALF = "def half(completions, answer, **kw):\n    return [0.5 if c == a + '<eos>' else 0.0 for c, a in zip(completions, answer)]\n"
+HUGE = "def huge(completions, **kw):\n    return [1e300] * len(completions)\n"
+
+
+def _no_tokenizer(t, r, p=None):
+    d = _model_copy(t, r)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (d / f).unlink()
+    return ["--model_name_or_path", str(d)]
 
 
 # ------------------------------------------------------------------------------------------------ the table
@@ -259,6 +276,73 @@ CASES = {
     "sync_ref_without_beta": (
         lambda t, r, p: ["--sync_ref_model", "true"],
         "error: sync_ref_model needs beta > 0 (with beta == 0 there is no reference)",
+    ),
+    # ---- settings that passed the checks and failed later, or cost without bound (issue 30, class 3): each row's
+    # name says its class
+    "settings/epsilon_one_under_ppo_clip": (
+        lambda t, r, p: ["--epsilon", "1.0"],
+        "error: epsilon must be in (0, 1) for loss_type dapo (its clip range starts at 1 - epsilon), got 1.0",
+    ),
+    "settings/pass_at_k_reward_not_binary": (
+        lambda t, r, p: _pass_at_k(t, HALF, "half"),
+        "error: seed_bank/train row 1: advantage_mode pass_at_k needs rewards of 0 or 1 (or None), but reward "
+        "'half' gave 0.5 for sample 0 (completion '0<eos>')",
+    ),
+    "settings/pass_at_k_with_the_kl_in_the_reward": (
+        lambda t, r, p: "--advantage_mode pass_at_k --train_pass_k 2 --use_kl_in_reward --beta 0.1".split(),
+        "error: advantage_mode pass_at_k needs rewards of 0 or 1, and use_kl_in_reward subtracts beta x the KL "
+        "from them: put the KL in the loss (use_kl_in_reward false)",
+    ),
+    "settings/eval_pass_k_beyond_memory": (
+        lambda t, r, p: "--eval_split train --eval_pass_k 1000000000".split(),
+        "error: eval_pass_k=1000000000: 36 prompts x 1,000,000,000 samples of up to 3 tokens would need "
+        "~89,585.8 GB at once (limit ~{limit}, half this machine's memory); lower eval_pass_k",
+    ),
+    "settings/batch_beyond_memory": (
+        lambda t, r, p: ["--per_device_train_batch_size", "4000000000"],
+        "error: per_device_train_batch_size=4000000000: 4,000,000,000 completions of up to 3 tokens a step "
+        "would need ~51,140.8 GB at once to sample and train on (limit ~{limit}, half this machine's memory); "
+        "lower per_device_train_batch_size or max_completion_length",
+    ),
+    "settings/explore_rounds_without_bound": (
+        lambda t, r, p: ["--explore_rounds", "1000000"],
+        "error: explore_rounds=1000000 and max_dynamic_sampling_rounds=3 let one step sample 1,000,004 rounds of "
+        "up to 32 completions (32,000,128 completions, the cost of 1,000,004 plain steps); at most 32 rounds a "
+        "step: lower explore_rounds or max_dynamic_sampling_rounds",
+    ),
+    "settings/explore_temperatures_never_used": (
+        lambda t, r, p: "--explore_rounds 3 --explore_temperatures 2 3 4 5 6 7".split(),
+        "error: explore_temperatures has 6 values [2.0, 3.0, 4.0, 5.0, 6.0, 7.0] for explore_rounds=3: the last 3 "
+        "would never be used; give at most 3 (the last one repeats)",
+    ),
+    "settings/reward_weights_all_zero": (
+        lambda t, r, p: ["--reward_weights", "0"],
+        "error: reward_weights are all 0 ([0.0]): every combined reward would be 0 and the run could not learn "
+        "anything; give at least one reward function a non-zero weight",
+    ),
+    "settings/threads_beyond_the_cores": (
+        lambda t, r, p: ["--torch_num_threads", "100000"],
+        "error: torch_num_threads=100000 is more than this machine's {cores} cores (threads beyond them only wait "
+        "for one); use at most {cores}, or 0 for automatic",
+    ),
+    # ---- messages that said what is not so, or not enough (issue 30, class 5)
+    "messages/reward_beyond_float32": (
+        lambda t, r, p: _reward_file(t, HUGE, "huge"),
+        "error: seed_bank/train row 1: reward 'huge' returned 1e+300 for sample 0 (completion '0<eos>'), which "
+        "does not fit float32 (at most 3.4e+38 in size)",
+    ),
+    "messages/weighted_rewards_beyond_float32": (
+        lambda t, r, p: [
+            *_reward_file(t, "def big(completions, **kw):\n    return [3e38] * len(completions)\n", "big"),
+            *"--reward_weights 2".split(),
+        ],
+        "error: seed_bank/train row 1: the weighted reward 2 x 'big' is 6e+38 for sample 0 (completion '0<eos>'), "
+        "which does not fit float32 (at most 3.4e+38 in size)",
+    ),
+    "messages/no_tokenizer": (
+        _no_tokenizer,
+        "error: model_name_or_path={t}/model: no tokenizer there (missing tokenizer.json, the tokenizer's "
+        "vocabulary); save the tokenizer beside the model (tokenizer.save_pretrained)",
     ),
     # ---- the output directory
     "output_dir_is_a_file": (
@@ -481,6 +565,10 @@ CASES = {
 }
 
 
+# What a message says of this machine: its memory budget and its cores.
+MACHINE = {"limit": gigabytes(memory_budget()), "cores": os.cpu_count()}
+
+
 @pytest.fixture(scope="module")
 def prior_run(seed_reference, tmp_path_factory) -> Path:
     """A finished 2-step run with checkpoints at steps 1 and 2."""
@@ -515,7 +603,9 @@ def test_bad_input_is_one_exact_error_line_and_changes_nothing(
     lines = [line for line in err.splitlines() if line.strip()]
     size = len(prior_run.joinpath("checkpoint-2", "model.safetensors").read_bytes())
     sizes = {"size_2": f"{size - 10:,}", "size_2_full": f"{size:,}"}
-    want = expected.format(t=t, r=seed_reference, out=out, pid=os.getpid(), n="{n}", msg="{msg}", **sizes)
+    want = expected.format(
+        t=t, r=seed_reference, out=out, pid=os.getpid(), n="{n}", msg="{msg}", **sizes, **MACHINE
+    )
     pattern = re.escape(want).replace(re.escape("{n}"), r"\d+").replace(re.escape("{msg}"), r"\S.*")
     assert rc == 1, (rc, err)
     assert len(lines) == 1 and re.fullmatch(pattern, lines[0]), lines
@@ -545,3 +635,151 @@ def test_bad_input_from_a_real_process(name, seed_reference, prior_run, tmp_path
 
 def test_there_are_sixty_cases_at_least():
     assert len(CASES) >= 60
+
+
+# ------------------------------------------------------------------------------------------------ failing mid-run
+# Rows whose input passes every start-up check and fails once training has started (what the start-up probe cannot
+# see: a reward that misbehaves only on sampled completions, or only later): one exact line, rc 1, no final model.
+# A reward that changes once checkpoint-1 exists fails at step 2, with a checkpoint to resume from.
+
+
+def _after_checkpoint(t: Path, then: str, before: str) -> str:
+    return f"import os\ndef f(completions, **kw):\n    n = len(completions)\n    if os.path.isdir({str(t / 'out' / 'checkpoint-1')!r}):\n        return {then}\n    return {before}\n"
+
+
+HALF_WRONG = "def half(completions, answer, **kw):\n    return [1.0 if c == a + '<eos>' else 0.5 for c, a in zip(completions, answer)]\n"
+FLAKY = "def flaky(completions, answer, **kw):\n    if any(c != a + '<eos>' for c, a in zip(completions, answer)):\n        raise RuntimeError('cannot score that')\n    return [1.0] * len(completions)\n"
+BIG = "[3e38 if i % 2 else 1e38 for i in range(n)]"  # advantage_mode reinforce + dapo: the loss overflows to -inf
+REINFORCE = "--advantage_mode reinforce --dynamic_sampling false".split()
+
+RUN_CASES = {
+    "settings/pass_at_k_reward_not_binary_mid_run": (
+        lambda t: _pass_at_k(t, HALF_WRONG, "half"),
+        "error: step 1: advantage_mode pass_at_k needs rewards of 0 or 1 (or None), but reward 'half' gave 0.5 for "
+        "sample {n} (completion {msg}); there is no checkpoint to resume from",
+    ),
+    "messages/reward_raises_mid_run": (
+        lambda t: _reward_file(t, FLAKY, "flaky"),
+        "error: step 1: reward 'flaky' raised RuntimeError: cannot score that; there is no checkpoint to resume from",
+    ),
+    "messages/reward_raises_after_a_checkpoint": (
+        lambda t: [
+            *_reward_file(t, _after_checkpoint(t, "1 / 0", "[float(i % 2) for i in range(n)]"), "f"),
+            *"--save_steps 1".split(),
+        ],
+        "error: step 2: reward 'f' raised ZeroDivisionError: division by zero; the last complete checkpoint is "
+        "{out}/checkpoint-1, to resume from with --resume_from_checkpoint latest",
+    ),
+    "messages/reward_beyond_float32_mid_run": (
+        lambda t: [
+            *_reward_file(t, _after_checkpoint(t, "[-1e300] * n", "[0.0] * n"), "f"),
+            "--save_steps",
+            "1",
+        ],
+        "error: step 2: reward 'f' returned -1e+300 for sample 0 (completion {msg}), which does not fit float32 (at "
+        "most 3.4e+38 in size); the last complete checkpoint is {out}/checkpoint-1, to resume from with "
+        "--resume_from_checkpoint latest",
+    ),
+    "messages/nonfinite_loss_without_a_checkpoint": (
+        lambda t: [
+            *_reward_file(t, f"def f(completions, **kw):\n    n = len(completions)\n    return {BIG}\n", "f"),
+            *REINFORCE,
+        ],
+        "error: step 1: the loss is NaN or infinite; stopped (there is no checkpoint to resume from; "
+        "on_nonfinite=skip skips such steps instead)",
+    ),
+    "messages/nonfinite_loss_after_a_checkpoint": (
+        lambda t: [
+            *_reward_file(t, _after_checkpoint(t, BIG, "[float(i % 2) for i in range(n)]"), "f"),
+            *REINFORCE,
+            *"--save_steps 1".split(),
+        ],
+        "error: step 2: the loss is NaN or infinite; stopped (the last complete checkpoint is {out}/checkpoint-1; "
+        "on_nonfinite=skip skips such steps instead)",
+    ),
+    "messages/every_step_skipped": (
+        lambda t: [
+            *_reward_file(t, f"def f(completions, **kw):\n    n = len(completions)\n    return {BIG}\n", "f"),
+            *REINFORCE,
+            *"--on_nonfinite skip".split(),
+        ],
+        "error: on_nonfinite=skip skipped every one of the 2 steps (each had a NaN or infinite loss or gradient): "
+        "the run learned nothing (there is no checkpoint to resume from)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(RUN_CASES))
+def test_a_failure_mid_run_is_one_exact_error_line(name, seed_reference, tmp_path, capfd):
+    build, expected = RUN_CASES[name]
+    out = tmp_path / "out"
+    capfd.readouterr()
+    rc = _rc(cli(seed_reference, out, *"--max_steps 2 --eval_split".split(), "", *build(tmp_path)))
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    want = re.escape(expected.format(t=tmp_path, out=out, n="{n}", msg="{msg}"))
+    pattern = want.replace(re.escape("{n}"), r"\d+").replace(re.escape("{msg}"), r"'\S.*'")
+    assert rc == 1, (rc, lines)
+    assert len(lines) == 1 and re.fullmatch(pattern, lines[0]), lines
+    assert not (out / "final").exists()
+
+
+def test_a_run_that_skips_some_steps_says_how_many(seed_reference, tmp_path, capfd):
+    body = _after_checkpoint(tmp_path, BIG, "[float(i % 2) for i in range(n)]")
+    extra = [*_reward_file(tmp_path, body, "f"), *REINFORCE, *"--save_steps 1 --on_nonfinite skip".split()]
+    capfd.readouterr()
+    rc = _rc(cli(seed_reference, tmp_path / "out", *"--max_steps 2 --eval_split train".split(), *extra))
+    captured = capfd.readouterr()
+    assert rc == 0, captured.err
+    lines = captured.out.splitlines()
+    assert "on_nonfinite=skip: 1 of 2 steps were skipped (a NaN or infinite loss or gradient)" in lines
+    assert any(line.endswith(", 1 steps skipped for a NaN or infinite loss)") for line in lines), lines
+
+
+# ------------------------------------------------------------------------------------------------ train_sft.py
+# The SFT entry point shares GRPO's validation path (tinygrpo.config.check_fields) and its non-finite guard: every
+# bad setting is one exact line, rc 1, and no model is saved.
+
+SFT = (
+    "--dataset seed_bank --train_size 0 --max_steps 5 --batch_size 8 --n_embd 16 --n_head 2 --n_positions 16 "
+    "--log_every 0 --threads 1"
+).split()
+
+SFT_CASES = {
+    "sft/learning_rate_inf": (
+        ["--learning_rate", "inf"],
+        "error: learning_rate must be a finite number, got inf",
+    ),
+    "sft/learning_rate_too_large": (
+        ["--learning_rate", "1e6"],
+        "error: step {n}: the loss is NaN or infinite (learning_rate=1000000.0 too large?); stopped, nothing saved",
+    ),
+    "sft/label_smoothing_above_one": (
+        ["--label_smoothing", "1.5"],
+        "error: label_smoothing must be in [0, 1], got 1.5",
+    ),
+    "sft/threads_negative": (["--threads", "-1"], "error: threads must be >= 0, got -1"),
+    "sft/threads_beyond_the_cores": (
+        ["--threads", "100000"],
+        "error: threads=100000 is more than this machine's {cores} cores (threads beyond them only wait for one); "
+        "use at most {cores}, or 0 for automatic",
+    ),
+    "sft/seed_negative": (["--seed", "-1"], "error: seed must be in [0, 2**32), got -1"),
+    "sft/model_beyond_memory": (
+        ["--n_embd", "1000000"],
+        "error: n_layer=2, n_embd=1000000, n_positions=16 (24,000,058,000,000 parameters) and batch_size=8 x 7 "
+        "tokens would need ~357,635.4 GB at once to train (limit ~{limit}, half this machine's memory); lower them",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SFT_CASES))
+def test_sft_bad_input_is_one_exact_error_line_and_saves_nothing(name, tmp_path, capfd):
+    extra, expected = SFT_CASES[name]
+    out = tmp_path / "sft"
+    capfd.readouterr()
+    rc = train_sft.main([*SFT, "--output_dir", str(out), "--eval_split", "", *extra])
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    pattern = re.escape(expected.format(n="{n}", **MACHINE)).replace(re.escape("{n}"), r"\d+")
+    assert rc == 1, (rc, lines)
+    assert len(lines) == 1 and re.fullmatch(pattern, lines[0]), lines
+    assert not (out / "model.safetensors").exists() and not (out / "config.json").exists()

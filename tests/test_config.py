@@ -504,3 +504,24 @@ def test_cli_error_is_one_line_without_traceback():
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error:") and "num_generations" in lines[0]
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_an_estimator_registered_as_binary_is_checked_as_pass_at_k():
+    # A property of the estimator, not of the name pass_at_k: one registered later with binary_rewards is refused
+    # with the KL in its rewards too, and GDPO's normalize_then_sum (which uses no estimator) is not.
+    from tinygrpo.advantage_estimators import ADV_ESTIMATORS, needs_binary_rewards, register_adv_est
+
+    register_adv_est("binary_mode", binary_rewards=True)(lambda x, cfg: (x.rewards, x.rewards))
+    try:
+        with pytest.raises(
+            ConfigError, match="^advantage_mode binary_mode needs rewards of 0 or 1, and use_kl"
+        ):
+            GRPOConfig(advantage_mode="binary_mode", use_kl_in_reward=True, beta=0.1)
+        assert needs_binary_rewards(GRPOConfig(advantage_mode="binary_mode"))
+        gdpo = GRPOConfig(advantage_mode="binary_mode", multi_objective_aggregation="normalize_then_sum")
+        assert not needs_binary_rewards(gdpo)
+    finally:
+        del ADV_ESTIMATORS["binary_mode"]
+    assert needs_binary_rewards(GRPOConfig(advantage_mode="pass_at_k")) and not needs_binary_rewards(
+        GRPOConfig()
+    )

@@ -22,6 +22,7 @@ from rewards import (
     REWARD_REGISTRY,
     RewardError,
     RewardResolutionError,
+    check_binary,
     combine_rewards,
     compute_rewards,
     list_rewards,
@@ -30,6 +31,7 @@ from rewards import (
     resolve_reward,
     resolve_rewards,
     reward_metrics,
+    rewards_float32,
 )
 
 BIG = "123456789012345678901234567890"  # 30 digits: beyond int64 / exact float range
@@ -583,3 +585,44 @@ def test_combine_torch_and_weight_errors():
     assert out[0].item() == 0.5 and torch.isnan(out[1])
     with pytest.raises(ValueError, match="got 1 weights for 2 reward functions"):
         combine_rewards(per_func, [1.0])
+
+
+# ------------------------------------------------------------------------------------------------ as a trainer keeps them
+
+
+def test_rewards_float32_is_the_trainers_cast_and_refuses_what_does_not_fit():
+    per_func = np.array([[1.0, 0.1], [0.0, math.nan], [math.nan, math.nan]])
+    per32, total = rewards_float32(per_func, [1.0, 2.0], ["a", "b"], ["x", "y", "z"])
+    assert per32.dtype == np.float32 and total.dtype == np.float32
+    assert np.array_equal(per32, per_func.astype(np.float32), equal_nan=True)
+    want = combine_rewards(per_func.astype(np.float32), [1.0, 2.0]).astype(np.float32)
+    assert np.array_equal(total, want, equal_nan=True)
+    edge = np.array([[3.4e38], [-3.4e38]])  # the largest float32 is ~3.403e38: these fit
+    assert np.isfinite(rewards_float32(edge, [1.0], ["a"], ["x", "y"])[1]).all()
+    with pytest.raises(RewardError) as e:
+        rewards_float32(np.array([[0.0], [-1e39]]), [1.0], ["a"], ["x", "y"])
+    assert str(e.value) == (
+        "reward 'a' returned -1e+39 for sample 1 (completion 'y'), which does not fit float32 (at most 3.4e+38 in size)"
+    )
+    with pytest.raises(RewardError) as e:  # each fits, their weighted sum does not (b returned None)
+        rewards_float32(np.array([[3e38, math.nan]]), [2.0, 1.0], ["a", "b"], ["x"])
+    assert str(e.value).startswith(
+        "the weighted reward 2 x 'a' is 6e+38 for sample 0 (completion 'x'), which"
+    )
+    with pytest.raises(RewardError) as e:
+        rewards_float32(np.array([[3e38, 3e38]]), [1.0, 1.0], ["a", "b"], ["x"])
+    assert str(e.value).startswith("the weighted sum 1 x 'a' + 1 x 'b' is 6e+38 for sample 0")
+
+
+def test_check_binary_admits_0_1_and_none_and_names_what_is_not():
+    per_func = np.array([[1.0], [0.0], [math.nan]])
+    check_binary(combine_rewards(per_func, [1.0]), per_func, [1.0], ["acc"], ["a", "b", "c"], "pass@k")
+    per_func = np.array([[1.0, 0.0], [1.0, 1.0]])
+    with pytest.raises(RewardError) as e:
+        check_binary(
+            combine_rewards(per_func, [1.0, 1.0]), per_func, [1.0, 1.0], ["acc", "fmt"], ["a", "b"], "pass@k"
+        )
+    assert str(e.value) == (
+        "pass@k needs rewards of 0 or 1 (or None), but the weighted sum 1 x 'acc' + 1 x 'fmt' gave 2 for sample 1 "
+        "(completion 'b')"
+    )

@@ -20,7 +20,8 @@ beyond the rewards (as verl's `register_adv_est`):
     def my_mode(x: AdvantageInputs, cfg: AdvantageConfig) -> (advantages (N,), zero_std (N / G,))
 
 The trainer gathers only what an estimator `needs` (tinygrpo/generation.py); `advantage_mode` accepts every
-registered name (ADVANTAGE_MODES).
+registered name (ADVANTAGE_MODES). An estimator defined on 0/1 rewards only says so (`binary_rewards=True`, as
+pass_at_k): the trainer then checks the rewards at start-up and in every round.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -204,20 +206,26 @@ NEEDS = ("lengths", "greedy_rewards")  # the inputs beyond the rewards an estima
 class AdvEstimator:
     fn: AdvEstFn
     needs: tuple[str, ...]  # members of NEEDS
+    # Defined on 0/1 rewards only (None allowed): the start-up probe checks every reward function's combined value
+    # on every training row, and each round its rewards, so that a run fails with one line, not mid-run.
+    binary_rewards: bool = False
 
 
 ADV_ESTIMATORS: dict[str, AdvEstimator] = {}
 
 
-def register_adv_est(name: str, needs: tuple[str, ...] = ()) -> Callable[[AdvEstFn], AdvEstFn]:
-    """Register an advantage estimator as advantage_mode `name`; `needs`: the inputs it reads beyond the rewards."""
+def register_adv_est(
+    name: str, needs: tuple[str, ...] = (), *, binary_rewards: bool = False
+) -> Callable[[AdvEstFn], AdvEstFn]:
+    """Register an advantage estimator as advantage_mode `name`; `needs`: the inputs it reads beyond the rewards;
+    `binary_rewards`: it is defined on 0/1 rewards only (the trainer checks them)."""
 
     def register(fn: AdvEstFn) -> AdvEstFn:
         if name in ADV_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
         if not set(needs) <= set(NEEDS):
             raise ValueError(f"advantage estimator {name!r}: needs must be among {NEEDS}, got {needs}")
-        ADV_ESTIMATORS[name] = AdvEstimator(fn, tuple(needs))
+        ADV_ESTIMATORS[name] = AdvEstimator(fn, tuple(needs), binary_rewards)
         return fn
 
     return register
@@ -242,7 +250,7 @@ def _opo(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
     return opo_advantages(x.rewards, x.lengths, cfg.num_generations)
 
 
-@register_adv_est("pass_at_k")
+@register_adv_est("pass_at_k", binary_rewards=True)
 def _pass_at_k(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
     return pass_at_k_advantages(x.rewards, cfg.num_generations, cfg.train_pass_k)
 
@@ -263,6 +271,14 @@ def _remax(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
 
 
 ADVANTAGE_MODES = tuple(ADV_ESTIMATORS)  # the registered names, for config choices and help
+
+
+def needs_binary_rewards(cfg: Any) -> bool:
+    """A run's advantages (GRPOConfig's advantage_mode and multi_objective_aggregation) come from an estimator that
+    is defined on 0/1 rewards only (normalize_then_sum uses no registered estimator)."""
+    if cfg.multi_objective_aggregation != "sum_then_normalize":
+        return False
+    return ADV_ESTIMATORS[cfg.advantage_mode].binary_rewards
 
 
 def gdpo_advantages(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:

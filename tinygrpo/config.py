@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import typing
 from collections.abc import Collection
@@ -20,9 +21,14 @@ from typing import NamedTuple
 import yaml
 from transformers import HfArgumentParser
 
-from .advantage_estimators import ADV_ESTIMATORS, ADVANTAGE_MODES, MULTI_OBJECTIVE_AGGREGATIONS
+from .advantage_estimators import (
+    ADV_ESTIMATORS,
+    ADVANTAGE_MODES,
+    MULTI_OBJECTIVE_AGGREGATIONS,
+    needs_binary_rewards,
+)
 from .core import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, SCALE_REWARDS
-from .policy_losses import LOSS_TYPES, POLICY_LOSSES
+from .policy_losses import LOSS_TYPES, POLICY_LOSSES, ppo_clip_loss
 from .prompt_stats import PROMPT_SAMPLERS
 
 
@@ -96,6 +102,12 @@ BOUNDS: dict[str, Bound] = {
     "explore_importance_sampling_clip_max": _POSITIVE,  # a cap on weights that are > 0
 }
 
+# epsilon's range under PPO's clip (a rule below: other loss types read epsilon otherwise).
+PPO_EPSILON = Bound(0, 1, lo_open=True, hi_open=True)
+# The most generation rounds one step may run: the first, the explore rounds and the refills (see __post_init__).
+MAX_ROUNDS_PER_STEP = 32
+DEFAULT_EXPLORE_TEMPERATURES = [2.0, 3.0, 4.0]
+
 # Fields that name one of a fixed set of things: "{name}={value!r} is not one of {', '.join(allowed)}".
 # The registries' live names: a loss or estimator registered after this module is loaded is a valid choice too.
 CHOICES: dict[str, Collection[str]] = {
@@ -110,6 +122,39 @@ CHOICES: dict[str, Collection[str]] = {
     "report_to": ("none", "tensorboard"),
     "on_nonfinite": ("stop", "skip"),
 }
+
+
+def check_fields(config: typing.Any, bounds: dict[str, Bound], choices: dict[str, Collection[str]]) -> None:
+    """The single-field checks of a config dataclass (GRPOConfig, SFTConfig: one validation path for both entry
+    points), each failure one ConfigError naming the field and its value. inf or nan in any number is a mistake (an
+    infinite learning rate trains NaNs): checked first, so that the bounds compare finite numbers only. None (an
+    Optional field left unset) is not bounded."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        for x in value if isinstance(value, list) else [value]:
+            if isinstance(x, float) and not math.isfinite(x):
+                raise ConfigError(f"{f.name} must be a finite number, got {x}")
+    for name, bound in bounds.items():
+        value = getattr(config, name)
+        if value is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        if not items or not all(bound.admits(x) for x in items):
+            raise ConfigError(f"{name} must be {bound.describe()}, got {value}")
+    for name, allowed in choices.items():
+        if getattr(config, name) not in allowed:
+            raise ConfigError(f"{name}={getattr(config, name)!r} is not one of {', '.join(allowed)}")
+
+
+def check_threads(name: str, threads: int) -> None:
+    """A thread count above the machine's cores is refused: the extra threads only wait for a core, and torch starts
+    every one of them (100,000 threads take minutes to start, before the first step)."""
+    cores = os.cpu_count() or 1
+    if threads > cores:
+        raise ConfigError(
+            f"{name}={threads} is more than this machine's {cores} cores (threads beyond them only wait for one); "
+            f"use at most {cores}, or 0 for automatic"
+        )
 
 
 @dataclass
@@ -251,7 +296,7 @@ class GRPOConfig:
         },
     )
     explore_temperatures: list[float] = field(
-        default_factory=lambda: [2.0, 3.0, 4.0],
+        default_factory=lambda: list(DEFAULT_EXPLORE_TEMPERATURES),
         metadata={
             "help": "Sampling temperature of each explore round (the last repeats). Higher temperatures find the "
             "answers a confident policy misses; the loss reweights those samples to the policy's temperature "
@@ -484,23 +529,8 @@ class GRPOConfig:
     )
 
     def __post_init__(self) -> None:
-        # inf or nan in any number is a mistake (an infinite learning rate trains NaNs); first, so that the bounds
-        # below compare finite numbers only
-        for f in fields(self):
-            value = getattr(self, f.name)
-            for x in value if isinstance(value, list) else [value]:
-                if isinstance(x, float) and not math.isfinite(x):
-                    raise ConfigError(f"{f.name} must be a finite number, got {x}")
-        for name, bound in BOUNDS.items():
-            value = getattr(self, name)
-            if value is None:
-                continue
-            items = value if isinstance(value, list) else [value]
-            if not items or not all(bound.admits(x) for x in items):
-                raise ConfigError(f"{name} must be {bound.describe()}, got {value}")
-        for name, allowed in CHOICES.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
+        check_fields(self, BOUNDS, CHOICES)
+        check_threads("torch_num_threads", self.torch_num_threads)
         # Rules that tie fields together (each field is in range by now).
         # Advantages are computed within a group, so a process must hold whole groups.
         if self.per_device_train_batch_size < 1 or self.per_device_train_batch_size % self.num_generations:
@@ -519,6 +549,15 @@ class GRPOConfig:
         if self.num_mini_batches < 1 or groups % self.num_mini_batches:
             raise ConfigError(
                 f"num_mini_batches={self.num_mini_batches} must divide the {groups} groups per process"
+            )
+        # PPO's clip (core.clipped_surrogate: the loss types registered with ppo_clip_loss) keeps the ratio within
+        # [1 - epsilon, 1 + epsilon_high]: epsilon >= 1 leaves it no lower side, and the first update off the
+        # sampling policy fails. (cispo reads epsilon as a cap on the weight and gmpo as a clip of log-ratios, where
+        # values >= 1 mean something.) Checked even where the ratio is exactly 1 and the clip never acts.
+        if POLICY_LOSSES[self.loss_type].fn is ppo_clip_loss and not PPO_EPSILON.admits(self.epsilon):
+            raise ConfigError(
+                f"epsilon must be {PPO_EPSILON.describe()} for loss_type {self.loss_type} (its clip range starts at "
+                f"1 - epsilon), got {self.epsilon}"
             )
         # Two-sided GRPO's cap on the unclipped ratio must lie above the clip range, or it clips inside it.
         if self.delta is not None and not self.delta > 1 + (self.epsilon_high or self.epsilon):
@@ -540,6 +579,42 @@ class GRPOConfig:
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
             raise ConfigError(
                 f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} reward_funcs"
+            )
+        # All weights 0: every combined reward is 0, every group has zero variance, and no step has anything to
+        # learn from (the run would finish with rc 0 and the weights it started with).
+        if self.reward_weights is not None and not any(self.reward_weights):
+            raise ConfigError(
+                f"reward_weights are all 0 ({self.reward_weights}): every combined reward would be 0 and the run "
+                "could not learn anything; give at least one reward function a non-zero weight"
+            )
+        # An estimator defined on 0/1 rewards (pass@k) cannot take them less beta x the KL.
+        if self.use_kl_in_reward and needs_binary_rewards(self):
+            raise ConfigError(
+                f"advantage_mode {self.advantage_mode} needs rewards of 0 or 1, and use_kl_in_reward subtracts "
+                "beta x the KL from them: put the KL in the loss (use_kl_in_reward false)"
+            )
+        # The last explore temperature repeats, so a list shorter than the rounds is fine; values beyond the rounds
+        # would never be used. (The default list is a schedule that serves any number of rounds.)
+        temps = self.explore_temperatures
+        if self.explore_rounds and len(temps) > self.explore_rounds and temps != DEFAULT_EXPLORE_TEMPERATURES:
+            raise ConfigError(
+                f"explore_temperatures has {len(temps)} values {temps} for explore_rounds={self.explore_rounds}: "
+                f"the last {len(temps) - self.explore_rounds} would never be used; give at most {self.explore_rounds} "
+                "(the last one repeats)"
+            )
+        # What a step costs: the first round, each explore round and each dynamic-sampling refill samples up to a
+        # whole generation (an explore round samples the failed prompts again: all of them, with a policy that
+        # solves none). A step is bounded to MAX_ROUNDS_PER_STEP rounds, so that it costs at most that many plain
+        # steps (the default: 1 + 3 + 3 = 7; every recipe and study uses at most 7).
+        refills = self.max_dynamic_sampling_rounds if self.dynamic_sampling else 0
+        rounds = 1 + self.explore_rounds + refills
+        if rounds > MAX_ROUNDS_PER_STEP:
+            n = self.generation_size
+            raise ConfigError(
+                f"explore_rounds={self.explore_rounds} and max_dynamic_sampling_rounds={refills} let one step sample "
+                f"{rounds:,} rounds of up to {n:,} completions ({rounds * n:,} completions, the cost of {rounds:,} "
+                f"plain steps); at most {MAX_ROUNDS_PER_STEP} rounds a step: lower explore_rounds or "
+                "max_dynamic_sampling_rounds"
             )
         # A command line cannot pass None: "" or the word None means "no evaluation split".
         if self.eval_split in ("", "None", "none", "null"):

@@ -16,14 +16,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-import numpy as np
 import torch
 import torch.nn as nn
 
-from rewards import EOS, RewardError, combine_rewards, compute_rewards
+from rewards import EOS, RewardError, check_binary, compute_rewards, rewards_float32
 
 from . import checkpoint as ckpt
-from .advantage_estimators import ADV_ESTIMATORS, AdvantageConfig, AdvantageInputs, compute_advantages
+from .advantage_estimators import (
+    ADV_ESTIMATORS,
+    AdvantageConfig,
+    AdvantageInputs,
+    compute_advantages,
+    needs_binary_rewards,
+)
 from .backend import Backend
 from .batch import Batch, concat_batches
 from .config import GRPOConfig
@@ -32,6 +37,11 @@ from .distributed import Processes
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
 from .rollout import SamplingParams, decode_rows, sample_completions
+
+
+class RewardFailure(RewardError):
+    """A reward function failed on a round's samples (it raised, or returned a value the run cannot use): the trainer
+    adds the step and the checkpoint to resume from."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +141,8 @@ class BatchGenerator:
         # normalise-then-sum replaces the estimator and reads each function's rewards.)
         self.gdpo = cfg.multi_objective_aggregation == "normalize_then_sum"
         self.adv_needs = () if self.gdpo else ADV_ESTIMATORS[cfg.advantage_mode].needs
+        # The estimator is defined on 0/1 rewards: every round's are checked (one line, not a traceback mid-run).
+        self.binary_rewards = needs_binary_rewards(cfg)
 
     def state_dict(self) -> dict:
         """This process's sampling state: the generator's RNG, the prompt order's cursor and (tensors) the
@@ -289,10 +301,15 @@ class BatchGenerator:
         prompts = [self.prompts.texts[i] for i in idx for _ in range(reps)]
         columns = {c: [v[i] for i in idx for _ in range(reps)] for c, v in self.prompts.columns.items()}
         rw = self.rewards
-        per_func = compute_rewards(rw.funcs, rw.names, prompts, completions, ids, columns, rw.kwargs)
-        per_func = per_func.astype(np.float32)  # (n, F), NaN = None
-        rewards = torch.from_numpy(combine_rewards(per_func, rw.weights).astype(np.float32))  # (n,)
-        return prompts, completions, torch.from_numpy(per_func), rewards
+        try:
+            per_func = compute_rewards(rw.funcs, rw.names, prompts, completions, ids, columns, rw.kwargs)
+            per32, total = rewards_float32(per_func, rw.weights, rw.names, completions)  # (n, F), (n,)
+            if self.binary_rewards:
+                who = f"advantage_mode {self.cfg.advantage_mode}"
+                check_binary(total, per_func, rw.weights, rw.names, completions, who)
+        except RewardError as e:
+            raise RewardFailure(str(e)) from e
+        return prompts, completions, torch.from_numpy(per32), torch.from_numpy(total)
 
     @torch.inference_mode()
     def sequence_kl(

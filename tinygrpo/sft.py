@@ -23,8 +23,11 @@ import torch.nn.functional as F
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer, check_text
 from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN
 
+from .config import BOUNDS, Bound, ConfigError, check_fields, check_threads
 from .evaluation import greedy_accuracy
 from .problems import load_split
+from .update import NonFiniteError, nonfinite_weight
+from .validation import ModelShape, gigabytes, memory_budget
 
 
 @dataclass
@@ -71,13 +74,40 @@ class SFTConfig:
     log_every: int = field(default=100, metadata={"help": "Print the loss every N steps (0 = never)."})
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "batch_size", "n_layer", "n_embd", "n_head", "n_positions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.train_size < 0:
-            raise ValueError(f"train_size must be >= 0, got {self.train_size}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        check_fields(self, SFT_BOUNDS, {})  # the same checks, messages and loop as GRPOConfig's
+        check_threads("threads", self.threads)
+
+
+# Single-field bounds, checked in this order by tinygrpo.config.check_fields (after the finite-number check), as
+# GRPOConfig's BOUNDS: "{name} must be {bound.describe()}, got {value}".
+SFT_BOUNDS: dict[str, Bound] = {
+    **dict.fromkeys(("max_steps", "batch_size", "n_layer", "n_embd", "n_head", "n_positions"), Bound(1)),
+    "train_size": Bound(0),  # 0 = the whole split
+    "learning_rate": Bound(0, lo_open=True),
+    "weight_decay": Bound(0),
+    "threads": Bound(0),  # 0 = torch's default
+    "seed": BOUNDS["seed"],  # numpy and torch take 32-bit seeds
+    "label_smoothing": Bound(0, 1),  # the probability mass moved from the label to the other tokens
+    "log_every": Bound(0),  # 0 = never
+}
+
+
+def check_memory(cfg: SFTConfig, vocab: int, tokens: int) -> None:
+    """Training holds the model with its gradients and AdamW's two moments (16 bytes a parameter) and one batch's
+    activations (tinygrpo.validation.ModelShape's estimate, as GRPO's update): refused above the memory budget
+    before the model is built, naming the sizes and the estimate."""
+    shape = ModelShape(cfg.n_layer, cfg.n_embd, 4 * cfg.n_embd, cfg.n_head, vocab, tokens)
+    c = cfg.n_embd
+    params = (
+        (vocab + cfg.n_positions) * c + cfg.n_layer * (12 * c * c + 13 * c) + 2 * c
+    )  # TinyLM's, tied head
+    need, budget = 16 * params + shape.train_bytes(cfg.batch_size, tokens), memory_budget()
+    if need > budget:
+        raise ConfigError(
+            f"n_layer={cfg.n_layer}, n_embd={cfg.n_embd}, n_positions={cfg.n_positions} ({params:,} parameters) and "
+            f"batch_size={cfg.batch_size} x {tokens} tokens would need ~{gigabytes(need)} at once to train (limit "
+            f"~{gigabytes(budget)}, half this machine's memory); lower them"
+        )
 
 
 def encode_examples(
@@ -114,6 +144,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     ids, mask, labels = encode_examples(tokenizer, train["prompt"], train["answer"])
     if ids.size(1) > cfg.n_positions:
         raise ValueError(f"n_positions={cfg.n_positions} is shorter than the longest example ({ids.size(1)})")
+    check_memory(cfg, len(tokenizer), ids.size(1))
 
     config = TinyLMConfig(
         vocab_size=len(tokenizer),
@@ -153,6 +184,11 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         opt.step()
         sched.step()
         last_loss = loss.item()
+        if not math.isfinite(last_loss):  # the weights it came from are no use: stop, and save nothing
+            raise NonFiniteError(
+                f"step {step}: the loss is NaN or infinite (learning_rate={cfg.learning_rate} too large?); "
+                "stopped, nothing saved"
+            )
         if step == 1:
             first_loss = last_loss
         if verbose and cfg.log_every and step % cfg.log_every == 0:
@@ -175,6 +211,12 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             model, tokenizer, test["prompt"], test["answer"], max_new
         )
         summary["eval_problems"] = len(test)
+    bad = nonfinite_weight(model)  # (the last step's update may have made them so, after a finite loss)
+    if bad is not None:
+        raise NonFiniteError(
+            f"step {cfg.max_steps}: the weights are NaN or infinite ({bad}; learning_rate={cfg.learning_rate} too "
+            "large?); nothing saved"
+        )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "sft_config.json").write_text(json.dumps(asdict(cfg), indent=2))

@@ -25,7 +25,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, set_seed
 from tqdm.auto import tqdm
 
-from rewards import resolve_rewards
+from rewards import RewardError, resolve_rewards
 
 from . import checkpoint as ckpt
 from . import launch
@@ -34,7 +34,7 @@ from .checkpoint import SaveError
 from .config import GRPOConfig
 from .distributed import Processes
 from .evaluation import HeldOutEvaluator
-from .generation import BatchGenerator, ScoredBatch, reward_spec
+from .generation import BatchGenerator, RewardFailure, ScoredBatch, reward_spec
 from .metrics import StepTimes, step_metrics
 from .metrics_io import plot_metrics
 from .optim import OptimizerStep, build_optimizer
@@ -42,10 +42,16 @@ from .prompt_stats import PromptStats
 from .prompts import PromptSource
 from .report import write_report
 from .run_logs import RunLogs
-from .update import NonFiniteError, PolicyUpdate
+from .update import NonFiniteError, PolicyUpdate, nonfinite_weight
 from .validation import check_inputs
 
-__all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerState"]
+__all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerState", "last_checkpoint"]
+
+
+def last_checkpoint(out: Path) -> str:
+    """Where a run stopped by an error can resume from, for its message: the newest complete checkpoint, or none."""
+    kept = ckpt.checkpoint_dirs(out)
+    return f"the last complete checkpoint is {kept[-1]}" if kept else "there is no checkpoint to resume from"
 
 
 @dataclass
@@ -62,7 +68,10 @@ class TrainerState:
 
     step: int = 0
     total_completions: int = 0  # sampled in every round, over all processes
-    nonfinite_skipped: int = 0  # steps skipped for a NaN/inf loss or gradient (on_nonfinite="skip")
+    nonfinite_skipped: int = 0  # updates skipped for a NaN/inf loss or gradient (on_nonfinite="skip")
+    nonfinite_steps: int = (
+        0  # steps that made no update, every one of theirs being NaN/inf (on_nonfinite="skip")
+    )
     elapsed_seconds: float = 0.0  # wall-clock seconds in training steps (evaluation and checkpoints excluded)
 
     def state_dict(self) -> dict:
@@ -100,7 +109,17 @@ class GRPOTrainer:
             reward_funcs if reward_funcs is not None else cfg.reward_funcs, cfg.reward_weights
         )
         self.rewards = reward_spec(funcs, names, weights, cfg)
-        check_inputs(cfg, model, tokenizer, train_dataset, eval_dataset, funcs, names, self.rewards.kwargs)
+        check_inputs(
+            cfg,
+            model,
+            tokenizer,
+            train_dataset,
+            eval_dataset,
+            funcs,
+            names,
+            self.rewards.kwargs,
+            self.rewards.weights,
+        )
         self.train_dataset = train_dataset
         self.prompt_stats = PromptStats(len(train_dataset), cfg.pass_rate_ema)
         self.prompts = PromptSource(
@@ -145,7 +164,15 @@ class GRPOTrainer:
         """Generate, score, compute advantages, optimize; advances `step`; returns the step's metrics."""
         cfg, state = self.cfg, self.state
         t0 = time.perf_counter()
-        scored = self.generator.generate()
+        try:
+            scored = self.generator.generate()
+        except RewardFailure as e:
+            how = (
+                ", to resume from with --resume_from_checkpoint latest"
+                if ckpt.checkpoint_dirs(self.out)
+                else ""
+            )
+            raise RewardError(f"step {state.step + 1}: {e}; {last_checkpoint(self.out)}{how}") from None
         t1 = time.perf_counter()
         minibatches = self.update.prepare(scored.batch)
         t2 = time.perf_counter()
@@ -153,8 +180,8 @@ class GRPOTrainer:
             stats = self.update.run(minibatches)
         except NonFiniteError as e:
             raise NonFiniteError(
-                f"step {state.step + 1}: {e}; stopped (the last checkpoint in {self.out} is intact; "
-                f"on_nonfinite=skip skips such steps instead)"
+                f"step {state.step + 1}: {e}; stopped ({last_checkpoint(self.out)}; on_nonfinite=skip skips such "
+                "steps instead)"
             ) from None
         t3 = time.perf_counter()
         if cfg.sync_ref_model and (state.step + 1) % cfg.ref_model_sync_steps == 0:
@@ -162,6 +189,7 @@ class GRPOTrainer:
         state.step += 1
         state.total_completions += scored.num_sampled
         state.nonfinite_skipped += stats.nonfinite_skipped
+        state.nonfinite_steps += bool(stats.nonfinite_skipped and not stats.updates)
         state.elapsed_seconds += time.perf_counter() - t0
 
         m = step_metrics(
@@ -218,10 +246,11 @@ class GRPOTrainer:
         """checkpoint-<step> (tinygrpo/checkpoint.py): accelerate's state (model, optimizer, RNGs), every component's
         state, the settings and a manifest; written under a temporary name, then renamed. Non-finite weights are
         never saved."""
-        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+        bad = nonfinite_weight(self.model)
+        if bad is not None:
             raise NonFiniteError(
-                f"step {self.step}: the weights are NaN or infinite (a learning rate too large?); not saved, the "
-                f"last checkpoint in {self.out} is intact"
+                f"step {self.step}: the weights are NaN or infinite ({bad}; a learning rate too large?); not saved "
+                f"({last_checkpoint(self.out)})"
             )
         return ckpt.save_checkpoint(
             self.out,
@@ -316,6 +345,18 @@ class GRPOTrainer:
             finally:
                 bar.close()
         wall = time.perf_counter() - t_start
+        skipped = self.state.nonfinite_steps
+        if skipped and self.step == cfg.max_steps:
+            if (
+                skipped == self.step
+            ):  # the weights are still the ones the run started with: say so, save nothing
+                raise NonFiniteError(
+                    f"on_nonfinite=skip skipped every one of the {skipped} steps (each had a NaN or infinite loss or "
+                    f"gradient): the run learned nothing ({last_checkpoint(self.out)})"
+                )
+            self.acc.print(
+                f"on_nonfinite=skip: {skipped} of {self.step} steps were skipped (a NaN or infinite loss or gradient)"
+            )
         self.save_checkpoint()
         if self.step < cfg.max_steps:
             if cfg.make_report and self.procs.is_main:
@@ -331,6 +372,7 @@ class GRPOTrainer:
                 "steps": self.step,
                 "wall_seconds": wall,
                 "num_completions": self.state.total_completions,
+                "nonfinite_skipped_steps": skipped,
             }
         )
         if self.procs.is_main:

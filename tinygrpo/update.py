@@ -29,7 +29,16 @@ from .policy_losses import POLICY_LOSSES
 
 
 class NonFiniteError(RuntimeError):
-    """A NaN or infinite loss or gradient (on_nonfinite='stop')."""
+    """A NaN or infinite loss or gradient (on_nonfinite='stop'), or weights that became so (never saved)."""
+
+
+def nonfinite_weight(model: nn.Module) -> str | None:
+    """The name of the first parameter that holds a NaN or infinite value, or None. The one guard of both entry
+    points: non-finite weights are never saved (GRPO checks before every checkpoint, SFT before it saves the model)."""
+    for name, param in model.named_parameters():
+        if not bool(torch.isfinite(param).all()):
+            return name
+    return None
 
 
 @dataclass
