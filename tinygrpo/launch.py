@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
 from .config import ConfigError, GRPOConfig
+from .writes import writing
 
 RUN_FILES = (
     "metrics.jsonl",
@@ -76,7 +77,8 @@ def lock_output_dir(out: Path) -> int:
     which must stay open for the run."""
     import fcntl
 
-    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    with writing(out / LOCK_FILE):
+        fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -86,8 +88,13 @@ def lock_output_dir(out: Path) -> int:
             f"output_dir {out} is in use by another run (pid {holder}); wait for it to finish or choose another "
             f"--output_dir"
         ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    try:
+        with writing(out / LOCK_FILE):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -103,7 +110,8 @@ def prepare_output_dir(cfg: GRPOConfig) -> None:
             f"--resume_from_checkpoint latest to continue it, or choose another --output_dir"
         )
     for f in RUN_FILES:
-        (out / f).unlink(missing_ok=True)
+        with writing(out / f):
+            (out / f).unlink(missing_ok=True)
     for d in [out / "final", *out.glob("checkpoint-*"), *out.glob(".tmp-checkpoint-*"), out / "runs"]:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -25,6 +25,7 @@ from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN
 
 from .evaluation import greedy_accuracy
 from .problems import load_split
+from .writes import save_model_files
 
 
 @dataclass
@@ -175,10 +176,11 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             model, tokenizer, test["prompt"], test["answer"], max_new
         )
         summary["eval_problems"] = len(test)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    (out / "sft_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    texts = {
+        "sft_config.json": json.dumps(asdict(cfg), indent=2),
+        "sft_summary.json": json.dumps(summary, indent=2),
+    }
+    save_model_files(out, [model, tokenizer], texts)  # (all or nothing: a failed save leaves no half model)
     if verbose:
         acc = summary.get("eval_accuracy")
         acc_s = (
