@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("accelerate").setLevel(logging.ERROR)
     out = None
     locks: list[int] = []  # the output_dir lock (a file descriptor), held for the run
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         cfg = parse_config(argv)
         out = Path(cfg.output_dir)
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         # The output directory and the resume point, checked before anything expensive; every process checks the
         # resume point (each prints nothing but the main one).
         def take_output_dir() -> None:
+            launch.check_apart(out, launch.grpo_inputs(cfg, launch.recipe_path(argv)))
             launch.check_writable(out)
             locks.append(launch.lock_output_dir(out))
             launch.prepare_output_dir(cfg)

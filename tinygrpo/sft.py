@@ -24,7 +24,8 @@ from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer, check_text
 from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN
 
 from .evaluation import greedy_accuracy
-from .problems import load_split
+from .launch import Input, check_apart
+from .problems import dataset_dir, load_split
 from .writes import save_model_files
 
 
@@ -102,6 +103,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             f"output_dir {out} already holds a model; pass --overwrite_output_dir true to replace it, or choose "
             f"another --output_dir"
         )
+    check_apart(out, [Input("dataset", cfg.dataset, dataset_dir(cfg.dataset), True)])
     t0 = time.time()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
