@@ -31,7 +31,7 @@ import torch.nn as nn
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from .config import ConfigError
-from .writes import as_write_error, torch_save_keeps_errno, write_atomic, writing
+from .writes import as_write_error, named_save_errors, write_atomic, writing
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"
@@ -73,7 +73,7 @@ def save_checkpoint(
         if procs.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
         procs.wait()
-        with torch_save_keeps_errno():
+        with named_save_errors():
             acc.save_state(str(tmp), safe_serialization=True)
         for name, component in per_process.items():
             plain, tensors = _split_tensors(component.state_dict())

@@ -7,6 +7,7 @@ Every check fails with a ConfigError naming the problem; train_grpo.py prints it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -137,6 +138,8 @@ def check_writable(out: Path) -> None:
         probe.write_text("")
         probe.unlink()
     except OSError as e:
+        with contextlib.suppress(OSError):  # (a probe created, then not written)
+            probe.unlink(missing_ok=True)
         raise ConfigError(f"output_dir {out} is not writable: {e.strerror or e}") from None
 
 

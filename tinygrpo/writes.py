@@ -1,11 +1,11 @@
 """Writing a run's files: a failed write is one OSError (WriteError) naming the file and the errno, whatever the
 writer, and leaves no temporary file behind.
 
-The writers a run uses do not all raise OSError: safetensors raises SafetensorError("... (os error 28)"), and
-torch.save's C++ writer turns any failed write into RuntimeError("[enforce fail at inline_container.cc] ...
-unexpected pos"), the errno lost. `writing()` turns what each raises into a WriteError (an OSError, so every
-`except OSError` still catches it); `torch_save_keeps_errno()` recovers torch's errno. The entry points print a
-WriteError as one line (`describe_write_error`) with what was kept.
+The writers a run uses do not all raise OSError: safetensors raises SafetensorError("... (os error 28)") without the
+file, and torch.save's C++ writer turns any failed write into RuntimeError("[enforce fail at inline_container.cc]
+... unexpected pos"), the errno lost. `writing()` turns what each raises into a WriteError (an OSError, so every
+`except OSError` still catches it); `named_save_errors()` recovers torch's errno and safetensors' file. The entry
+points print a WriteError as one line (`describe_write_error`) with what was kept.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from typing import Any
 
 # safetensors' words for an I/O error: "(os error 28)" (0.4+), "Os { code: 28, ... }" (older)
 _OS_ERROR = re.compile(r"os error (\d+)|code: (\d+)")
-# transformers' weights file, named when safetensors fails without naming one
-WEIGHTS_NAME = "model.safetensors"
 STAGING = ".tmp-save"  # save_model_files' temporary directory, inside the model directory
 
 
@@ -117,7 +115,7 @@ def save_model_files(dest: str | Path, parts: Iterable[Any], texts: dict[str, st
     dest.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)  # (what a killed save left)
     try:
-        with writing(tmp / WEIGHTS_NAME, temp_dirs=[tmp]):
+        with writing(tmp, temp_dirs=[tmp]), named_save_errors():
             for part in parts:
                 part.save_pretrained(tmp)
             for name, text in (texts or {}).items():
@@ -129,6 +127,43 @@ def save_model_files(dest: str | Path, parts: Iterable[Any], texts: dict[str, st
     except WriteError as e:
         name = str(e.filename).replace(str(tmp), str(dest), 1)  # the file the user will look for
         raise WriteError(e.errno, e.strerror, name) from e
+
+
+class _Named:
+    """A file opened for writing by a library, whose failed writes name it: a write that fails raises an OSError
+    with the errno alone (the open named the file, the write does not)."""
+
+    def __init__(self, raw, path) -> None:
+        self._raw, self._path = raw, os.fsdecode(path)
+
+    def _named(self, call, *args):
+        try:
+            return call(*args)
+        except OSError as e:
+            if e.filename or not e.errno:
+                raise
+            raise WriteError(e.errno, os.strerror(e.errno), self._path) from e
+
+    def write(self, data):
+        return self._named(self._raw.write, data)
+
+    def writelines(self, lines) -> None:
+        self._named(self._raw.writelines, lines)
+
+    def flush(self) -> None:
+        self._named(self._raw.flush)
+
+    def close(self) -> None:
+        self._named(self._raw.close)
+
+    def __getattr__(self, name: str):
+        return getattr(self._raw, name)
+
+    def __enter__(self) -> _Named:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class _KeepsError:
@@ -151,39 +186,58 @@ class _KeepsError:
 
 
 @contextlib.contextmanager
-def torch_save_keeps_errno() -> Iterator[None]:
-    """For the duration, torch.save of a path that fails is written again through a Python file, whose OSError
-    (with its errno) is raised as a WriteError naming the path. torch's C++ writer reports any failed write as
-    "RuntimeError: [enforce fail at inline_container.cc] unexpected pos" and drops the errno. A save that works
-    the first time is untouched (written through Python, torch would name the archive's root "archive", not after
-    the file: other bytes, the same contents). Used around accelerate's save_state, which calls torch.save
-    itself."""
+def named_save_errors() -> Iterator[None]:
+    """For the duration, a failed write by torch.save, safetensors or Python's open is a WriteError naming its file,
+    for the savers a library calls itself (accelerate's save_state, transformers' save_pretrained).
+
+    torch's C++ writer reports any failed write as "RuntimeError: [enforce fail at inline_container.cc] unexpected
+    pos" and drops the errno: such a save is written again through a Python file, whose OSError is kept. A save
+    that works the first time is untouched (written through Python, torch would name the archive's root "archive",
+    not after the file: other bytes, the same contents). safetensors keeps the errno in its message ("os error 28")
+    but not the file: serialize_file, which its save_file and save_model call, is wrapped to add it. A file opened
+    for writing with Python's open is wrapped (_Named) so that its failed writes name it. (A copy by os.sendfile, as
+    shutil makes, still fails without the name: the caller's directory is named.)"""
+    import builtins
+    import io
+
+    import safetensors.torch
     import torch
 
-    real = torch.save
+    real_save, real_serialize, real_open = torch.save, safetensors.torch.serialize_file, builtins.open
 
     def save(obj, f, *args, **kwargs):
         if not isinstance(f, str | os.PathLike):
-            return real(obj, f, *args, **kwargs)
+            return real_save(obj, f, *args, **kwargs)
         try:
-            return real(obj, f, *args, **kwargs)
+            return real_save(obj, f, *args, **kwargs)
         except RuntimeError:
             pass  # the errno is lost: the same write again, through Python
         with writing(f), open(f, "wb") as raw:
             sink = _KeepsError(raw)
             try:
-                real(obj, sink, *args, **kwargs)
+                real_save(obj, sink, *args, **kwargs)
             except RuntimeError:
                 if sink.error is None:
                     raise  # not a failed write
                 raise sink.error from None
         return None  # (the second try succeeded: a passing fault, and the file is whole)
 
-    torch.save = save
+    def serialize_file(tensors, filename, *args, **kwargs):
+        with writing(filename):
+            return real_serialize(tensors, filename, *args, **kwargs)
+
+    def open_(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        named = isinstance(file, str | bytes | os.PathLike) and set(mode) & set("wax+")
+        return _Named(f, file) if named else f
+
+    torch.save, safetensors.torch.serialize_file = save, serialize_file
+    builtins.open = io.open = open_  # (pathlib opens through io.open)
     try:
         yield
     finally:
-        torch.save = real
+        torch.save, safetensors.torch.serialize_file = real_save, real_serialize
+        builtins.open = io.open = real_open
 
 
 def describe_write_error(exc: OSError, kept: str) -> str:
