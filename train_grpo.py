@@ -77,12 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("accelerate").setLevel(logging.ERROR)
     out = None
     locks: list[int] = []  # the output_dir lock (a file descriptor), held for the run
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         cfg = parse_config(argv)
         out = Path(cfg.output_dir)
         from tinygrpo import launch
         from tinygrpo.problems import load_splits
         from tinygrpo.trainer import GRPOTrainer
+        from tinygrpo.writes import write_atomic
 
         launch.stop_with_launcher()
         acc = launch.build_accelerator(cfg)
@@ -105,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         # The output directory and the resume point, checked before anything expensive; every process checks the
         # resume point (each prints nothing but the main one).
         def take_output_dir() -> None:
+            launch.check_apart(out, launch.grpo_inputs(cfg, launch.recipe_path(argv)))
             launch.check_writable(out)
             locks.append(launch.lock_output_dir(out))
             launch.prepare_output_dir(cfg)
@@ -132,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(str(e)) from None
         trainer = GRPOTrainer(cfg, model, tokenizer, train, evald, ref_model=ref_model, accelerator=acc)
         if acc.is_main_process:
-            (out / "config.json").write_text(json.dumps(cfg.__dict__, indent=2))
+            write_atomic(out / "config.json", json.dumps(cfg.__dict__, indent=2))
         summary = trainer.train(resume_from)
         if acc.is_main_process:  # (while the output directory is still locked)
-            (out / "summary.json").write_text(json.dumps(summary, indent=2))
+            write_atomic(out / "summary.json", json.dumps(summary, indent=2))
     except ConfigError as e:
         if str(e):  # (empty on the other processes when the main one reported the problem)
             print(f"error: {e}", file=sys.stderr)
@@ -143,12 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         print(f"\n{e}" if str(e) else "\ninterrupted", file=sys.stderr)
         return 130
-    except OSError as e:  # a full disk, a file removed under the run: say what and where, keep what was saved
-        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
-        print(
-            f"error: {e.strerror or e}{where}; the last complete checkpoint in {out} is intact",
-            file=sys.stderr,
-        )
+    except OSError as e:  # a full disk, a file removed under the run: say what and where, and what was kept
+        from tinygrpo.checkpoint import last_checkpoint
+        from tinygrpo.writes import describe_write_error
+
+        kept = last_checkpoint(out) if out is not None else "no checkpoint was kept"
+        print(f"error: {describe_write_error(e, kept)}", file=sys.stderr)
         return 1
     except Exception as e:
         from rewards import RewardError

@@ -25,8 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         (cfg,) = Parser(SFTConfig, allow_abbrev=False).parse_args_into_dataclasses(args=argv)
         train_reference(cfg)
-    except (ValueError, OSError, NonFiniteError) as e:
+    except (ValueError, NonFiniteError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a full disk, a read-only place: the file, the cause, and that nothing was saved
+        from tinygrpo.writes import describe_write_error
+
+        print(f"error: {describe_write_error(e, f'no model was saved in {cfg.output_dir}')}", file=sys.stderr)
         return 1
     return 0
 

@@ -140,6 +140,14 @@ def _is_path(target: str) -> bool:
     return target.endswith(".py") or "/" in target or "\\" in target
 
 
+def reward_file(spec: str | RewardFunc) -> Path | None:
+    """The file a ``path/to/file.py:function`` spec reads, or None for any other spec."""
+    if not isinstance(spec, str):
+        return None
+    target, _, attr = spec.strip().rpartition(":")
+    return Path(target) if target and attr and _is_path(target) else None
+
+
 def _resolve_target(spec: str) -> RewardFunc:
     target, _, attr = spec.rpartition(":")
     if not target or not attr:

@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 
 import train_grpo
 import train_sft
+from tinygrpo.problems import DATA_DIR
 from tinygrpo.validation import gigabytes, memory_budget
 
 # ------------------------------------------------------------------------------------------------ builders
@@ -124,6 +125,20 @@ def _locked(t, r, p=None):
     (t / "out").mkdir()
     _locked.fd = launch.lock_output_dir(t / "out")  # held by "another run" (closed by the test)
     return []
+
+
+NO_REWARD = "def f(completions, **kw):\n    return []\n"
+
+
+def _symlink(t: Path, name: str, to: Path) -> Path:
+    (t / name).symlink_to(to, target_is_directory=True)
+    return t / name
+
+
+def _in_dir(t: Path, d: str, name: str, text: str) -> Path:
+    (t / d).mkdir(parents=True, exist_ok=True)
+    (t / d / name).write_text(text)
+    return t / d / name
 
 
 def _earlier_run(t, prior, *extra):
@@ -362,6 +377,79 @@ CASES = {
         _locked,
         "error: output_dir {out} is in use by another run (pid {pid}); wait for it to finish or choose another "
         "--output_dir",
+    ),
+    # ---- class 1 (issue 30): a run writes into its own inputs (checked by real paths, before anything is written)
+    "output_dir_is_the_model": (
+        lambda t, r, p: ["--model_name_or_path", str(_model_copy(t, r)), "--output_dir", f"{t}/model/"],
+        "error: output_dir {t}/model is model_name_or_path {t}/model: a run never writes where it reads; choose "
+        "another --output_dir",
+    ),
+    "output_dir_inside_the_model": (
+        lambda t, r, p: [
+            "--model_name_or_path",
+            str(_model_copy(t, r)),
+            "--output_dir",
+            str(t / "model" / "o"),
+        ],
+        "error: output_dir {t}/model/o is inside model_name_or_path {t}/model: a run never writes where it reads; "
+        "choose another --output_dir",
+    ),
+    "output_dir_a_symlink_to_the_model": (
+        lambda t, r, p: [
+            *["--model_name_or_path", str(_model_copy(t, r))],
+            *["--output_dir", str(_symlink(t, "link", t / "model"))],
+        ],
+        "error: output_dir {t}/link is model_name_or_path {t}/model (both are {rt}/model): a run never writes "
+        "where it reads; choose another --output_dir",
+    ),
+    "output_dir_is_the_reference": (
+        lambda t, r, p: [
+            *["--beta", "0.1", "--ref_model_name_or_path", str(_model_copy(t, r))],
+            *["--output_dir", str(t / "model")],
+        ],
+        "error: output_dir {t}/model is ref_model_name_or_path {t}/model: a run never writes where it reads; "
+        "choose another --output_dir",
+    ),
+    "model_inside_output_dir": (  # continuing from the last run's final/ into the same output_dir
+        lambda t, r, p: ["--model_name_or_path", str(shutil.copytree(r, t / "out" / "final"))],
+        "error: model_name_or_path {out}/final is inside output_dir {out}: a run never writes where it reads; "
+        "choose another --output_dir",
+    ),
+    "output_dir_is_the_dataset": (
+        lambda t, r, p: [*_dataset(t, GOOD), "--output_dir", str(t / "ds")],
+        "error: output_dir {t}/ds is dataset {t}/ds: a run never writes where it reads; choose another "
+        "--output_dir",
+    ),
+    "output_dir_is_a_named_dataset": (  # (data/seed_bank: the name resolves there)
+        lambda t, r, p: ["--output_dir", str(DATA_DIR / "seed_bank")],
+        "error: output_dir {data}/seed_bank is dataset seed_bank (both are {data}/seed_bank): a run never writes "
+        "where it reads; choose another --output_dir",
+    ),
+    "dataset_inside_output_dir": (
+        lambda t, r, p: [
+            "--dataset",
+            str(_in_dir(t, "out/ds", "train.jsonl", GOOD).parent),
+            "--eval_split",
+            "",
+        ],
+        "error: dataset {out}/ds is inside output_dir {out}: a run never writes where it reads; choose another "
+        "--output_dir",
+    ),
+    "output_dir_is_a_reward_files_directory": (
+        lambda t, r, p: [
+            *["--reward_funcs", f"{_in_dir(t, 'rw', 'r.py', NO_REWARD)}:f"],
+            *["--output_dir", str(t / "rw")],
+        ],
+        "error: output_dir {t}/rw is the directory of reward_funcs {t}/rw/r.py: a run never writes where it "
+        "reads; choose another --output_dir",
+    ),
+    "output_dir_is_the_recipes_directory": (
+        lambda t, r, p: [
+            *["--config", str(_in_dir(t, "recipes", "r.yaml", "max_steps: 2\n"))],
+            *["--output_dir", str(t / "recipes")],
+        ],
+        "error: output_dir {t}/recipes is the directory of --config {t}/recipes/r.yaml: a run never writes where "
+        "it reads; choose another --output_dir",
     ),
     # ---- the data
     "unknown_dataset": (
@@ -603,8 +691,9 @@ def test_bad_input_is_one_exact_error_line_and_changes_nothing(
     lines = [line for line in err.splitlines() if line.strip()]
     size = len(prior_run.joinpath("checkpoint-2", "model.safetensors").read_bytes())
     sizes = {"size_2": f"{size - 10:,}", "size_2_full": f"{size:,}"}
+    where = {"rt": os.path.realpath(t), "data": DATA_DIR}
     want = expected.format(
-        t=t, r=seed_reference, out=out, pid=os.getpid(), n="{n}", msg="{msg}", **sizes, **MACHINE
+        t=t, r=seed_reference, out=out, pid=os.getpid(), n="{n}", msg="{msg}", **sizes, **MACHINE, **where
     )
     pattern = re.escape(want).replace(re.escape("{n}"), r"\d+").replace(re.escape("{msg}"), r"\S.*")
     assert rc == 1, (rc, err)

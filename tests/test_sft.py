@@ -174,3 +174,28 @@ def test_sft_never_overwrites_a_model_unless_asked(sft_run, tmp_path):
     )
     train_reference(cfg, verbose=False)
     assert (copy / "model.safetensors").read_bytes() != before["model.safetensors"]
+
+
+@pytest.mark.parametrize("case", ["is", "symlink", "inside"])
+def test_sft_never_writes_where_it_reads_its_dataset(tmp_path, capsys, case):
+    # issue 30, class 1: one line naming both paths, exit 1, nothing written (output_dir is the dataset directory,
+    # a symlink to it, or holds it).
+    import train_sft
+
+    ds = tmp_path / "out" / "ds" if case == "inside" else tmp_path / "ds"
+    ds.mkdir(parents=True)
+    (ds / "train.jsonl").write_text(json.dumps({"prompt": "1+2=", "answer": "3"}) + "\n")
+    out = {"is": ds, "symlink": tmp_path / "link", "inside": tmp_path / "out"}[case]
+    if case == "symlink":
+        out.symlink_to(ds, target_is_directory=True)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert train_sft.main(["--output_dir", str(out), "--dataset", str(ds), "--max_steps", "1"]) == 1
+    real = os.path.realpath(ds)
+    expected = {
+        "is": f"output_dir {out} is dataset {ds}",
+        "symlink": f"output_dir {out} is dataset {ds} (both are {real})",
+        "inside": f"dataset {ds} is inside output_dir {out}",
+    }[case]
+    rule = ": a run never writes where it reads; choose another --output_dir"
+    assert capsys.readouterr().err.splitlines() == [f"error: {expected}{rule}"]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

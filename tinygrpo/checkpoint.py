@@ -16,6 +16,7 @@ later (a truncated or edited file) fails its manifest: `latest` skips it, and sa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ import torch.nn as nn
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from .config import ConfigError
+from .writes import as_write_error, named_save_errors, write_atomic, writing
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"
@@ -63,41 +65,58 @@ def save_checkpoint(
     process is settled by all of them at each hand-off (procs.any), so that none waits for a process that has given
     up: the process that failed raises a SaveError saying why, the others an empty one."""
     final, tmp = out / f"checkpoint-{step}", out / f".tmp-checkpoint-{step}"
-    failed: OSError | None = None
+    # What each writer raises for a full disk (OSError, SafetensorError, torch's RuntimeError) becomes one
+    # WriteError naming the file; any other exception is also settled by all processes, then raised as it is.
+    failed: BaseException | None = None
+    published = False
     try:
         if procs.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
         procs.wait()
-        acc.save_state(str(tmp), safe_serialization=True)
+        with named_save_errors():
+            acc.save_state(str(tmp), safe_serialization=True)
         for name, component in per_process.items():
             plain, tensors = _split_tensors(component.state_dict())
             write_json_atomic(tmp / f"{name}_{procs.rank}.json", plain)
             if tensors:
-                save_file(tensors, str(tmp / f"{name}_{procs.rank}.safetensors"))
-    except OSError as e:
-        failed = e
+                path = tmp / f"{name}_{procs.rank}.safetensors"
+                with writing(path):
+                    save_file(tensors, str(path))
+    except Exception as e:  # noqa: BLE001  (settled below, with the other processes)
+        failed = as_write_error(e, tmp) or e
     if not procs.any(failed is not None) and procs.is_main:
         try:
             for name, model in models.items():
-                save_model(model, str(tmp / f"{name}.safetensors"))  # (tied weights stored once)
+                path = tmp / f"{name}.safetensors"
+                with writing(path):
+                    save_model(model, str(path))  # (tied weights stored once)
             state = {"num_processes": procs.num, **{name: c.state_dict() for name, c in shared.items()}}
             write_json_atomic(tmp / STATE_FILE, state)
             write_json_atomic(tmp / CONFIG_FILE, config)
             write_manifest(tmp)
-            publish(tmp, final)
-            prune(out, keep)
-        except OSError as e:
-            failed = e
+            with writing(tmp):
+                publish(tmp, final)
+            published = True
+            with writing(out):
+                prune(out, keep)
+        except Exception as e:  # noqa: BLE001
+            failed = as_write_error(e, tmp) or e
     if procs.any(failed is not None):
         if procs.is_main:
             shutil.rmtree(tmp, ignore_errors=True)  # a partial checkpoint is of no use
         if failed is None:
             raise SaveError("")
-        kept = checkpoint_dirs(out)
+        if not isinstance(failed, OSError):
+            raise failed
+        if published:  # (only the removal of an older checkpoint failed)
+            raise SaveError(
+                f"step {step}: saved {final}, but could not remove an older checkpoint: "
+                f"{failed.strerror or failed} ({failed.filename}); {last_checkpoint(out)}"
+            )
         raise SaveError(
             f"step {step}: could not write the checkpoint: {failed.strerror or failed}"
             + (f" ({failed.filename})" if failed.filename else "")
-            + (f"; the last complete checkpoint is {kept[-1]}" if kept else "; no checkpoint was kept")
+            + f"; {last_checkpoint(out)}"
         )
     return final
 
@@ -166,6 +185,12 @@ def _join_tensors(plain: dict, tensors: dict[str, torch.Tensor]) -> dict:
             node = node.setdefault(part, {})
         node[leaf] = tensor
     return plain
+
+
+def last_checkpoint(output_dir: str | Path) -> str:
+    """What a failed write leaves to resume from, in words: the newest complete checkpoint, or that there is none."""
+    kept = checkpoint_dirs(output_dir)
+    return f"the last complete checkpoint is {kept[-1]}" if kept else "no checkpoint was kept"
 
 
 def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
@@ -253,9 +278,7 @@ def generator_state_from_list(gen: torch.Generator, state: list[int]) -> None:
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj))
 
 
 def publish(tmp_dir: Path, final_dir: Path) -> None:
@@ -265,7 +288,13 @@ def publish(tmp_dir: Path, final_dir: Path) -> None:
         old = final_dir.with_name(final_dir.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final_dir, old)
-        os.replace(tmp_dir, final_dir)
+        try:
+            os.replace(tmp_dir, final_dir)
+        except OSError:
+            # the complete checkpoint back in place: a failed save must not lose it
+            with contextlib.suppress(OSError):
+                os.replace(old, final_dir)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp_dir, final_dir)

@@ -1,11 +1,13 @@
-"""What a launch checks and sets up before any expensive work: the output directory (writable, held by this run
-alone, not another run's unless asked), the launcher, and the checkpoint a resume starts from and its settings.
+"""What a launch checks and sets up before any expensive work: the output directory (apart from every input, writable,
+held by this run alone, not another run's unless asked), the launcher, and the checkpoint a resume starts from and its
+settings.
 
 Every check fails with a ConfigError naming the problem; train_grpo.py prints it as one `error:` line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -13,11 +15,13 @@ import signal
 import threading
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import NamedTuple
 
 from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
 from .config import ConfigError, GRPOConfig
+from .writes import writing
 
 RUN_FILES = (
     "metrics.jsonl",
@@ -56,6 +60,73 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
+def recipe_path(argv: list[str]) -> str | None:
+    """The --config file of a command line (as config.parse_config finds it), or None."""
+    for i, a in enumerate(argv):
+        if a.startswith("--config="):
+            return a.removeprefix("--config=")
+        if a == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+class Input(NamedTuple):
+    """A file or directory a run reads: its field, its value as given, the path read, and whether the input owns
+    its directory (a model, a dataset) or is one file in a directory that holds others (a recipe.yaml beside runs/,
+    the README's `--reward_funcs my_rewards.py:brevity` in the working directory)."""
+
+    field: str
+    value: str
+    path: Path
+    owns_dir: bool
+
+
+def grpo_inputs(cfg: GRPOConfig, recipe: str | None) -> list[Input]:
+    """What a GRPO run reads from disk."""
+    from rewards.registry import reward_file
+
+    from .problems import dataset_dir
+
+    found = [Input("model_name_or_path", cfg.model_name_or_path, Path(cfg.model_name_or_path), True)]
+    if cfg.beta > 0 and cfg.ref_model_name_or_path:  # (with beta == 0 no reference is read)
+        found.append(
+            Input(
+                "ref_model_name_or_path", cfg.ref_model_name_or_path, Path(cfg.ref_model_name_or_path), True
+            )
+        )
+    found.append(Input("dataset", cfg.dataset, dataset_dir(cfg.dataset), True))
+    found += [
+        Input("reward_funcs", str(f), f, False) for spec in cfg.reward_funcs if (f := reward_file(spec))
+    ]
+    if recipe:
+        found.append(Input("--config", recipe, Path(recipe), False))
+    return found
+
+
+def check_apart(out: str | Path, inputs: list[Input]) -> None:
+    """A run never writes where it reads. Refused, by real paths (symlinks, relative paths, trailing slashes
+    resolved): output_dir equal to an input's directory, or inside a directory the input owns (a model, a dataset),
+    and any input inside output_dir. The last also covers `--model_name_or_path runs/x/final --output_dir runs/x`:
+    output_dir is the run's to replace (final/ at the end, checkpoints pruned, and all of it cleared by
+    --overwrite_output_dir before the model is even loaded), so an input there could be deleted under the run."""
+    # (realpath, not resolve(): a symlink loop is left as it is, for check_writable to report, not an error here)
+    o = Path(os.path.realpath(out))
+    for field, value, path, owns_dir in inputs:
+        p = Path(os.path.realpath(path))
+        where = p if owns_dir else p.parent
+        if o == where:
+            problem = f"output_dir {out} is {'' if owns_dir else 'the directory of '}{field} {value}"
+        elif owns_dir and where in o.parents:
+            problem = f"output_dir {out} is inside {field} {value}"
+        elif o in p.parents:
+            problem = f"{field} {value} is inside output_dir {out}"
+        else:
+            continue
+        if str(o) != str(out) or str(p) != value:  # (say why two different spellings are the same place)
+            problem += f" (both are {o})" if o == where else f" (real paths: {o} and {p})"
+        raise ConfigError(f"{problem}: a run never writes where it reads; choose another --output_dir")
+
+
 def check_writable(out: Path) -> None:
     """Create the output directory if needed and write a file in it, so that a read-only or missing place fails
     now, not after the models are loaded."""
@@ -67,6 +138,8 @@ def check_writable(out: Path) -> None:
         probe.write_text("")
         probe.unlink()
     except OSError as e:
+        with contextlib.suppress(OSError):  # (a probe created, then not written)
+            probe.unlink(missing_ok=True)
         raise ConfigError(f"output_dir {out} is not writable: {e.strerror or e}") from None
 
 
@@ -76,7 +149,8 @@ def lock_output_dir(out: Path) -> int:
     which must stay open for the run."""
     import fcntl
 
-    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    with writing(out / LOCK_FILE):
+        fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -86,8 +160,13 @@ def lock_output_dir(out: Path) -> int:
             f"output_dir {out} is in use by another run (pid {holder}); wait for it to finish or choose another "
             f"--output_dir"
         ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    try:
+        with writing(out / LOCK_FILE):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -103,7 +182,8 @@ def prepare_output_dir(cfg: GRPOConfig) -> None:
             f"--resume_from_checkpoint latest to continue it, or choose another --output_dir"
         )
     for f in RUN_FILES:
-        (out / f).unlink(missing_ok=True)
+        with writing(out / f):
+            (out / f).unlink(missing_ok=True)
     for d in [out / "final", *out.glob("checkpoint-*"), *out.glob(".tmp-checkpoint-*"), out / "runs"]:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -10,11 +10,13 @@ JsonlWriter (an edited, truncated-and-appended or foreign file) and silently ski
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from .config import ConfigError
+from .writes import append_whole, write_atomic, writing
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -31,7 +33,8 @@ class JsonlError(ConfigError):
 
 
 class JsonlWriter:
-    """Appends one JSON object per line, flushed at once (a killed run keeps every line it wrote)."""
+    """Appends one JSON object per line, flushed at once (a killed run keeps every line it wrote); a line that cannot
+    be written whole is not written at all (writes.append_whole)."""
 
     def __init__(self, path: Path, enabled: bool = True) -> None:
         self.path = Path(path)
@@ -39,8 +42,7 @@ class JsonlWriter:
 
     def write(self, obj: dict) -> None:
         if self.enabled:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(obj, sort_keys=True) + "\n")
+            append_whole(self.path, (json.dumps(obj, sort_keys=True) + "\n").encode())
 
 
 def read_jsonl_lines(path: Path) -> list[tuple[int, bytes, dict]]:
@@ -89,9 +91,7 @@ def truncate_after_step(path: Path, step: int) -> None:
             raise JsonlError(f"{path} line {number}: 'step' is {json.dumps(s)[:40]}, not a number")
         if s <= step:
             kept.append(line + b"\n")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(b"".join(kept))
-    tmp.replace(path)
+    write_atomic(path, b"".join(kept))
 
 
 # ----------------------------------------------------------------------------------------------- checked rows
@@ -284,5 +284,8 @@ def curves_figure(rows: list[dict]) -> Figure:
 def plot_metrics(metrics_path: Path, out_path: Path) -> list[str]:
     """Write the curves figure of metrics.jsonl to out_path (plots.png); returns the panels' keys, row by row."""
     rows = read_jsonl(metrics_path)
-    curves_figure(rows).savefig(out_path, dpi=CURVES_DPI)
+    tmp = Path(out_path).with_name(Path(out_path).name + ".tmp")
+    with writing(out_path, temp_files=[tmp], own_name=False):  # (no half-drawn plots.png, no temporary left)
+        curves_figure(rows).savefig(tmp, dpi=CURVES_DPI, format="png")
+        os.replace(tmp, out_path)
     return [panel.key for panel in curve_panels(rows)]

@@ -113,11 +113,16 @@ def build_all(out_dir: Path = DATA_DIR) -> list[Path]:
     return written
 
 
+def dataset_dir(name_or_path: str) -> Path:
+    """The directory a problem set is read from: the path if it is a directory, else data/<name> (which may not
+    exist)."""
+    path = Path(name_or_path)
+    return path if path.is_dir() else DATA_DIR / name_or_path
+
+
 def load_problems(name_or_path: str) -> DatasetDict:
     """Load a problem set by name (`seed_bank`, `addition`) or by a directory holding `<split>.jsonl` files."""
-    path = Path(name_or_path)
-    if not path.is_dir():
-        path = DATA_DIR / name_or_path
+    path = dataset_dir(name_or_path)
     if not path.is_dir():
         raise ValueError(
             f"dataset {name_or_path!r}: no such directory (known names: seed_bank, addition; or a directory of "

@@ -19,7 +19,6 @@ question at the first, middle and last evaluation).
 from __future__ import annotations
 
 import base64
-import contextlib
 import html
 import io
 import json
@@ -43,6 +42,7 @@ from .metrics_io import (
     list_of,
     read_checked,
 )
+from .writes import write_atomic
 
 REPORT_FILE = "report.html"
 MAX_GROUP_STEPS = 30  # logged steps shown in the groups section (evenly spaced, the last one included)
@@ -383,16 +383,10 @@ def write_report(run_dir: str | Path) -> Path:
 
 
 def _write(run: Path, text: str) -> Path:
-    """Under a temporary name, then renamed: a reader never sees half a report."""
-    path, tmp = run / REPORT_FILE, run / (REPORT_FILE + ".tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as e:
-        with contextlib.suppress(OSError):  # what a full disk left of the temporary file
-            tmp.unlink(missing_ok=True)
-        # named by the file the user asked for, not by our temporary one
-        raise OSError(e.errno, e.strerror, str(path)) from e
+    """Under a temporary name, then renamed: a reader never sees half a report (a WriteError, an OSError, names
+    report.html, not the temporary file, which is removed)."""
+    path = run / REPORT_FILE
+    write_atomic(path, text)
     return path
 
 

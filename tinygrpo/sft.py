@@ -25,9 +25,11 @@ from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN
 
 from .config import BOUNDS, Bound, ConfigError, check_fields, check_threads
 from .evaluation import greedy_accuracy
-from .problems import load_split
+from .launch import Input, check_apart
+from .problems import dataset_dir, load_split
 from .update import NonFiniteError, nonfinite_weight
 from .validation import ModelShape, gigabytes, memory_budget
+from .writes import save_model_files
 
 
 @dataclass
@@ -131,6 +133,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             f"output_dir {out} already holds a model; pass --overwrite_output_dir true to replace it, or choose "
             f"another --output_dir"
         )
+    check_apart(out, [Input("dataset", cfg.dataset, dataset_dir(cfg.dataset), True)])
     t0 = time.time()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -217,10 +220,11 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             f"step {cfg.max_steps}: the weights are NaN or infinite ({bad}; learning_rate={cfg.learning_rate} too "
             "large?); nothing saved"
         )
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    (out / "sft_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
+    texts = {
+        "sft_config.json": json.dumps(asdict(cfg), indent=2),
+        "sft_summary.json": json.dumps(summary, indent=2),
+    }
+    save_model_files(out, [model, tokenizer], texts)  # (all or nothing: a failed save leaves no half model)
     if verbose:
         acc = summary.get("eval_accuracy")
         acc_s = (

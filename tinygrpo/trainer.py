@@ -44,6 +44,7 @@ from .report import write_report
 from .run_logs import RunLogs
 from .update import NonFiniteError, PolicyUpdate, nonfinite_weight
 from .validation import check_inputs
+from .writes import save_model_files
 
 __all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerState", "last_checkpoint"]
 
@@ -376,8 +377,7 @@ class GRPOTrainer:
             }
         )
         if self.procs.is_main:
-            self.model.save_pretrained(self.out / "final")
-            self.tokenizer.save_pretrained(self.out / "final")
+            save_model_files(self.out / "final", [self.model, self.tokenizer])
             if cfg.make_plots:
                 plot_metrics(self.out / "metrics.jsonl", self.out / "plots.png")
             if cfg.make_report:
