@@ -783,7 +783,8 @@ RUN_CASES = {
             *REINFORCE,
             *"--save_steps 1".split(),
         ],
-        "error: step 2: the loss is NaN or infinite; stopped (the last complete checkpoint is {out}/checkpoint-1; "
+        "error: step 2: the loss is NaN or infinite; stopped (the last complete checkpoint is {out}/checkpoint-1, "
+        "to resume from with --resume_from_checkpoint latest; "
         "on_nonfinite=skip skips such steps instead)",
     ),
     "messages/every_step_skipped": (

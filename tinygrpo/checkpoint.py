@@ -187,10 +187,14 @@ def _join_tensors(plain: dict, tensors: dict[str, torch.Tensor]) -> dict:
     return plain
 
 
-def last_checkpoint(output_dir: str | Path) -> str:
-    """What a failed write leaves to resume from, in words: the newest complete checkpoint, or that there is none."""
+def last_checkpoint(output_dir: str | Path, resume: bool = False) -> str:
+    """The newest complete checkpoint in words, for an error message: after a failed write, what was kept; with
+    `resume` (a run stopped by an error), how to resume from it, or that there is nothing to resume from."""
     kept = checkpoint_dirs(output_dir)
-    return f"the last complete checkpoint is {kept[-1]}" if kept else "no checkpoint was kept"
+    if kept:
+        hint = ", to resume from with --resume_from_checkpoint latest" if resume else ""
+        return f"the last complete checkpoint is {kept[-1]}{hint}"
+    return "there is no checkpoint to resume from" if resume else "no checkpoint was kept"
 
 
 def checkpoint_dirs(output_dir: str | Path) -> list[Path]:

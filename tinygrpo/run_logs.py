@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from rewards import accuracy
 
@@ -77,3 +78,22 @@ class RunLogs:
             row = {"step": step, "questions": rows["prompt"], "answers": answers}
             row["gold"] = [str(a) for a in rows["answer"]]
             self.files["beliefs"].write({**row, "probs": [[round(x, 4) for x in r] for r in probs.tolist()]})
+
+
+class ProgressBar:
+    """The run's progress bar (main process): the step's sampled reward and the latest held-out accuracy."""
+
+    def __init__(self, total: int, initial: int, enabled: bool) -> None:
+        self.bar = tqdm(total=total, initial=initial, disable=not enabled, desc="grpo", dynamic_ncols=True)
+        self.held_out: float | None = None
+
+    def update(self, metrics: dict) -> None:
+        self.held_out = metrics.get("eval/accuracy", self.held_out)
+        post = {"reward": f"{metrics['reward']:.3f}"}
+        if self.held_out is not None:
+            post["held_out"] = f"{self.held_out:.3f}"
+        self.bar.set_postfix(post, refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()

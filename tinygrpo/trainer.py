@@ -23,7 +23,6 @@ import torch
 import torch.nn as nn
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, set_seed
-from tqdm.auto import tqdm
 
 from rewards import RewardError, resolve_rewards
 
@@ -41,18 +40,12 @@ from .optim import OptimizerStep, build_optimizer
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
 from .report import write_report
-from .run_logs import RunLogs
+from .run_logs import ProgressBar, RunLogs
 from .update import NonFiniteError, PolicyUpdate, nonfinite_weight
 from .validation import check_inputs
 from .writes import save_model_files
 
-__all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerState", "last_checkpoint"]
-
-
-def last_checkpoint(out: Path) -> str:
-    """Where a run stopped by an error can resume from, for its message: the newest complete checkpoint, or none."""
-    kept = ckpt.checkpoint_dirs(out)
-    return f"the last complete checkpoint is {kept[-1]}" if kept else "there is no checkpoint to resume from"
+__all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerState"]
 
 
 @dataclass
@@ -110,17 +103,7 @@ class GRPOTrainer:
             reward_funcs if reward_funcs is not None else cfg.reward_funcs, cfg.reward_weights
         )
         self.rewards = reward_spec(funcs, names, weights, cfg)
-        check_inputs(
-            cfg,
-            model,
-            tokenizer,
-            train_dataset,
-            eval_dataset,
-            funcs,
-            names,
-            self.rewards.kwargs,
-            self.rewards.weights,
-        )
+        check_inputs(cfg, model, tokenizer, train_dataset, eval_dataset, self.rewards)
         self.train_dataset = train_dataset
         self.prompt_stats = PromptStats(len(train_dataset), cfg.pass_rate_ema)
         self.prompts = PromptSource(
@@ -168,12 +151,9 @@ class GRPOTrainer:
         try:
             scored = self.generator.generate()
         except RewardFailure as e:
-            how = (
-                ", to resume from with --resume_from_checkpoint latest"
-                if ckpt.checkpoint_dirs(self.out)
-                else ""
-            )
-            raise RewardError(f"step {state.step + 1}: {e}; {last_checkpoint(self.out)}{how}") from None
+            raise RewardError(
+                f"step {state.step + 1}: {e}; {ckpt.last_checkpoint(self.out, resume=True)}"
+            ) from None
         t1 = time.perf_counter()
         minibatches = self.update.prepare(scored.batch)
         t2 = time.perf_counter()
@@ -181,8 +161,8 @@ class GRPOTrainer:
             stats = self.update.run(minibatches)
         except NonFiniteError as e:
             raise NonFiniteError(
-                f"step {state.step + 1}: {e}; stopped ({last_checkpoint(self.out)}; on_nonfinite=skip skips such "
-                "steps instead)"
+                f"step {state.step + 1}: {e}; stopped ({ckpt.last_checkpoint(self.out, resume=True)}; on_nonfinite=skip "
+                "skips such steps instead)"
             ) from None
         t3 = time.perf_counter()
         if cfg.sync_ref_model and (state.step + 1) % cfg.ref_model_sync_steps == 0:
@@ -251,7 +231,7 @@ class GRPOTrainer:
         if bad is not None:
             raise NonFiniteError(
                 f"step {self.step}: the weights are NaN or infinite ({bad}; a learning rate too large?); not saved "
-                f"({last_checkpoint(self.out)})"
+                f"({ckpt.last_checkpoint(self.out, resume=True)})"
             )
         return ckpt.save_checkpoint(
             self.out,
@@ -305,15 +285,8 @@ class GRPOTrainer:
             self.log({**first_eval, "num_completions": 0, "time/elapsed": 0.0})
             self.log_evaluation_details()
         summary = {"eval_before": first_eval}
-        bar = tqdm(
-            total=cfg.max_steps,
-            initial=self.step,
-            disable=cfg.disable_tqdm or not self.procs.is_main,
-            desc="grpo",
-            dynamic_ncols=True,
-        )
+        bar = ProgressBar(cfg.max_steps, self.step, enabled=not cfg.disable_tqdm and self.procs.is_main)
         m: dict = {}
-        last_eval = None
         with launch.StopOnSignal(self.procs.is_main) as stop:
             try:
                 while self.step < cfg.max_steps:
@@ -333,12 +306,7 @@ class GRPOTrainer:
                             self.logs.completions(
                                 self.step, out.scored, self.rewards.names, cfg.num_completions_to_log, answers
                             )
-                    last_eval = m.get("eval/accuracy", last_eval)
-                    post = {"reward": f"{m['reward']:.3f}"}
-                    if last_eval is not None:
-                        post["held_out"] = f"{last_eval:.3f}"
-                    bar.set_postfix(post, refresh=False)
-                    bar.update(1)
+                    bar.update(m)
                     if self.procs.any(stop.requested):  # every process stops at the same step
                         break
                     if cfg.save_steps and self.step % cfg.save_steps == 0 and self.step < cfg.max_steps:
@@ -348,12 +316,11 @@ class GRPOTrainer:
         wall = time.perf_counter() - t_start
         skipped = self.state.nonfinite_steps
         if skipped and self.step == cfg.max_steps:
-            if (
-                skipped == self.step
-            ):  # the weights are still the ones the run started with: say so, save nothing
+            # Every step skipped: the weights are still the ones the run started with: say so, save nothing.
+            if skipped == self.step:
                 raise NonFiniteError(
                     f"on_nonfinite=skip skipped every one of the {skipped} steps (each had a NaN or infinite loss or "
-                    f"gradient): the run learned nothing ({last_checkpoint(self.out)})"
+                    f"gradient): the run learned nothing ({ckpt.last_checkpoint(self.out, resume=True)})"
                 )
             self.acc.print(
                 f"on_nonfinite=skip: {skipped} of {self.step} steps were skipped (a NaN or infinite loss or gradient)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch.nn as nn
 
@@ -12,6 +13,9 @@ from rewards import EOS, accuracy, check_binary, compute_rewards, rewards_float3
 
 from .advantage_estimators import needs_binary_rewards
 from .config import ConfigError, GRPOConfig
+
+if TYPE_CHECKING:  # (generation.py imports the model side; the checks need only the type)
+    from .generation import RewardSpec
 
 # ------------------------------------------------------------------------------------------------ memory at once
 # A size that multiplies memory (pass@k's samples, the step's batch, the completion length) is refused at start-up
@@ -117,12 +121,15 @@ def check_inputs(
     tokenizer,
     train_dataset,
     eval_dataset,
-    reward_funcs: list,
-    reward_names: list[str],
-    reward_kwargs: dict,
-    reward_weights: list[float] | None = None,
+    rewards: RewardSpec,
 ) -> None:
     """Bad input -> ConfigError naming the problem, before any training."""
+    reward_funcs, reward_names, reward_kwargs, reward_weights = (
+        rewards.funcs,
+        rewards.names,
+        rewards.kwargs,
+        rewards.weights,
+    )
     tok = tokenizer
     if len(train_dataset) == 0:
         raise ConfigError(f"dataset {cfg.dataset!r} split {cfg.train_split!r} is empty")
