@@ -19,10 +19,9 @@ from tinygrpo.config import (
     Bound,
     ConfigError,
     GRPOConfig,
-    _field_kind,
-    _Parser,
     parse_config,
 )
+from tinygrpo.recipe import ArgParser, _field_kind
 
 REPO = Path(train_grpo.__file__).resolve().parent
 
@@ -171,7 +170,7 @@ def test_yaml_values_take_their_fields_types(tmp_path, text, expected):
 def test_every_field_has_help_text():
     missing = [f.name for f in fields(GRPOConfig) if not str(f.metadata.get("help", "")).strip()]
     assert missing == []
-    text = _Parser(GRPOConfig).format_help()
+    text = ArgParser(GRPOConfig).format_help()
     for f in fields(GRPOConfig):
         assert f"--{f.name}" in text, f.name
 

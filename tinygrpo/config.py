@@ -8,18 +8,8 @@ rules that tie fields together one by one below them.
 
 from __future__ import annotations
 
-import argparse
-import math
-import os
-import sys
-import typing
 from collections.abc import Collection
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import NamedTuple
-
-import yaml
-from transformers import HfArgumentParser
+from dataclasses import dataclass, field
 
 from .advantage_estimators import (
     ADV_ESTIMATORS,
@@ -27,42 +17,32 @@ from .advantage_estimators import (
     MULTI_OBJECTIVE_AGGREGATIONS,
     needs_binary_rewards,
 )
+from .checks import (
+    AT_LEAST_1,
+    NON_NEGATIVE,
+    POSITIVE,
+    PROBABILITY,
+    Bound,
+    ConfigError,
+    check_fields,
+    check_threads,
+    each,
+)
 from .core import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, SCALE_REWARDS
 from .policy_losses import LOSS_TYPES, POLICY_LOSSES, ppo_clip_loss
 from .prompt_stats import PROMPT_SAMPLERS
+from .recipe import parse_args
 
-
-class ConfigError(ValueError):
-    """A problem with the user's input (config, data, checkpoint): reported as one line, exit code 1."""
-
-
-class Bound(NamedTuple):
-    """The allowed range of one number (of every item, for a list): lo and hi, None where unbounded."""
-
-    lo: float | None = None
-    hi: float | None = None
-    lo_open: bool = False
-    hi_open: bool = False
-    words: str = ""  # the message's words for the range, where the interval notation is not the clearest
-
-    def admits(self, x: float) -> bool:
-        above = self.lo is None or (x > self.lo if self.lo_open else x >= self.lo)
-        return above and (self.hi is None or (x < self.hi if self.hi_open else x <= self.hi))
-
-    def describe(self) -> str:
-        """The range as the messages write it: >= 1, > 0, in (0, 1]."""
-        if self.words:
-            return self.words
-        if self.hi is None:
-            return f"{'>' if self.lo_open else '>='} {self.lo}"
-        return f"in {'(' if self.lo_open else '['}{self.lo}, {self.hi}{')' if self.hi_open else ']'}"
-
-
-_AT_LEAST_1, _NON_NEGATIVE, _POSITIVE, _PROBABILITY = Bound(1), Bound(0), Bound(0, lo_open=True), Bound(0, 1)
-
-
-def _each(bound: Bound, names: str) -> dict[str, Bound]:
-    return dict.fromkeys(names.split(), bound)
+__all__ = [
+    "BOUNDS",
+    "CHOICES",
+    "Bound",
+    "ConfigError",
+    "GRPOConfig",
+    "check_fields",
+    "check_threads",
+    "parse_config",
+]
 
 
 # Single-field bounds, checked in this order by one loop in __post_init__ (after the finite-number check). The
@@ -70,36 +50,36 @@ def _each(bound: Bound, names: str) -> dict[str, Bound]:
 BOUNDS: dict[str, Bound] = {
     "seed": Bound(0, 2**32, hi_open=True, words="in [0, 2**32)"),  # numpy and torch take 32-bit seeds
     "num_generations": Bound(2, words=">= 2 (a group needs a baseline)"),
-    "steps_per_generation": _AT_LEAST_1,
+    "steps_per_generation": AT_LEAST_1,
     # counts of tokens, steps and passes, and intervals between events (an interval of 0 would never fire)
-    **_each(_AT_LEAST_1, "max_completion_length max_steps num_iterations logging_steps eval_steps"),
+    **each(AT_LEAST_1, "max_completion_length max_steps num_iterations logging_steps eval_steps"),
     # counts where 0 means "none" or "off" (save_steps 0: only at the end; top_k 0: every token; threads 0: auto)
-    **_each(_NON_NEGATIVE, "save_steps warmup_steps eval_pass_k top_k num_completions_to_log"),
-    **_each(_NON_NEGATIVE, "torch_num_threads max_dynamic_sampling_rounds"),
-    "save_total_limit": _AT_LEAST_1,  # the newest checkpoint is always kept
-    "temperature": _POSITIVE,  # log-probs divide by it (0 would be greedy)
+    **each(NON_NEGATIVE, "save_steps warmup_steps eval_pass_k top_k num_completions_to_log"),
+    **each(NON_NEGATIVE, "torch_num_threads max_dynamic_sampling_rounds"),
+    "save_total_limit": AT_LEAST_1,  # the newest checkpoint is always kept
+    "temperature": POSITIVE,  # log-probs divide by it (0 would be greedy)
     "top_p": Bound(0, 1, lo_open=True),  # a probability mass; 0 keeps no token
     # PPO's clip range [1 - epsilon, 1 + epsilon_high] must have room on both sides of the ratio 1
-    **_each(_POSITIVE, "epsilon epsilon_high"),
-    "beta": _NON_NEGATIVE,  # a negative KL coefficient pushes AWAY from the reference
+    **each(POSITIVE, "epsilon epsilon_high"),
+    "beta": NON_NEGATIVE,  # a negative KL coefficient pushes AWAY from the reference
     # sapo's gate divides by its temperatures; vespo's Gamma weight must decay in w (lambda > 0), its power k may
     # be 0; the adaptive entropy control's bounds, step and target are non-negative quantities
-    **_each(_POSITIVE, "sapo_temperature_pos sapo_temperature_neg vespo_lambda_pos vespo_lambda_neg"),
-    **_each(_NON_NEGATIVE, "vespo_k_pos vespo_k_neg entropy_coef_min entropy_coef_delta entropy_target"),
-    "off_policy_mask_threshold": _POSITIVE,  # a KL threshold: None (not 0) turns the mask off
-    "top_entropy_quantile": _PROBABILITY,
-    "learning_rate": _POSITIVE,
-    "weight_decay": _NON_NEGATIVE,
-    **_each(Bound(0, 1, hi_open=True), "adam_beta1 adam_beta2"),  # EMA decays: 1 would never update
-    "max_grad_norm": _NON_NEGATIVE,  # 0 = no clip
-    "ref_model_mixup_alpha": _PROBABILITY,  # a convex combination's weight
-    "ref_model_sync_steps": _AT_LEAST_1,
-    "prompt_sampler_floor": _POSITIVE,  # so that every prompt keeps a chance to be drawn
+    **each(POSITIVE, "sapo_temperature_pos sapo_temperature_neg vespo_lambda_pos vespo_lambda_neg"),
+    **each(NON_NEGATIVE, "vespo_k_pos vespo_k_neg entropy_coef_min entropy_coef_delta entropy_target"),
+    "off_policy_mask_threshold": POSITIVE,  # a KL threshold: None (not 0) turns the mask off
+    "top_entropy_quantile": PROBABILITY,
+    "learning_rate": POSITIVE,
+    "weight_decay": NON_NEGATIVE,
+    **each(Bound(0, 1, hi_open=True), "adam_beta1 adam_beta2"),  # EMA decays: 1 would never update
+    "max_grad_norm": NON_NEGATIVE,  # 0 = no clip
+    "ref_model_mixup_alpha": PROBABILITY,  # a convex combination's weight
+    "ref_model_sync_steps": AT_LEAST_1,
+    "prompt_sampler_floor": POSITIVE,  # so that every prompt keeps a chance to be drawn
     "pass_rate_ema": Bound(0, 1, lo_open=True),  # an EMA's weight: 0 would never learn a pass rate
-    "explore_rounds": _NON_NEGATIVE,
+    "explore_rounds": NON_NEGATIVE,
     # temperatures of the explore rounds (log-probs divide by them); the list must not be empty
     "explore_temperatures": Bound(0, lo_open=True, words="positive numbers"),
-    "explore_importance_sampling_clip_max": _POSITIVE,  # a cap on weights that are > 0
+    "explore_importance_sampling_clip_max": POSITIVE,  # a cap on weights that are > 0
 }
 
 # epsilon's range under PPO's clip (a rule below: other loss types read epsilon otherwise).
@@ -122,39 +102,6 @@ CHOICES: dict[str, Collection[str]] = {
     "report_to": ("none", "tensorboard"),
     "on_nonfinite": ("stop", "skip"),
 }
-
-
-def check_fields(config: typing.Any, bounds: dict[str, Bound], choices: dict[str, Collection[str]]) -> None:
-    """The single-field checks of a config dataclass (GRPOConfig, SFTConfig: one validation path for both entry
-    points), each failure one ConfigError naming the field and its value. inf or nan in any number is a mistake (an
-    infinite learning rate trains NaNs): checked first, so that the bounds compare finite numbers only. None (an
-    Optional field left unset) is not bounded."""
-    for f in fields(config):
-        value = getattr(config, f.name)
-        for x in value if isinstance(value, list) else [value]:
-            if isinstance(x, float) and not math.isfinite(x):
-                raise ConfigError(f"{f.name} must be a finite number, got {x}")
-    for name, bound in bounds.items():
-        value = getattr(config, name)
-        if value is None:
-            continue
-        items = value if isinstance(value, list) else [value]
-        if not items or not all(bound.admits(x) for x in items):
-            raise ConfigError(f"{name} must be {bound.describe()}, got {value}")
-    for name, allowed in choices.items():
-        if getattr(config, name) not in allowed:
-            raise ConfigError(f"{name}={getattr(config, name)!r} is not one of {', '.join(allowed)}")
-
-
-def check_threads(name: str, threads: int) -> None:
-    """A thread count above the machine's cores is refused: the extra threads only wait for a core, and torch starts
-    every one of them (100,000 threads take minutes to start, before the first step)."""
-    cores = os.cpu_count() or 1
-    if threads > cores:
-        raise ConfigError(
-            f"{name}={threads} is more than this machine's {cores} cores (threads beyond them only wait for one); "
-            f"use at most {cores}, or 0 for automatic"
-        )
 
 
 @dataclass
@@ -657,110 +604,6 @@ class GRPOConfig:
         return self.num_iterations > 1 or self.mini_batches > 1
 
 
-class _Parser(HfArgumentParser):
-    def error(self, message: str) -> None:
-        raise ConfigError(message)  # argparse prints usage and exits; the caller prints one line instead
-
-
-def _field_kind(hint: object) -> tuple[type, bool, bool]:
-    """(type, is a list of that type, accepts None) of a field's annotation: int, float | None, list[str], ..."""
-    args = typing.get_args(hint)
-    nullable = type(None) in args
-    if nullable:
-        (hint,) = [a for a in args if a is not type(None)]
-    if typing.get_origin(hint) is list:
-        return typing.get_args(hint)[0], True, nullable
-    return typing.cast(type, hint), False, nullable
-
-
-def _action(parser: _Parser, key: str) -> argparse.Action:
-    return next(a for a in parser._actions if a.option_strings[:1] == [f"--{key}"])  # (not --no_{key})
-
-
-def _convert(parser: _Parser, key: str, value: object, kind: type, token: str) -> object:
-    """One YAML scalar as a `kind`. A value of that type is taken as it is (an int for a float becomes a float);
-    anything else is converted from `token` by argparse's own conversion, so that what `--key token` accepts is
-    accepted and what it rejects fails with argparse's message (invalid int value: 'two')."""
-    if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
-        return value
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    try:
-        return parser._get_value(_action(parser, key), token)
-    except argparse.ArgumentError as e:
-        raise ConfigError(str(e)) from None
-
-
-def _read_recipe(path: str, parser: _Parser) -> dict[str, object]:
-    """A YAML recipe's values, each checked against its field's type: they become the parser's defaults, which
-    argparse takes as they are (it converts only the strings of the command line)."""
-    where = f"--config {path}"
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{where}: no such file")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{where}: cannot read it: {e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        line = getattr(getattr(e, "problem_mark", None), "line", None)
-        at = f" (line {line + 1})" if line is not None else ""
-        raise ConfigError(f"{where}: not valid YAML{at}: {getattr(e, 'problem', e)}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping of field: value, got {type(data).__name__}")
-    hints = typing.get_type_hints(GRPOConfig)  # (not field.type: HfArgumentParser rewrites it in place)
-    values: dict[str, object] = {}
-    for key, value in data.items():
-        if key not in hints:
-            raise ConfigError(f"{where}: unknown config key {key!r}")
-        kind, is_list, nullable = _field_kind(hints[key])
-        if value is None:  # null: "nothing", for an Optional field
-            if not nullable:
-                raise ConfigError(f"{where}: {key} cannot be null")
-            values[key] = None
-        elif isinstance(value, dict):
-            raise ConfigError(f"{where}: {key} must be a scalar or a list, got a mapping")
-        elif not is_list:
-            if isinstance(value, list):  # even of one item: a list where one value belongs is a mistake
-                raise ConfigError(f"{where}: {key} must be a single {kind.__name__}, got a list {value}")
-            # the token of a bool is lowercase, as on a command line (max_steps: true -> invalid int value: 'true')
-            token = str(value).lower() if isinstance(value, bool) else str(value)
-            values[key] = _convert(parser, key, value, kind, token)
-        else:
-            # a scalar is a list of one, as after `--key v`
-            items = value if isinstance(value, list) else [value]
-            if not items:  # as argparse says of `--key` with no value
-                raise ConfigError(
-                    f"argument {'/'.join(_action(parser, key).option_strings)}: expected at least one argument"
-                )
-            bad = [item for item in items if item is None or isinstance(item, (list, dict))]
-            if bad:
-                raise ConfigError(f"{where}: {key} must be a list of {kind.__name__}, got an item {bad[0]!r}")
-            values[key] = [_convert(parser, key, item, kind, str(item)) for item in items]
-    return values
-
-
 def parse_config(argv: list[str] | None = None) -> GRPOConfig:
-    """`--config file.yaml` (optional, anywhere in argv) sets the defaults; flags override them."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # allow_abbrev=False: a misspelt flag (--learning 0.1) is an error, not a silent prefix match.
-    parser = _Parser(GRPOConfig, description="Token-level GRPO on a tiny transformer.", allow_abbrev=False)
-    parser.add_argument("--config", help="YAML recipe whose keys are the fields below (flags override it).")
-    at = next((i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), None)
-    if at is not None:
-        if argv[at] != "--config":  # --config=PATH
-            path, argv = argv[at].removeprefix("--config="), argv[:at] + argv[at + 1 :]
-        elif at + 1 < len(argv):
-            path, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
-        else:
-            raise ConfigError("--config needs a path to a YAML file")
-        parser.set_defaults(**_read_recipe(path, parser))
-    cfg, *rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
-    remaining = rest[-1]
-    if remaining:
-        raise ConfigError(f"unknown argument(s): {' '.join(remaining)} (see --help)")
-    return cfg
+    """`--config file.yaml` (optional, anywhere in argv) sets the defaults; flags override them (tinygrpo/recipe.py)."""
+    return parse_args(GRPOConfig, argv, "Token-level GRPO on a tiny transformer.")

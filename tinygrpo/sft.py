@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer, check_text
 from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN
 
-from .config import BOUNDS, Bound, ConfigError, check_fields, check_threads
+from .checks import Bound, ConfigError, check_fields, check_threads
+from .config import BOUNDS
 from .evaluation import greedy_accuracy
 from .launch import Input, check_apart
 from .problems import dataset_dir, load_split

@@ -1,0 +1,124 @@
+"""Command-line parsing of a config dataclass as TRL's `TrlParser` does it: `--config recipe.yaml` sets the parser's
+defaults, each value checked against its field's type first, and command-line flags override them. No translation
+of YAML into argv."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import typing
+from pathlib import Path
+
+import yaml
+from transformers import HfArgumentParser
+
+from .checks import ConfigError
+
+
+class ArgParser(HfArgumentParser):
+    def error(self, message: str) -> None:
+        raise ConfigError(message)  # argparse prints usage and exits; the caller prints one line instead
+
+
+def _field_kind(hint: object) -> tuple[type, bool, bool]:
+    """(type, is a list of that type, accepts None) of a field's annotation: int, float | None, list[str], ..."""
+    args = typing.get_args(hint)
+    nullable = type(None) in args
+    if nullable:
+        (hint,) = [a for a in args if a is not type(None)]
+    if typing.get_origin(hint) is list:
+        return typing.get_args(hint)[0], True, nullable
+    return typing.cast(type, hint), False, nullable
+
+
+def _action(parser: ArgParser, key: str) -> argparse.Action:
+    return next(a for a in parser._actions if a.option_strings[:1] == [f"--{key}"])  # (not --no_{key})
+
+
+def _convert(parser: ArgParser, key: str, value: object, kind: type, token: str) -> object:
+    """One YAML scalar as a `kind`. A value of that type is taken as it is (an int for a float becomes a float);
+    anything else is converted from `token` by argparse's own conversion, so that what `--key token` accepts is
+    accepted and what it rejects fails with argparse's message (invalid int value: 'two')."""
+    if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+        return value
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return parser._get_value(_action(parser, key), token)
+    except argparse.ArgumentError as e:
+        raise ConfigError(str(e)) from None
+
+
+def read_recipe(path: str, parser: ArgParser, cls: type) -> dict[str, object]:
+    """A YAML recipe's values, each checked against its field's type: they become the parser's defaults, which
+    argparse takes as they are (it converts only the strings of the command line)."""
+    where = f"--config {path}"
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{where}: no such file")
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where}: cannot read it: {e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        line = getattr(getattr(e, "problem_mark", None), "line", None)
+        at = f" (line {line + 1})" if line is not None else ""
+        raise ConfigError(f"{where}: not valid YAML{at}: {getattr(e, 'problem', e)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of field: value, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)  # (not field.type: HfArgumentParser rewrites it in place)
+    values: dict[str, object] = {}
+    for key, value in data.items():
+        if key not in hints:
+            raise ConfigError(f"{where}: unknown config key {key!r}")
+        kind, is_list, nullable = _field_kind(hints[key])
+        if value is None:  # null: "nothing", for an Optional field
+            if not nullable:
+                raise ConfigError(f"{where}: {key} cannot be null")
+            values[key] = None
+        elif isinstance(value, dict):
+            raise ConfigError(f"{where}: {key} must be a scalar or a list, got a mapping")
+        elif not is_list:
+            if isinstance(value, list):  # even of one item: a list where one value belongs is a mistake
+                raise ConfigError(f"{where}: {key} must be a single {kind.__name__}, got a list {value}")
+            # the token of a bool is lowercase, as on a command line (max_steps: true -> invalid int value: 'true')
+            token = str(value).lower() if isinstance(value, bool) else str(value)
+            values[key] = _convert(parser, key, value, kind, token)
+        else:
+            # a scalar is a list of one, as after `--key v`
+            items = value if isinstance(value, list) else [value]
+            if not items:  # as argparse says of `--key` with no value
+                raise ConfigError(
+                    f"argument {'/'.join(_action(parser, key).option_strings)}: expected at least one argument"
+                )
+            bad = [item for item in items if item is None or isinstance(item, (list, dict))]
+            if bad:
+                raise ConfigError(f"{where}: {key} must be a list of {kind.__name__}, got an item {bad[0]!r}")
+            values[key] = [_convert(parser, key, item, kind, str(item)) for item in items]
+    return values
+
+
+def parse_args(cls: type, argv: list[str] | None = None, description: str | None = None) -> typing.Any:
+    """`--config file.yaml` (optional, anywhere in argv) sets the defaults; flags override them."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # allow_abbrev=False: a misspelt flag (--learning 0.1) is an error, not a silent prefix match.
+    parser = ArgParser(cls, description=description, allow_abbrev=False)
+    parser.add_argument("--config", help="YAML recipe whose keys are the fields below (flags override it).")
+    at = next((i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), None)
+    if at is not None:
+        if argv[at] != "--config":  # --config=PATH
+            path, argv = argv[at].removeprefix("--config="), argv[:at] + argv[at + 1 :]
+        elif at + 1 < len(argv):
+            path, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
+        else:
+            raise ConfigError("--config needs a path to a YAML file")
+        parser.set_defaults(**read_recipe(path, parser, cls))
+    cfg, *rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    remaining = rest[-1]
+    if remaining:
+        raise ConfigError(f"unknown argument(s): {' '.join(remaining)} (see --help)")
+    return cfg
