@@ -112,6 +112,26 @@ def test_uniform_selection_is_the_permutation_order_it_always_was():
     assert src.take(6) == order
 
 
+def test_each_pass_over_the_prompts_is_its_own_permutation_and_a_restored_source_continues_it():
+    # Pass e is torch.randperm(n) seeded with seed + e, computed here: every pass holds each prompt once, and two
+    # passes differ (the same order every pass would replay one curriculum). Taken in chunks that straddle the
+    # passes' ends, the order is the passes one after another; a source restored from state_dict mid-pass (a fresh
+    # object, so no cached permutation) continues exactly where the other one is.
+    n, seed = 7, 5
+    passes = [torch.randperm(n, generator=torch.Generator().manual_seed(seed + e)).tolist() for e in range(4)]
+    assert all(sorted(p) == list(range(n)) for p in passes) and passes[0] != passes[1]
+    src = _source("uniform", [0.0] * n, seed=seed)
+    assert src.take(n) == passes[0] and src.take(n) == passes[1]
+    src = _source("uniform", [0.0] * n, seed=seed)
+    got = [i for count in (3, 5, 4, 2) for i in src.take(count)]
+    assert got == [*passes[0], *passes[1]]
+    state = src.state_dict()
+    restored = _source("uniform", [0.0] * n, seed=seed)
+    restored.load_state_dict(state)
+    assert restored.take(5) == src.take(5) == passes[2][:5]
+    assert restored.take(n) == src.take(n) == [*passes[2][5:], *passes[3][:5]]
+
+
 def test_problem_kinds():
     kinds = problem_kinds([3, 47, 55, 12], [40, 38, 45, 3])
     assert kinds["one_digit_operand"] == [True, False, False, True]
