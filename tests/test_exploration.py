@@ -210,6 +210,56 @@ def test_a_prompt_whose_samples_all_fail_is_sampled_again_hotter_and_brings_sign
     assert any(not torch.equal(a, p) for a, p in zip(before, tr.model.parameters(), strict=True))
 
 
+def test_explore_round_k_samples_at_the_kth_temperature_the_last_one_repeating(
+    seed_reference, tmp_path, monkeypatch
+):
+    # A reward staged by round: in the first round only the first prompt's group has signal (so the best reward is
+    # 1 and every other prompt failed); in explore round k only the prompt k + 1 of the first round's order gets a
+    # group with signal. So prompt i is found in round i - 1, and the prompts left are sampled again each round.
+    # BatchGenerator.sample is wrapped to record what each round samples and at which temperature.
+    G, temps = 4, [1.5, 2.5, 3.5]
+    calls: list[tuple[list[int], float]] = []
+
+    def recording(idx: list[int], temperature: float):
+        calls.append((list(idx), temperature))
+        return sample(idx, temperature)
+
+    def staged(completions: list[str], prompts: list[str], **kw) -> list[float]:
+        if not calls:  # the trainer's start-up probe of every reward on every row, before any round
+            return [0.0] * len(completions)
+        order = [tr.prompts.texts[i] for i in calls[0][0]]  # the first round's prompts
+        lucky = len(calls) - 1  # the first round: prompt 0; explore round k (call k + 1): prompt k + 1
+        return [float(order.index(p) == lucky and j % G == 0) for j, p in enumerate(prompts)]
+
+    tr = reference_trainer(
+        seed_reference,
+        tmp_path,
+        reward_funcs=[staged],
+        per_device_train_batch_size=8 * G,
+        explore_rounds=4,
+        explore_temperatures=temps,
+    )
+    sample = tr.generator.sample
+    monkeypatch.setattr(tr.generator, "sample", recording)
+    batch = tr.generator.generate().batch
+    first = calls[0][0]
+    assert len(first) == 8
+    # round k samples the prompts not found yet at explore_temperatures[min(k, 2)]
+    assert calls == [
+        (first, tr.cfg.temperature),
+        (first[1:], 1.5),
+        (first[2:], 2.5),
+        (first[3:], 3.5),
+        (first[4:], 3.5),
+    ]
+    # the trained batch: the first round's 8 groups at the run's temperature (no dynamic sampling), then the group
+    # each explore round found, every row at the temperature it was sampled at
+    want = [tr.cfg.temperature] * 8 * G + [t for t in (1.5, 2.5, 3.5, 3.5) for _ in range(G)]
+    assert batch.temperature is not None and batch.temperature.tolist() == want
+    found = tr.tokenizer.batch_decode(batch.prompt_ids[8:], skip_special_tokens=True)
+    assert found == [tr.prompts.texts[i] for i in first[1:5]]
+
+
 def test_without_explore_rounds_no_failed_prompt_is_sampled_again(seed_reference, tmp_path):
     tr = reference_trainer(seed_reference, tmp_path, per_device_train_batch_size=144, temperature=0.05)
     scored = tr.generator.generate()
