@@ -426,3 +426,59 @@ def test_a_registered_estimator_is_an_advantage_mode_and_gets_what_it_needs(
     with pytest.raises(ValueError, match="needs must be among"):
         register_adv_est("other", needs=("logits",))(lambda x, cfg: None)
     assert "other" not in ADV_ESTIMATORS
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# use_kl_in_reward: the advantages see the reward less beta x the sequence's KL to the reference
+
+
+@torch.no_grad()
+def _sequence_kl(policy, ref, batch, G: int, temperature: float) -> torch.Tensor:
+    """(n,) per completion row: the sum over its tokens (EOS included) of log pi - log pi_ref at `temperature`, each
+    from a plain forward of one unpadded sequence, prompt + completion (no layout, no grouped path, no cache)."""
+    kl = []
+    for row in range(batch.completion_ids.size(0)):
+        g = row // G
+        prompt = batch.prompt_ids[g][batch.prompt_mask[g].bool()].tolist()
+        completion = batch.completion_ids[row, : int(batch.completion_mask[row].sum())].tolist()
+        ids = torch.tensor([prompt + completion])
+        logp = [
+            torch.log_softmax(m(input_ids=ids).logits[0].double() / temperature, -1) for m in (policy, ref)
+        ]
+        # the logits at position p predict token p + 1
+        at = [(len(prompt) - 1 + j, t) for j, t in enumerate(completion)]
+        kl.append(sum(float(logp[0][p, t] - logp[1][p, t]) for p, t in at))
+    return torch.tensor(kl, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "none"])
+def test_kl_in_reward_advantages_are_those_of_the_reward_less_beta_times_the_sequence_kl(
+    seed_reference, tmp_path, scale_rewards
+):
+    """use_kl_in_reward: every trained group's advantages (the first round's, computed over the global batch, and
+    the explore rounds', computed within their round) are group_advantages of r - beta * sum_t (log pi - log pi_ref),
+    the log-probs at the run's temperature (not the explore round's) from plain forwards here. The policy is
+    perturbed away from the reference, so the KL is far from 0 (a sign error in the shaping changes the result)."""
+    beta, T, G = 0.5, 0.6, 4
+    tr = reference_trainer(
+        seed_reference,
+        tmp_path,
+        beta=beta,
+        use_kl_in_reward=True,
+        temperature=T,
+        scale_rewards=scale_rewards,
+        per_device_train_batch_size=36 * G,
+        explore_rounds=2,
+        explore_temperatures=[2.0, 3.0],
+    )
+    noise = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in tr.model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=noise))
+    batch = tr.generator.generate().batch
+    # some groups come from an explore round (sampled hot): Round.shaped_rewards is exercised too
+    assert batch.temperature is not None and bool((batch.temperature > T).any())
+    kl = _sequence_kl(tr.model.eval(), tr.ref_model.eval(), batch, G, T)
+    assert float(kl.abs().max()) > 0.5  # the policy is not the reference
+    want, _ = group_advantages(batch.rewards.double() - beta * kl, G, scale_rewards=scale_rewards)
+    torch.testing.assert_close(batch.advantages.double(), want, rtol=1e-4, atol=1e-4)

@@ -112,6 +112,26 @@ def test_uniform_selection_is_the_permutation_order_it_always_was():
     assert src.take(6) == order
 
 
+def test_each_pass_over_the_prompts_is_its_own_permutation_and_a_restored_source_continues_it():
+    # Pass e is torch.randperm(n) seeded with seed + e, computed here: every pass holds each prompt once, and two
+    # passes differ (the same order every pass would replay one curriculum). Taken in chunks that straddle the
+    # passes' ends, the order is the passes one after another; a source restored from state_dict mid-pass (a fresh
+    # object, so no cached permutation) continues exactly where the other one is.
+    n, seed = 7, 5
+    passes = [torch.randperm(n, generator=torch.Generator().manual_seed(seed + e)).tolist() for e in range(4)]
+    assert all(sorted(p) == list(range(n)) for p in passes) and passes[0] != passes[1]
+    src = _source("uniform", [0.0] * n, seed=seed)
+    assert src.take(n) == passes[0] and src.take(n) == passes[1]
+    src = _source("uniform", [0.0] * n, seed=seed)
+    got = [i for count in (3, 5, 4, 2) for i in src.take(count)]
+    assert got == [*passes[0], *passes[1]]
+    state = src.state_dict()
+    restored = _source("uniform", [0.0] * n, seed=seed)
+    restored.load_state_dict(state)
+    assert restored.take(5) == src.take(5) == passes[2][:5]
+    assert restored.take(n) == src.take(n) == [*passes[2][5:], *passes[3][:5]]
+
+
 def test_problem_kinds():
     kinds = problem_kinds([3, 47, 55, 12], [40, 38, 45, 3])
     assert kinds["one_digit_operand"] == [True, False, False, True]
@@ -188,6 +208,56 @@ def test_a_prompt_whose_samples_all_fail_is_sampled_again_hotter_and_brings_sign
     before = [p.detach().clone() for p in tr.model.parameters()]
     tr.update.run(tr.update.prepare(batch))
     assert any(not torch.equal(a, p) for a, p in zip(before, tr.model.parameters(), strict=True))
+
+
+def test_explore_round_k_samples_at_the_kth_temperature_the_last_one_repeating(
+    seed_reference, tmp_path, monkeypatch
+):
+    # A reward staged by round: in the first round only the first prompt's group has signal (so the best reward is
+    # 1 and every other prompt failed); in explore round k only the prompt k + 1 of the first round's order gets a
+    # group with signal. So prompt i is found in round i - 1, and the prompts left are sampled again each round.
+    # BatchGenerator.sample is wrapped to record what each round samples and at which temperature.
+    G, temps = 4, [1.5, 2.5, 3.5]
+    calls: list[tuple[list[int], float]] = []
+
+    def recording(idx: list[int], temperature: float):
+        calls.append((list(idx), temperature))
+        return sample(idx, temperature)
+
+    def staged(completions: list[str], prompts: list[str], **kw) -> list[float]:
+        if not calls:  # the trainer's start-up probe of every reward on every row, before any round
+            return [0.0] * len(completions)
+        order = [tr.prompts.texts[i] for i in calls[0][0]]  # the first round's prompts
+        lucky = len(calls) - 1  # the first round: prompt 0; explore round k (call k + 1): prompt k + 1
+        return [float(order.index(p) == lucky and j % G == 0) for j, p in enumerate(prompts)]
+
+    tr = reference_trainer(
+        seed_reference,
+        tmp_path,
+        reward_funcs=[staged],
+        per_device_train_batch_size=8 * G,
+        explore_rounds=4,
+        explore_temperatures=temps,
+    )
+    sample = tr.generator.sample
+    monkeypatch.setattr(tr.generator, "sample", recording)
+    batch = tr.generator.generate().batch
+    first = calls[0][0]
+    assert len(first) == 8
+    # round k samples the prompts not found yet at explore_temperatures[min(k, 2)]
+    assert calls == [
+        (first, tr.cfg.temperature),
+        (first[1:], 1.5),
+        (first[2:], 2.5),
+        (first[3:], 3.5),
+        (first[4:], 3.5),
+    ]
+    # the trained batch: the first round's 8 groups at the run's temperature (no dynamic sampling), then the group
+    # each explore round found, every row at the temperature it was sampled at
+    want = [tr.cfg.temperature] * 8 * G + [t for t in (1.5, 2.5, 3.5, 3.5) for _ in range(G)]
+    assert batch.temperature is not None and batch.temperature.tolist() == want
+    found = tr.tokenizer.batch_decode(batch.prompt_ids[8:], skip_special_tokens=True)
+    assert found == [tr.prompts.texts[i] for i in first[1:5]]
 
 
 def test_without_explore_rounds_no_failed_prompt_is_sampled_again(seed_reference, tmp_path):

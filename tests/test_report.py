@@ -216,3 +216,42 @@ def test_the_report_renders_in_a_headless_browser(run_dir, tmp_path):
     )
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # a page with figures, not a blank one
+
+
+# Text from the dataset and the policy, as a hostile dataset may hold it: markup, an entity, quotes.
+HOSTILE_PROMPT = '<script>alert("p")</script> 1&2 "q"='
+HOSTILE_GOLD = '<b>3</b>&"'
+HOSTILE_COMPLETION = '<img src=x onerror="c()">&amp;'
+
+
+def _section(text: str, name: str) -> str:
+    return text.split(f'<section id="{name}">')[1].split("</section>")[0]
+
+
+def test_prompts_answers_and_completions_are_escaped_in_the_groups_and_failures_tables(tmp_path):
+    """Hand-written run files whose prompts, gold answers and completions hold markup, `&` and `"`: each table
+    cell shows the text escaped (html.escape, quotes included), and no raw form of it is anywhere in the page."""
+    rows = {
+        "metrics.jsonl": [{"step": 0, "eval/accuracy": 0.5}, {"step": 1, "eval/accuracy": 0.5}],
+        "completions.jsonl": [
+            {"step": 1, "prompt": HOSTILE_PROMPT, "completion": HOSTILE_COMPLETION, "answer": HOSTILE_GOLD}
+            | {"reward": r, "advantage": a}
+            for r, a in ((0.0, -0.5), (1.0, 0.5))
+        ],
+        "eval_failures.jsonl": [
+            {"step": 1, "total": 2, "failures": [[HOSTILE_PROMPT, HOSTILE_GOLD, HOSTILE_COMPLETION]]}
+        ],
+    }
+    for name, lines in rows.items():
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    text = build_report(tmp_path)
+    groups, prompts = _section(text, "groups"), _section(text, "prompts")
+    escaped = [html.escape(s) for s in (HOSTILE_PROMPT, HOSTILE_GOLD, HOSTILE_COMPLETION)]
+    p, g, c = escaped
+    assert f"<th><code>{p}</code></th><td>{g}</td>" in groups  # the group's row: its prompt and gold answer
+    assert groups.count(f"<code>{c}</code>") == 2  # each completion's cell
+    assert f"<tr><td><code>{p}</code></td><td>{g}</td><td><code>{c}</code></td></tr>" in prompts
+    # no raw piece of them anywhere (the page's own <img> figures aside: their src is a data URI)
+    pieces = ("<script>alert", '"p"', "1&2", "<b>3</b>", '&"', "<img src=x", 'onerror="', ">&amp;")
+    for raw in (HOSTILE_PROMPT, HOSTILE_GOLD, HOSTILE_COMPLETION, *pieces):
+        assert raw not in text, raw
