@@ -11,6 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
+from accelerate.utils import is_tensorboard_available
 
 import train_grpo
 from tinygrpo.config import (
@@ -455,7 +456,26 @@ def test_every_choice_field_rejects_an_unknown_value_and_accepts_its_own(name):
     with pytest.raises(ConfigError, match=f"^{name}="):
         parse_config([f"--{name}", "no_such_thing"])
     for value in allowed:
+        if (name, value) == ("report_to", "tensorboard") and not is_tensorboard_available():
+            continue  # (refused at start-up without the package: the test below)
         assert getattr(GRPOConfig(**{name: value}), name) == value
+
+
+def test_a_tracker_that_is_not_installed_is_refused_at_start_up(monkeypatch):
+    # accelerate would warn and train on without the tracker the user asked for
+    monkeypatch.setattr("tinygrpo.config.is_tensorboard_available", lambda: False)
+    with pytest.raises(ConfigError) as e:
+        GRPOConfig(report_to="tensorboard")
+    assert str(e.value) == "report_to=tensorboard needs the tensorboard package (pip install tensorboard)"
+    monkeypatch.setattr("tinygrpo.config.is_tensorboard_available", lambda: True)
+    assert GRPOConfig(report_to="tensorboard").report_to == "tensorboard"
+
+
+def test_explore_temperatures_beyond_float32_are_refused():
+    with pytest.raises(ConfigError) as e:
+        GRPOConfig(explore_temperatures=[2.0, 1e308])
+    assert str(e.value).startswith("explore_temperatures holds 1e+308, beyond float32's range")
+    assert GRPOConfig(explore_temperatures=[2.0, 3e38]).explore_temperatures == [2.0, 3e38]
 
 
 def test_empty_reward_funcs_raises_config_error():

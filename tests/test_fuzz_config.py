@@ -36,7 +36,6 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from accelerate.utils import is_tensorboard_available
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
@@ -314,93 +313,7 @@ _OOM = (
 # Each row is checked by test_known_failure_still_fails, a strict xfail: the day its fix lands, that test XPASSes and
 # fails the run; then delete the row. Until then the fuzzer does not run an example holding one of these values (it
 # would fail, or hang, for the known reason) and counts it (--hypothesis-show-statistics). Nothing else is skipped.
-KNOWN = [
-    Known("grpo", "eval_pass_k", _HUGE, ("--eval_pass_k", _HUGE[0]), f"{_OOM}: config.py / validation.py"),
-    Known(
-        "grpo", "per_device_train_batch_size", _HUGE[:1], ("--per_device_train_batch_size", _HUGE[0]), _OOM
-    ),
-    Known("grpo", "steps_per_generation", _HUGE, ("--steps_per_generation", _HUGE[0]), _OOM),
-    Known(
-        "grpo",
-        "torch_num_threads",
-        _HUGE,
-        ("--torch_num_threads", _HUGE[0]),
-        "libgomp kills the process (out of memory for 2**30 threads), no line: a bound (class 3, config.py)",
-    ),
-    Known(
-        "grpo",
-        "explore_temperatures",
-        ("1e+308",),
-        ("--explore_temperatures", "1e+308"),
-        "RuntimeError at step 1 (torch.full in generation.explore: a value beyond float32's range): a bound in "
-        "config.BOUNDS (class 3)",
-    ),
-    Known(
-        "grpo",
-        "reward_weights",
-        ("1e+308",),
-        ("--reward_weights", "1e+308"),
-        "a RuntimeWarning line (float32 overflow in generation.score) before an error line that blames the loss "
-        "and names a checkpoint that does not exist (class 5: the reward's overflow, said where it happens)",
-    ),
-    Known(
-        "grpo",
-        "epsilon",
-        ("1.0", "10.0", "1e+308"),
-        ("--epsilon", "1.0", "--num_iterations", "2"),
-        "ValueError traceback at the first off-policy step (core.clipped_surrogate: epsilon_low must be in [0, 1)): "
-        "class 3, config.BOUNDS",
-    ),
-    *(
-        []
-        if is_tensorboard_available()
-        else [
-            Known(
-                "grpo",
-                "report_to",
-                ("tensorboard",),
-                ("--report_to", "tensorboard", "--model_name_or_path", "nope"),
-                "tensorboard is not installed: accelerate's UserWarning line, then the run goes on without it (or "
-                "an error line after the warning): a start-up error (class 3, config.py / validation.py)",
-            )
-        ]
-    ),
-    Known(
-        "sft",
-        "threads",
-        ("-1", str(-BIG - 1), *_HUGE),
-        ("--threads", "-1"),
-        "a traceback (torch.set_num_threads), or libgomp killing the process (2**30 threads): class 4, sft.py",
-    ),
-    Known(
-        "sft",
-        "label_smoothing",
-        ("1.5", "2.0", "1e+308", "inf"),
-        ("--label_smoothing", "1.5"),
-        "RuntimeError traceback from F.cross_entropy at step 1: class 4, sft.py",
-    ),
-    *(
-        Known(
-            "sft",
-            name,
-            ("1e+308", "inf"),
-            (f"--{name}", "inf"),
-            "exit 0 with NaN weights saved: class 4, sft.py (never save non-finite weights)",
-        )
-        for name in ("learning_rate", "weight_decay")
-    ),
-    *(
-        Known("sft", name, _HUGE, (f"--{name}", _HUGE[0]), f"{_OOM}: class 4, sft.py")
-        for name in ("batch_size", "n_embd", "n_positions")
-    ),
-    Known(
-        "sft",
-        "n_layer",
-        _HUGE,
-        ("--n_layer", _HUGE[0]),
-        "runs without bound (it builds 2**30 blocks one by one): class 3 / 4, sft.py",
-    ),
-]
+KNOWN: list[Known] = []  # (the rows the fuzzer found are fixed: each XPASSed once its fix landed)
 
 
 def _known(entry: str, flags: list[tuple[str, list[str]]]) -> str | None:

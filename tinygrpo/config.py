@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+import torch
+from accelerate.utils import is_tensorboard_available
+
 from .advantage_estimators import (
     ADV_ESTIMATORS,
     ADVANTAGE_MODES,
@@ -478,6 +481,16 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         check_fields(self, BOUNDS, CHOICES)
         check_threads("torch_num_threads", self.torch_num_threads)
+        # Each explore round's rows carry their temperature as a float32 tensor (Batch.temperature).
+        too_hot = [t for t in self.explore_temperatures if t > torch.finfo(torch.float32).max]
+        if too_hot:
+            raise ConfigError(
+                f"explore_temperatures holds {too_hot[0]}, beyond float32's range (at most 3.4e+38): give temperatures "
+                "a float32 can hold"
+            )
+        # accelerate would warn and train on without the tracker the user asked for.
+        if self.report_to == "tensorboard" and not is_tensorboard_available():
+            raise ConfigError("report_to=tensorboard needs the tensorboard package (pip install tensorboard)")
         # Rules that tie fields together (each field is in range by now).
         # Advantages are computed within a group, so a process must hold whole groups.
         if self.per_device_train_batch_size < 1 or self.per_device_train_batch_size % self.num_generations:
