@@ -44,6 +44,7 @@ import train_grpo
 import train_sft
 from rewards import REWARD_REGISTRY
 from tinygrpo.config import BOUNDS, CHOICES, Bound, GRPOConfig
+from tinygrpo.recipe import _field_kind  # (the parser's own reading of a field's annotation)
 from tinygrpo.sft import SFTConfig
 
 EXAMPLES = int(os.environ.get("TINYGRPO_FUZZ_EXAMPLES", "0"))
@@ -103,17 +104,6 @@ REWARDS = [*sorted(REWARD_REGISTRY), "nope", "rewards:nope", "nope.py:f", "os:ge
 # Fields whose size is the length of the run the user asked for (steps, passes): a huge value is a long run, as
 # asked, not a missing bound, so they get no extremes (the rest of their range is fuzzed).
 DURATIONS = {"max_steps", "num_iterations"}
-
-
-def _field_kind(hint: object) -> tuple[type, bool, bool]:
-    """(type, is a list, accepts None) of a field's annotation: int, float | None, list[str]."""
-    args = typing.get_args(hint)
-    nullable = type(None) in args
-    if nullable:
-        (hint,) = [a for a in args if a is not type(None)]
-    if typing.get_origin(hint) is list:
-        return typing.get_args(hint)[0], True, nullable
-    return typing.cast(type, hint), False, nullable
 
 
 class Tokens(typing.NamedTuple):
