@@ -13,10 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from tinygrpo.config import ConfigError, GRPOConfig, parse_config
-
-DEFAULT_REFERENCE = GRPOConfig.__dataclass_fields__["model_name_or_path"].default
-
+from tinygrpo.config import ConfigError, parse_config
 
 # A saved tokenizer's vocabulary: tokenizers' own file, or a slow tokenizer's (BPE, WordPiece, SentencePiece).
 VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "tokenizer.model", "spiece.model")
@@ -83,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(cfg.output_dir)
         from tinygrpo import launch
         from tinygrpo.problems import load_splits
+        from tinygrpo.task import task_of_reference
         from tinygrpo.trainer import GRPOTrainer
         from tinygrpo.writes import write_atomic
 
@@ -114,15 +112,16 @@ def main(argv: list[str] | None = None) -> int:
 
         launch.on_main_process(acc, take_output_dir)
         resume_from = launch.resume_point(cfg, acc.print)
-        if (
-            cfg.model_name_or_path == DEFAULT_REFERENCE
-            and not Path(DEFAULT_REFERENCE, "config.json").is_file()
-        ):
-            if acc.is_main_process:
-                print(f"no reference at {DEFAULT_REFERENCE}: training it first (python train_sft.py)")
+        task = task_of_reference(cfg.model_name_or_path)
+        if task is not None and not Path(cfg.model_name_or_path, "config.json").is_file():
+            if acc.is_main_process:  # a task's reference, missing: trained first with its recipe
+                print(
+                    f"no reference at {cfg.model_name_or_path}: training it first "
+                    f"(python train_sft.py --task {task.name})"
+                )
                 from tinygrpo.sft import SFTConfig, train_reference
 
-                train_reference(SFTConfig(output_dir=DEFAULT_REFERENCE))
+                train_reference(SFTConfig.for_task(task.name))
             acc.wait_for_everyone()
         model, tokenizer = load_model_and_tokenizer(cfg.model_name_or_path, "model_name_or_path")
         ref_model = None

@@ -1,23 +1,22 @@
-"""Rebuild the committed problem files: `python data/build.py` (deterministic; see tinygrpo/problems.py).
+"""Rebuild the committed problem files: `python data/build.py` (every task; deterministic, see tinygrpo/tasks/).
 
-`python data/build.py --digits 3 --out data/addition_3d` writes a 3-digit addition set next to them.
+`python data/build.py --task countdown` rebuilds one task's set; `--out DIR` writes under DIR instead of data/.
 """
 
 import argparse
+import sys
 from pathlib import Path
 
-from tinygrpo.problems import DATA_DIR, build_addition, build_all, write_jsonl
+from tinygrpo.problems import DATA_DIR
+from tinygrpo.task import build_data, task_names
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--digits", type=int, default=None, help="build one addition set with this many digits")
-    p.add_argument("--out", type=Path, default=None, help="output directory for --digits")
+    p.add_argument("--task", action="append", default=None, help="a task to build (repeatable; default: all)")
+    p.add_argument("--out", type=Path, default=DATA_DIR, help="the directory the task directories go under")
     args = p.parse_args()
-    if args.digits is None:
-        for path in build_all(DATA_DIR):
-            print(path)
-    else:
-        out = args.out or DATA_DIR / f"addition_{args.digits}d"
-        for split, rows in build_addition(args.digits).items():
-            write_jsonl(rows, out / f"{split}.jsonl")
-            print(out / f"{split}.jsonl", len(rows))
+    unknown = [t for t in args.task or [] if t not in task_names()]
+    if unknown:
+        sys.exit(f"error: unknown task {unknown[0]!r} (known tasks: {', '.join(task_names())})")
+    for path in build_data(args.task, args.out):
+        print(path)

@@ -112,6 +112,35 @@ def accuracy_lenient(
     return _accuracy(completions, answer, eos, strict=False)
 
 
+@register_reward("final_answer")
+def final_answer(
+    completions: Sequence[str], answer: Sequence[Any], eos: str = EOS, **kwargs: Any
+) -> list[float | None]:
+    """Worked or direct: 1.0 iff the completion is ^(work=)?(0|[1-9][0-9]*)<eos>$ and the integer after its last
+    '=' equals the gold; the work before it is not checked.
+
+    So "296+1480=1776<eos>" and "1776<eos>" both score 1.0 for 37*48; the integer itself is read as strictly as
+    ``accuracy`` reads it (no leading zeros, signs, spaces; a missing <eos> or text after it scores 0.0).
+    """
+    pattern = _worked_pattern(eos)
+    scores: list[float | None] = []
+    for completion, gold_raw in zip(completions, answer, strict=True):
+        gold = _gold(gold_raw)
+        if gold is None:
+            scores.append(None)
+            continue
+        m = pattern.fullmatch(_text(completion))
+        scores.append(1.0 if m is not None and _canonical("", m.group(1)) == gold else 0.0)
+    return scores
+
+
+@lru_cache(maxsize=8)
+def _worked_pattern(eos: str) -> re.Pattern[str]:
+    # Any work not holding the eos marker, up to its last '=' (greedy), then the strict integer and eos.
+    work = f"(?:(?:(?!{re.escape(eos)}).)*=)?"
+    return re.compile(work + "(0|[1-9][0-9]*)" + re.escape(eos), re.ASCII | re.DOTALL)
+
+
 def make_accuracy(strict: bool = True) -> Any:
     """The strict (``accuracy``) or lenient (``accuracy_lenient``) verifier."""
     return accuracy if strict else accuracy_lenient

@@ -18,8 +18,8 @@ from tinygrpo.config import ConfigError, GRPOConfig
 from tinygrpo.loss import explore_weights
 from tinygrpo.loss_config import LossConfig
 from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
-from tinygrpo.problems import problem_kinds
 from tinygrpo.prompt_stats import PromptStats, selection_weights
+from tinygrpo.tasks.addition import problem_kinds
 
 # ================================================================================================ statistics
 

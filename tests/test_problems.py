@@ -6,15 +6,12 @@ import json
 
 import pytest
 
-from tinygrpo.problems import DATA_DIR, build_addition, build_all, build_seed_bank, load_split
+from tinygrpo.problems import DATA_DIR, load_split
+from tinygrpo.task import build_data
+from tinygrpo.tasks.addition import build_addition
+from tinygrpo.tasks.seed_bank import build_seed_bank
 
-COMMITTED = [
-    "seed_bank/train.jsonl",
-    "addition/train.jsonl",
-    "addition/test.jsonl",
-    "addition/validation.jsonl",
-    "addition/train_without_validation.jsonl",
-]
+COMMITTED = sorted(p.relative_to(DATA_DIR).as_posix() for p in DATA_DIR.glob("*/*.jsonl"))
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +24,8 @@ def read_jsonl(path):
 
 
 def test_committed_files_equal_builder_output(tmp_path):
-    written = build_all(tmp_path)
-    assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == sorted(COMMITTED)
+    written = build_data(None, tmp_path)  # every task's problems
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == COMMITTED
     for rel in COMMITTED:
         assert (tmp_path / rel).read_bytes() == (DATA_DIR / rel).read_bytes(), rel
 
@@ -93,7 +90,7 @@ def test_load_split_addition(split, n):
 
 
 def test_load_split_by_directory(tmp_path):
-    build_all(tmp_path)
+    build_data(["seed_bank"], tmp_path)
     ds = load_split(str(tmp_path / "seed_bank"), "train")
     assert ds["prompt"] == [r["prompt"] for r in build_seed_bank()["train"]]
 

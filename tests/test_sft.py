@@ -15,8 +15,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import tiny_lm  # noqa: F401 - registers the model with the Auto classes
 from tiny_lm import build_tokenizer
-from tinygrpo.problems import build_seed_bank
 from tinygrpo.sft import SFTConfig, encode_examples, train_reference
+from tinygrpo.tasks.seed_bank import build_seed_bank
 
 REPO = Path(__file__).resolve().parent.parent
 CHANCE = 1 / 13  # the seed bank's answers are one of the 11 sums 0..10; ~1/13 allows for format errors

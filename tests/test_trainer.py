@@ -673,7 +673,7 @@ def test_pass_at_k_with_near_zero_temperature_equals_greedy_accuracy(seed_refere
     model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
     rows = load_split("seed_bank", "train").to_dict()
     enc = tok(rows["prompt"], padding=True, return_tensors="pt")
-    batch = (model, tok, enc["input_ids"], enc["attention_mask"], rows["answer"])
+    batch = (model, tok, enc["input_ids"], enc["attention_mask"], rows)
 
     def evaluate(pass_k: int, temperature: float) -> dict[str, float]:
         params = SamplingParams(3, temperature, generator=torch.Generator().manual_seed(0))

@@ -26,8 +26,8 @@ import torch.nn as nn
 from torch import Tensor
 from torch.distributions import Categorical
 
-from . import problems
 from .core import aggregate_loss, clipped_surrogate, full_kl, group_advantages, selective_log_softmax
+from .tasks import seed_bank
 
 # ---- the seed demo's constants (000: demo.py) ----
 N_A, N_B = 6, 6
@@ -59,7 +59,7 @@ CHAPTER_ADV_EPS = 1e-6
 def build_seed_bank() -> tuple[list[int], list[int]]:
     """The demo's question bank: (question ids q = a * 6 + b, gold answers a + b), in the demo's order (the rows of
     the seed_bank problem set)."""
-    rows = problems.build_seed_bank()["train"]
+    rows = seed_bank.build_seed_bank()["train"]
     return [r["id"] for r in rows], [r["a"] + r["b"] for r in rows]
 
 

@@ -1,18 +1,49 @@
-"""Held-out evaluation with one correctness rule, the strict verifier's (`rewards.accuracy`): greedy accuracy and
-pass@k. The SFT script, the trainer (HeldOutEvaluator) and the studies all evaluate through here."""
+"""Held-out evaluation with one correctness rule, the task's verifier (`Verifier`: on addition the strict
+`rewards.accuracy`): greedy accuracy and pass@k. The SFT script, the trainer (HeldOutEvaluator) and the studies all
+evaluate through here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import torch
 
-from rewards import accuracy
+from rewards import accuracy, compute_rewards
 
 from .backend import Backend
-from .problems import problem_kinds
 from .prompts import left_pad
 from .rollout import SamplingParams, completion_logits, decode_completions, sample_completions
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """The rule that decides whether a completion is right: a reward with TRL's signature that scores 1.0 right and
+    0.0 wrong, called with the split's columns (a None or any other score is wrong); `kinds` breaks accuracy down
+    by kind of problem. `Verifier.of(dataset)` is the dataset's task's verifier (tinygrpo/task.py)."""
+
+    name: str = "accuracy"
+    fn: Callable[..., Any] = accuracy
+    kinds: Callable[[dict[str, list]], dict[str, list[bool]]] | None = field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, dataset: str) -> Verifier:
+        from .task import correctness_reward, task_of_dataset
+
+        task = task_of_dataset(dataset)
+        name, fn = correctness_reward(dataset)
+        return cls(name, fn, task.kinds if task is not None else None)
+
+    def __call__(self, completions: list[str], rows: dict[str, list], k: int = 1) -> list[bool]:
+        """Whether each completion is right; rows[c][i] are the columns of completions[i * k : (i + 1) * k]."""
+        n = len(completions)
+        cols = {c: [v for v in vals for _ in range(k)] for c, vals in rows.items() if c != "prompt"}
+        prompts = [p for p in rows["prompt"] for _ in range(k)] if "prompt" in rows else [""] * n
+        ids = [[] for _ in range(n)]  # (correctness is a property of the text; no verifier reads the ids)
+        scores = compute_rewards([self.fn], [self.name], prompts, completions, ids, cols)[:, 0]
+        return (np.nan_to_num(scores) == 1.0).tolist()
 
 
 def accuracy_rate(completions: list[str], answers: list) -> float:
@@ -41,17 +72,19 @@ def greedy_completions(
 def greedy_accuracy(
     model: torch.nn.Module,
     tokenizer,
-    prompts: list[str],
-    answers: list,
+    rows: dict[str, list],
     max_new_tokens: int,
+    verifier: Verifier | None = None,
     batch_size: int = 1024,
 ) -> tuple[float, list[str]]:
-    """Greedy accuracy of a list of prompt texts (tokenized in batches), and the completions themselves."""
+    """Greedy accuracy on a split's rows ({column: values}, with "prompt"; tokenized in batches) under `verifier`
+    (default: the strict integer rule), and the completions themselves."""
+    prompts, verifier = rows["prompt"], verifier or Verifier()
     outs: list[str] = []
     for i in range(0, len(prompts), batch_size):
         enc = tokenizer(prompts[i : i + batch_size], padding=True, return_tensors="pt")
         outs += greedy_completions(model, tokenizer, enc["input_ids"], enc["attention_mask"], max_new_tokens)
-    return accuracy_rate(outs, answers), outs
+    return sum(verifier(outs, rows)) / max(1, len(prompts)), outs
 
 
 @dataclass(frozen=True)
@@ -60,6 +93,7 @@ class HeldOut:
 
     metrics: dict[str, float]  # "eval/accuracy", "eval/accuracy/<kind>", "eval/pass@k"
     completions: list[str]  # the greedy completion of each prompt, in order (decoded, <eos> kept)
+    right: list[bool]  # whether the verifier accepted each of them
 
 
 @torch.inference_mode()
@@ -68,28 +102,30 @@ def held_out_metrics(
     tokenizer,
     prompt_ids: torch.Tensor,
     prompt_mask: torch.Tensor,
-    answers: list,
+    rows: dict[str, list],
     params: SamplingParams,
     *,
     pass_k: int = 0,
     backend: Backend | None = None,
-    kinds: dict[str, list[bool]] | None = None,
+    verifier: Verifier | None = None,
 ) -> HeldOut:
     """(P, Tp) left-padded prompts -> {"eval/accuracy": greedy exact-match rate, "eval/pass@k": any of k samples}
     and the greedy completions.
 
     Greedy decoding and pass@k both stop at `params.max_new_tokens`; pass@k samples as `params` says, drawing from
     `params.generator`, which must be the caller's own (seeded) generator so that evaluating never moves the
-    training RNG. `kinds` (name -> which prompts are of that kind) adds "eval/accuracy/<name>", the greedy accuracy
-    on those prompts.
+    training RNG. `rows` are the prompts' columns ({column: values}, one per prompt) that `verifier` (default: the
+    strict integer rule) reads; its `kinds` add "eval/accuracy/<kind>", the greedy accuracy on those prompts.
     """
+    verifier = verifier or Verifier()
     if pass_k and params.generator is None:
         # torch's global generator would serve: an evaluation that changes what training samples next.
         raise ValueError("pass@k needs its own generator (params.generator), not torch's global one")
     outs = greedy_completions(model, tokenizer, prompt_ids, prompt_mask, params.max_new_tokens, backend)
-    right = accuracy(completions=outs, answer=answers)
-    res = {"eval/accuracy": sum(right) / max(1, len(answers))}
-    for name, member in (kinds or {}).items():
+    right, n = verifier(outs, rows), len(outs)
+    res = {"eval/accuracy": sum(right) / max(1, n)}
+    kinds = verifier.kinds(rows) if verifier.kinds is not None else {}
+    for name, member in kinds.items():
         hits = [r for r, m in zip(right, member, strict=True) if m]
         if hits:
             res[f"eval/accuracy/{name}"] = sum(hits) / len(hits)
@@ -106,9 +142,9 @@ def held_out_metrics(
             backend=backend,
         )
         samples = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
-        hits = torch.tensor(accuracy(completions=samples, answer=[a for a in answers for _ in range(pass_k)]))
-        res[f"eval/pass@{pass_k}"] = float(hits.view(-1, pass_k).amax(1).sum()) / len(answers)
-    return HeldOut(res, outs)
+        hits = torch.tensor(verifier(samples, rows, k=pass_k), dtype=torch.float32)
+        res[f"eval/pass@{pass_k}"] = float(hits.view(-1, pass_k).amax(1).sum()) / n
+    return HeldOut(res, outs, right)
 
 
 @torch.no_grad()
@@ -136,16 +172,16 @@ def answer_beliefs(
 
 class HeldOutEvaluator:
     """The trainer's held-out evaluation: the split's rows, tokenized once on first use, greedy accuracy (and by
-    problem kind on an a+b set) and pass@k at the step's seed; the latest result is kept for the run's logs."""
+    problem kind where the task defines kinds) and pass@k at the step's seed, under the dataset's verifier; the
+    latest result is kept for the run's logs."""
 
-    def __init__(self, rows: dict | None, tokenizer, backend: Backend, cfg) -> None:
+    def __init__(
+        self, rows: dict | None, tokenizer, backend: Backend, cfg, verifier: Verifier | None = None
+    ) -> None:
         self.rows = rows if rows is not None and "answer" in rows else None  # (no answers: nothing to score)
         self.tokenizer, self.backend, self.cfg = tokenizer, backend, cfg
+        self.verifier = verifier or Verifier.of(cfg.dataset)
         self.prompts: tuple[torch.Tensor, torch.Tensor] | None = None  # (P, Tp) left-padded ids and mask
-        ab = self.rows is not None and all(
-            isinstance(v, int) for c in ("a", "b") for v in self.rows.get(c, [None])
-        )
-        self.kinds = problem_kinds(self.rows["a"], self.rows["b"]) if ab else None
         self.last: HeldOut | None = None
 
     def __call__(self, model: torch.nn.Module, step: int) -> dict[str, float]:
@@ -160,16 +196,15 @@ class HeldOutEvaluator:
         # pass@k's own generator, seeded by the step: evaluating never moves the training RNG.
         gen = torch.Generator().manual_seed(cfg.seed + 7919 * (step + 1))
         params = SamplingParams(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, gen)
-        answers, kinds = self.rows["answer"], self.kinds
         self.last = held_out_metrics(
             model,
             self.tokenizer,
             *self.prompts,
-            answers,
+            self.rows,
             params,
             pass_k=cfg.eval_pass_k,
             backend=self.backend,
-            kinds=kinds,
+            verifier=self.verifier,
         )
         return self.last.metrics
 

@@ -11,8 +11,6 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from rewards import accuracy
-
 from .generation import ScoredBatch
 from .metrics_io import JsonlWriter, truncate_after_step
 
@@ -58,14 +56,14 @@ class RunLogs:
         pass_rate: torch.Tensor,
         rows: dict,
         completions: list[str],
+        right: list[bool],
         beliefs: Callable[[list[str]], torch.Tensor],
     ) -> None:
         """At an evaluation: every training prompt's pass-rate estimate, the held-out problems answered wrong (rows:
-        the held-out split's columns; completions: the greedy ones), and, on a small problem set, the policy's belief
+        the held-out split's columns; completions: the greedy ones; right: the verifier's judgement of each), and, on a small problem set, the policy's belief
         in each answer (`beliefs(answers)` -> (P, C) probabilities): the report's per-prompt pictures."""
         rates = [None if r != r else round(r, 3) for r in pass_rate.tolist()]
         self.files["prompt_stats"].write({"step": step, "pass_rate": rates})
-        right = accuracy(completions=completions, answer=rows["answer"])
         wrong = [
             [p, str(a), c]
             for p, a, c, ok in zip(rows["prompt"], rows["answer"], completions, right, strict=True)

@@ -25,7 +25,7 @@ from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN
 
 from .checks import Bound, ConfigError, check_fields, check_threads
 from .config import BOUNDS
-from .evaluation import greedy_accuracy
+from .evaluation import Verifier, greedy_accuracy
 from .launch import Input, check_apart
 from .problems import dataset_dir, load_split
 from .update import NonFiniteError, nonfinite_weight
@@ -35,6 +35,13 @@ from .writes import save_model_files
 
 @dataclass
 class SFTConfig:
+    task: str = field(
+        default="",
+        metadata={
+            "help": "A task's reference recipe (tinygrpo/tasks/): its dataset, characters, model size and budget "
+            "become the defaults, and flags override them. '' = addition's recipe, this config's own defaults."
+        },
+    )
     output_dir: str = field(
         default="checkpoints/reference", metadata={"help": "Where model + tokenizer are saved."}
     )
@@ -45,6 +52,10 @@ class SFTConfig:
         default="addition", metadata={"help": "Problem set name or directory of <split>.jsonl."}
     )
     train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    completion_column: str = field(
+        default="answer",
+        metadata={"help": "The column that holds each training problem's target completion (without <eos>)."},
+    )
     eval_split: str = field(
         default="test", metadata={"help": "Held-out split for greedy accuracy ('' = none)."}
     )
@@ -79,6 +90,24 @@ class SFTConfig:
     def __post_init__(self) -> None:
         check_fields(self, SFT_BOUNDS, {})  # the same checks, messages and loop as GRPOConfig's
         check_threads("threads", self.threads)
+
+    @classmethod
+    def for_task(cls, name: str, **overrides) -> SFTConfig:
+        """The reference recipe of task `name` (ValueError if it has none), with `overrides` on top."""
+        return cls(**{**task_recipe(name), **overrides, "task": name})
+
+
+def task_recipe(name: str) -> dict:
+    """The SFTConfig fields of task `name`'s reference recipe; a ValueError for an unknown task or one without."""
+    from .task import get_task
+
+    task = get_task(name)
+    if task.reference is None:
+        raise ValueError(
+            f"task {name!r} has no reference recipe of its own: its GRPO recipe ({task.config}) starts from the "
+            "model it names"
+        )
+    return {"dataset": task.dataset or task.name, "chars": task.chars, **task.reference}
 
 
 # Single-field bounds, checked in this order by tinygrpo.config.check_fields (after the finite-number check), as
@@ -143,9 +172,15 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     train = load_split(cfg.dataset, cfg.train_split)
     if cfg.train_size and cfg.train_size < len(train):
         train = train.shuffle(seed=cfg.seed).select(range(cfg.train_size))
-    for i, (p, a) in enumerate(zip(train["prompt"], train["answer"], strict=True)):
+    if cfg.completion_column not in train.column_names:
+        raise ValueError(
+            f"completion_column {cfg.completion_column!r}: {cfg.dataset}/{cfg.train_split} has no such column "
+            f"(columns: {', '.join(train.column_names)})"
+        )
+    targets = [str(t) for t in train[cfg.completion_column]]
+    for i, (p, a) in enumerate(zip(train["prompt"], targets, strict=True)):
         check_text(p + a, tokenizer, where=f"{cfg.dataset}/{cfg.train_split} row {i + 1}")
-    ids, mask, labels = encode_examples(tokenizer, train["prompt"], train["answer"])
+    ids, mask, labels = encode_examples(tokenizer, train["prompt"], targets)
     if ids.size(1) > cfg.n_positions:
         raise ValueError(f"n_positions={cfg.n_positions} is shorter than the longest example ({ids.size(1)})")
     check_memory(cfg, len(tokenizer), ids.size(1))
@@ -199,7 +234,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             print(f"sft step {step:5d}  loss {last_loss:.4f}", flush=True)
     train_time = time.time() - t0
 
-    max_new = max(len(a) for a in train["answer"]) + 2
+    max_new = max(len(a) for a in targets) + 2
     summary = {
         "train_problems": len(train),
         "steps": cfg.max_steps,
@@ -211,9 +246,8 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     if cfg.eval_split:
         test = load_split(cfg.dataset, cfg.eval_split)
         summary["eval_split"] = cfg.eval_split
-        summary["eval_accuracy"], _ = greedy_accuracy(
-            model, tokenizer, test["prompt"], test["answer"], max_new
-        )
+        verifier = Verifier.of(cfg.dataset)
+        summary["eval_accuracy"], _ = greedy_accuracy(model, tokenizer, test.to_dict(), max_new, verifier)
         summary["eval_problems"] = len(test)
     bad = nonfinite_weight(model)  # (the last step's update may have made them so, after a finite loss)
     if bad is not None:

@@ -210,7 +210,9 @@ class GRPOTrainer:
         if not self.procs.is_main or held is None or not held.completions:
             return
         rows, beliefs = self.evaluator.rows, lambda answers: self.evaluator.beliefs(self.model, answers)
-        self.logs.evaluation(self.step, self.prompt_stats.pass_rate, rows, held.completions, beliefs)
+        self.logs.evaluation(
+            self.step, self.prompt_stats.pass_rate, rows, held.completions, held.right, beliefs
+        )
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_parts(self) -> dict:

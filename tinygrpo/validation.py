@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch.nn as nn
 
-from rewards import EOS, accuracy, check_binary, compute_rewards, rewards_float32
+from rewards import EOS, check_binary, compute_rewards, rewards_float32
 
 from .advantage_estimators import needs_binary_rewards
 from .config import ConfigError, GRPOConfig
@@ -172,7 +172,10 @@ def check_inputs(
     where = f"{cfg.dataset}/{cfg.train_split}"
     probe(reward_funcs, reward_names, train_dataset, where, reward_kwargs, weights, binary)
     if scored:
-        probe([accuracy], ["accuracy"], eval_dataset, f"{cfg.dataset}/{cfg.eval_split}", reward_kwargs)
+        from .task import correctness_reward
+
+        name, verifier = correctness_reward(cfg.dataset)  # the rule held-out accuracy is decided by
+        probe([verifier], [name], eval_dataset, f"{cfg.dataset}/{cfg.eval_split}", reward_kwargs)
 
 
 def probe(

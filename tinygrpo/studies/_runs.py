@@ -96,7 +96,7 @@ def test_accuracy(run_dir: Path) -> float:
     torch.set_num_threads(1)
     model, tok = load_model_and_tokenizer(str(run_dir / "final"), "final")
     test = load_split("addition", "test")
-    return greedy_accuracy(model, tok, test["prompt"], test["answer"], max_new_tokens=4)[0]
+    return greedy_accuracy(model, tok, test.to_dict(), max_new_tokens=4)[0]
 
 
 test_accuracy.__test__ = False  # a helper, not a test, should pytest ever import it by name

@@ -104,7 +104,7 @@ def seed_bank_greedy(model, tokenizer, max_new_tokens: int) -> tuple[float, floa
     from tinygrpo.evaluation import greedy_accuracy
 
     bank = seed_bank()
-    acc, outs = greedy_accuracy(model, tokenizer, bank["prompt"], bank["answer"], max_new_tokens)
+    acc, outs = greedy_accuracy(model, tokenizer, bank.to_dict(), max_new_tokens)
     valid = {f"{k}<eos>" for k in range(N_ANSWERS)}
     return acc, sum(o in valid for o in outs) / len(outs)
 

@@ -1,0 +1,300 @@
+"""Tasks (tinygrpo/task.py, tinygrpo/tasks/): each generator, each verifier by a table of cases, and one short run
+of each task end to end (its reference recipe, shrunk, then two GRPO steps from its config)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import train_grpo
+from rewards import EOS, resolve_reward
+from rewards.countdown import parse_expression
+from tinygrpo.evaluation import Verifier
+from tinygrpo.task import Task, get_task, register_task, task_names, task_of_dataset, task_of_reference
+from tinygrpo.tasks import countdown, multiplication
+
+REPO = Path(train_grpo.__file__).resolve().parent
+TASKS = task_names()
+BUILT_IN = {
+    "addition",
+    "addition_long",
+    "countdown",
+    "multiplication",
+    "multiplication_scratchpad",
+    "reverse",
+    "seed_bank",
+}
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return {name: get_task(name).build() for name in TASKS}
+
+
+def test_every_built_in_task_is_registered():
+    assert set(TASKS) >= BUILT_IN
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
+def test_generator_is_seeded_and_its_splits_are_disjoint(name, splits):
+    task, rows = get_task(name), splits[name]
+    assert task.build() == rows  # the same rows on every call
+    prompts = {split: [r["prompt"] for r in split_rows] for split, split_rows in rows.items()}
+    for split, ps in prompts.items():
+        assert len(set(ps)) == len(ps), f"{name}/{split} repeats a problem"
+    # (addition's validation is carved from its train split, kept apart as train_without_validation)
+    train = "train_without_validation" if "train_without_validation" in prompts else "train"
+    for a in (train, "validation", "test"):
+        for b in ("validation", "test"):
+            if a != b and a in prompts and b in prompts:
+                assert not set(prompts[a]) & set(prompts[b]), f"{name}: {a} and {b} share problems"
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
+def test_every_gold_answer_passes_its_own_verifier_and_fits_the_alphabet(name, splits):
+    task = get_task(name)
+    verifier = Verifier.of(task.dataset or task.name)
+    assert verifier.name == task.correct
+    for split, rows in splits[name].items():
+        table = {c: [r[c] for r in rows] for c in rows[0]}
+        assert all(verifier([a + EOS for a in table["answer"]], table)), f"{name}/{split}"
+        if "worked" in table:  # the scratchpad ends in the same answer
+            assert all(verifier([w + EOS for w in table["worked"]], table)), f"{name}/{split} worked"
+        # A wrong answer is wrong (the verifier is not constant).
+        wrong = [a[:-1] if len(a) > 1 else a + a for a in table["answer"]]
+        assert not any(verifier([w + EOS for w in wrong[:50]], {c: v[:50] for c, v in table.items()}))
+        alphabet = set(task.chars)
+        for r in rows:
+            text = r["prompt"] + r["answer"] + r.get("worked", "")
+            assert set(text) <= alphabet, f"{name}/{split}: {r['prompt']!r}"
+
+
+def test_task_registry_errors_and_lookups():
+    with pytest.raises(ValueError, match=r"unknown task 'nope' \(known tasks: .*addition"):
+        get_task("nope")
+    assert task_of_dataset("multiplication").correct == "final_answer"  # two tasks, one set, one verifier
+    assert task_of_dataset(str(REPO / "data" / "countdown")).name == "countdown"
+    assert task_of_dataset("some/dir/of/mine") is None
+    assert Verifier.of("some/dir/of/mine").name == "accuracy"
+    assert task_of_reference("checkpoints/reference").name == "addition"
+    assert task_of_reference("checkpoints/reverse").name == "reverse"
+    assert task_of_reference("elsewhere") is None
+    t = get_task("addition")
+    with pytest.raises(ValueError, match="already registered"):
+        register_task(Task("addition", "x", lambda: {}, "0", "c.yaml"))
+    assert get_task("addition") is t
+
+
+def test_each_task_has_its_config_and_its_rewards_resolve():
+    import yaml
+
+    for name in BUILT_IN:
+        task = get_task(name)
+        for reward in (task.correct, *task.rewards):
+            resolve_reward(reward)
+        cfg = yaml.safe_load((REPO / task.config).read_text())
+        assert cfg["dataset"] == (task.dataset or task.name)
+        if task.reference is not None:
+            assert cfg["model_name_or_path"] == task.reference["output_dir"]
+
+
+# ---------------------------------------------------------------------------------------------------- generators
+
+
+def test_countdown_gold_uses_each_number_once_and_reaches_the_target(splits):
+    for r in splits["countdown"]["train"][:2000]:
+        value, used = parse_expression(r["answer"])
+        assert Counter(used) == Counter(r["numbers"]) and value == r["target"] and 1 <= r["target"] <= 100
+        assert len(r["numbers"]) in (3, 4) and all(1 <= n <= 99 for n in r["numbers"])
+        # An independent evaluation: Python's own arithmetic on the same text (digits, + - * and brackets only).
+        assert re.fullmatch(r"[0-9+\-*()]+", r["answer"]) and eval(r["answer"]) == value  # noqa: S307
+
+
+def test_multiplication_scratchpad_is_right_step_by_step(splits):
+    for r in splits["multiplication"]["test"]:
+        a, b = r["a"], r["b"]
+        parts = r["worked"].split(",")
+        assert parts[0] == f"{a}*{b % 10}={a * (b % 10)}"
+        assert parts[1] == f"{a}*{b // 10 * 10}={a * (b // 10 * 10)}"
+        assert parts[2] == f"{a * (b % 10)}+{a * (b // 10 * 10)}={a * b}" and r["answer"] == str(a * b)
+        assert multiplication.completion_format(r["worked"] + EOS) == "scratchpad"
+        assert multiplication.completion_format(r["answer"] + EOS) == "direct"
+
+
+def test_reverse_and_addition_long_rows(splits):
+    for r in splits["reverse"]["test"]:
+        word = r["prompt"][:-1]
+        assert r["answer"] == word[::-1] and 5 <= len(word) <= 12 and word.isalpha()
+    for r in splits["addition_long"]["test"]:
+        assert r["answer"] == str(r["a"] + r["b"]) and all(100 <= x < 10**6 for x in (r["a"], r["b"]))
+
+
+# ----------------------------------------------------------------------------------------------------- verifiers
+
+COUNTDOWN_CASES = [
+    # (completion, numbers, target, countdown, countdown_partial)
+    ("(95-37)*2<eos>", [95, 37, 2], 116, 1.0, 1.0),
+    ("2*(95-37)<eos>", [95, 37, 2], 116, 1.0, 1.0),  # any right expression, not only the gold one
+    ("95-37*2<eos>", [95, 37, 2], 116, 0.0, 0.1),  # precedence: 95 - 74 = 21
+    ("(95-37)*2", [95, 37, 2], 116, 0.0, 0.0),  # truncated: no <eos>
+    ("(95-37)*2<eos>1", [95, 37, 2], 116, 0.0, 0.0),  # text after <eos>
+    ("(95-37)*2*1<eos>", [95, 37, 2], 116, 0.0, 0.1),  # a number that is not given
+    ("(95-95)+116<eos>", [95, 37, 2], 116, 0.0, 0.1),  # a number used twice
+    ("(95-37)<eos>", [95, 37, 2], 58, 0.0, 0.1),  # a number left unused
+    ("(95-37)/2<eos>", [95, 37, 2], 29, 0.0, 0.0),  # division is not an operator here
+    ("-2+95-37<eos>", [95, 37, 2], 56, 0.0, 0.0),  # no unary minus
+    ("95-37*02<eos>", [95, 37, 2], 21, 0.0, 0.0),  # a leading zero
+    ("95 - 37 - 2<eos>", [95, 37, 2], 56, 0.0, 0.0),  # spaces
+    ("９５-37-2<eos>", [95, 37, 2], 56, 0.0, 0.0),  # full-width digits
+    ("(95-37-2<eos>", [95, 37, 2], 56, 0.0, 0.0),  # unbalanced
+    ("95-37-2)<eos>", [95, 37, 2], 56, 0.0, 0.0),
+    ("()<eos>", [95, 37, 2], 56, 0.0, 0.0),
+    ("<eos>", [95, 37, 2], 56, 0.0, 0.0),
+    ("", [95, 37, 2], 56, 0.0, 0.0),
+    ("95-37-2=56<eos>", [95, 37, 2], 56, 0.0, 0.0),  # an equation is not an expression
+    ("95--37-2<eos>", [95, 37, 2], 56, 0.0, 0.0),
+    ("(" * 17 + "1" + ")" * 17 + "<eos>", [1], 1, 0.0, 0.0),  # deeper than 16 levels
+    ("(" * 16 + "1" + ")" * 16 + "<eos>", [1], 1, 1.0, 1.0),  # 16 levels: the limit
+    ("((((((((1))))))))<eos>", [1], 1, 1.0, 1.0),
+    ("9" * 70 + "<eos>", [9], 9, 0.0, 0.0),  # longer than 64 characters
+    ("3*4-5+6<eos>", [3, 4, 5, 6], 13, 1.0, 1.0),
+    ("6-5+3*4<eos>", [6, 5, 4, 3], 13, 1.0, 1.0),
+    ("5*5-5<eos>", [5, 5, 5], 20, 1.0, 1.0),  # repeated numbers: each copy once
+    ("5*5-5-5<eos>", [5, 5, 5], 10, 0.0, 0.1),
+]
+
+
+@pytest.mark.parametrize("completion, numbers, target, right, partial", COUNTDOWN_CASES)
+def test_countdown_verifiers(completion, numbers, target, right, partial):
+    kw = {"completions": [completion], "numbers": [numbers], "target": [target]}
+    assert resolve_reward("countdown")(**kw) == [right]
+    assert resolve_reward("countdown_partial")(**kw) == [partial]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("0123456789+-*()/ =x<eos>")), max_size=80))
+def test_countdown_never_raises_and_agrees_with_python(text):
+    parsed = parse_expression(text)
+    r = resolve_reward("countdown_partial")(completions=[text + EOS], numbers=[[1, 2]], target=[3])
+    assert r[0] in (0.0, 0.1, 1.0) and (r[0] > 0) == (parsed is not None)
+    if parsed is not None:  # the same text is Python arithmetic (no leading zeros, no unary minus, no '/')
+        assert eval(text) == parsed[0]  # noqa: S307
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 99), min_size=1, max_size=4), st.integers(0, 2**32 - 1))
+def test_random_expressions_use_each_number_once(numbers, seed):
+    text = countdown.random_expression(numbers, random.Random(seed))
+    value, used = parse_expression(text)
+    assert Counter(used) == Counter(numbers) and value == eval(text)  # noqa: S307
+
+
+FINAL_ANSWER_CASES = [
+    ("37*8=296,37*40=1480,296+1480=1776<eos>", 1776, 1.0),
+    ("1776<eos>", 1776, 1.0),  # the direct format
+    ("296+1480=1775<eos>", 1776, 0.0),
+    ("296+1480=01776<eos>", 1776, 0.0),  # a leading zero
+    ("296+1480=1776", 1776, 0.0),  # truncated
+    ("296+1480=1776<eos>=", 1776, 0.0),
+    ("1776<eos>=1776<eos>", 1776, 0.0),  # nothing after <eos>
+    ("1776=1<eos>", 1776, 0.0),  # the last '=' decides
+    ("x=+1776<eos>", 1776, 0.0),
+    ("=1776<eos>", 1776, 1.0),
+    ("1776 <eos>", 1776, 0.0),
+    ("１７７６<eos>", 1776, 0.0),
+    ("", 1776, 0.0),
+    ("0<eos>", 0, 1.0),
+    ("a\n=1776<eos>", 1776, 1.0),  # any work before the last '='
+]
+
+
+@pytest.mark.parametrize("completion, gold, want", FINAL_ANSWER_CASES)
+def test_final_answer(completion, gold, want):
+    fn = resolve_reward("final_answer")
+    assert fn(completions=[completion], answer=[str(gold)]) == [want]
+    assert fn(completions=[completion], answer=[gold]) == [want]
+    assert fn(completions=[completion], answer=[None]) == [None]
+
+
+EXACT_CASES = [
+    ("olleh<eos>", "olleh", 1.0),
+    ("olleh", "olleh", 0.0),
+    ("olle<eos>", "olleh", 0.0),
+    ("Olleh<eos>", "olleh", 0.0),
+    (" olleh<eos>", "olleh", 0.0),
+    ("olleh<eos><eos>", "olleh", 0.0),
+    ("<eos>", "", 1.0),
+]
+
+
+@pytest.mark.parametrize("completion, gold, want", EXACT_CASES)
+def test_exact_match(completion, gold, want):
+    assert resolve_reward("exact_match")(completions=[completion], answer=[gold]) == [want]
+
+
+def test_verifiers_name_a_bad_dataset_column():
+    with pytest.raises(TypeError, match="string gold"):
+        resolve_reward("exact_match")(completions=["1<eos>"], answer=[1])
+    with pytest.raises(TypeError, match="list of numbers"):
+        resolve_reward("countdown")(completions=["1<eos>"], numbers=[1], target=[1])
+
+
+# ---------------------------------------------------------------------------------------------------- end to end
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess:
+    env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_IN - {"seed_bank", "addition"}))
+def test_task_trains_end_to_end(name, tmp_path):
+    """The task's reference recipe (shrunk: a 1-layer model, 30 steps) and two GRPO steps of its config on it: the
+    held-out accuracy is the task's verifier's (its metric is there), and the run finishes."""
+    ref, out = tmp_path / "ref", tmp_path / "run"
+    shrink = "--n_layer 1 --n_embd 32 --max_steps 30 --batch_size 32 --eval_split  --threads 1".split(" ")
+    r = _run("train_sft.py", "--task", name, "--output_dir", str(ref), *shrink)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((ref / "sft_config.json").read_text())["task"] == name
+    task = get_task(name)
+    grpo = ["--config", task.config, "--model_name_or_path", str(ref), "--output_dir", str(out)]
+    grpo += "--max_steps 2 --per_device_train_batch_size 16 --eval_split validation --eval_steps 2".split()
+    grpo += "--save_steps 0 --make_plots false --disable_tqdm true --torch_num_threads 1".split()
+    r = _run("train_grpo.py", *grpo)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [row for row in rows if "eval/accuracy" in row]
+    assert evals and all(0.0 <= row["eval/accuracy"] <= 1.0 for row in evals)
+    if task.kinds is not None:  # the task's own breakdown of held-out accuracy
+        assert any(k.startswith("eval/accuracy/") for k in evals[-1])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--task", "nope"], "error: unknown task 'nope' (known tasks: "),
+        (["--task", "seed_bank"], "error: task 'seed_bank' has no reference recipe of its own"),
+        (
+            ["--task", "reverse", "--completion_column", "worked"],
+            "error: completion_column 'worked': reverse/train",
+        ),
+    ],
+)
+def test_train_sft_task_errors(argv, message, tmp_path, capsys):
+    import train_sft
+
+    assert train_sft.main([*argv, "--output_dir", str(tmp_path / "ref")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+    assert not (tmp_path / "ref").exists()

@@ -1,0 +1,138 @@
+"""A task: one small verifiable problem family, everything about it in one file under `tinygrpo/tasks/`.
+
+A task names
+- its problems: a seeded generator of disjoint splits (`train`, `validation`, `test`, ...), written as JSONL under
+  `data/<dataset>/` by `python data/build.py` and loaded by name with `datasets` (tinygrpo/problems.py);
+- the characters its tokenizer needs (the char tokenizer takes any alphabet);
+- its verifier: `correct`, a reward registered by name (TRL's signature) that scores a completion 1.0 right or 0.0
+  wrong. It decides held-out accuracy in SFT, GRPO and every study; `rewards` lists the other rewards it offers;
+- its reference recipe: the `SFTConfig` fields that `python train_sft.py --task NAME` trains its reference with;
+- its GRPO recipe: `configs/<name>.yaml`, run as `accelerate launch train_grpo.py --config configs/<name>.yaml`;
+- optionally, kinds of problem that held-out accuracy is broken down by, and the formats a completion may take.
+
+Adding a task is one file in `tinygrpo/tasks/` that calls `register_task` (its rewards registered in the same file
+or in `rewards/`) plus its config; `docs/architecture.md` says how. The directory is scanned when a name is not
+registered yet, as `rewards/` is.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .problems import DATA_DIR, write_jsonl
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+
+Splits = dict[str, list[dict]]
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    summary: str  # one line: what the model is asked and what it must answer
+    build: Callable[[], Splits]  # the problems, split (deterministic: the same rows on every call)
+    chars: str  # the tokenizer's characters (besides <pad> and <eos>)
+    config: str  # the GRPO recipe, a path from the repository root
+    correct: str = "accuracy"  # the registered reward that decides right (1.0) or wrong (0.0)
+    rewards: tuple[str, ...] = ()  # other registered rewards the task defines (partial credit, format, ...)
+    reference: dict[str, Any] | None = (
+        None  # SFTConfig fields of the reference recipe; None: no reference of its own
+    )
+    dataset: str = ""  # the directory under data/ (default: the task's name)
+    kinds: Callable[[dict[str, list]], dict[str, list[bool]]] | None = None  # rows -> {kind: which rows}
+    formats: Callable[[str], str] | None = None  # a completion -> the name of its format
+
+    @property
+    def data_dir(self) -> Path:
+        return DATA_DIR / (self.dataset or self.name)
+
+    def write(self, out_dir: Path = DATA_DIR) -> list[Path]:
+        """Write the task's splits as `<out_dir>/<dataset>/<split>.jsonl`; returns the paths."""
+        paths = []
+        for split, rows in self.build().items():
+            path = Path(out_dir) / (self.dataset or self.name) / f"{split}.jsonl"
+            write_jsonl(rows, path)
+            paths.append(path)
+        return paths
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(task: Task) -> Task:
+    """Add a task to the registry (a module calls this at import). A second task under a taken name is an error."""
+    old = TASKS.get(task.name)
+    if old is not None and old.build.__module__ != task.build.__module__:
+        raise ValueError(f"task name {task.name!r} is already registered by {old.build.__module__}")
+    TASKS[task.name] = task
+    return task
+
+
+def discover_tasks() -> None:
+    """Import every module of tinygrpo/tasks/ (names starting with `_` skipped), registering their tasks."""
+    for path in sorted(TASKS_DIR.glob("*.py")):
+        if not path.stem.startswith("_"):
+            importlib.import_module(f"{__package__}.tasks.{path.stem}")
+
+
+def task_names() -> list[str]:
+    discover_tasks()
+    return sorted(TASKS)
+
+
+def get_task(name: str) -> Task:
+    """The task registered as `name`; a ValueError listing the known tasks otherwise."""
+    if name not in TASKS:
+        discover_tasks()
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r} (known tasks: {', '.join(task_names())})")
+    return TASKS[name]
+
+
+def task_of_dataset(dataset: str) -> Task | None:
+    """The task whose problems `dataset` names (`multiplication` or `data/multiplication`), if any: its verifier
+    decides held-out accuracy. A dataset shared by several tasks (two formats of one problem set) gives the first
+    by name; they share the verifier. None for a directory of the user's own."""
+    discover_tasks()
+    path = Path(dataset)
+    for task in sorted(TASKS.values(), key=lambda t: t.name):
+        if dataset == (task.dataset or task.name) or (path.is_dir() and path.resolve() == task.data_dir):
+            return task
+    return None
+
+
+def correctness_reward(dataset: str) -> tuple[str, Callable[..., Any]]:
+    """(name, function) of the rule that decides held-out accuracy on `dataset`: its task's `correct`, else the
+    strict integer verifier `accuracy` (an a+b style set of the user's own)."""
+    from rewards import resolve_reward
+
+    task = task_of_dataset(dataset)
+    name = task.correct if task is not None else "accuracy"
+    return name, resolve_reward(name)
+
+
+def task_of_reference(path: str) -> Task | None:
+    """The task whose reference recipe saves to `path` (as written in a config: `checkpoints/multiplication`), if
+    any: the GRPO entry point trains it first when it is missing."""
+    discover_tasks()
+    for task in sorted(TASKS.values(), key=lambda t: t.name):
+        if task.reference is not None and Path(task.reference.get("output_dir", "")) == Path(path):
+            return task
+    return None
+
+
+def build_data(names: Sequence[str] | None = None, out_dir: Path = DATA_DIR) -> list[Path]:
+    """Write the committed problem files of the named tasks (default: every task); returns the paths. Tasks that
+    share a dataset write it once."""
+    written: list[Path] = []
+    done: set[str] = set()
+    for name in names if names is not None else task_names():
+        task = get_task(name)
+        if (task.dataset or task.name) not in done:
+            done.add(task.dataset or task.name)
+            written += task.write(out_dir)
+    return written

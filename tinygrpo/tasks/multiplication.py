@@ -1,0 +1,97 @@
+"""Multiplication, in two formats over one problem set: 2x2- and 3x2-digit products, "37*48=".
+
+- `multiplication`: the answer alone, "1776<eos>";
+- `multiplication_scratchpad`: the worked product: each partial product, then their sum, then the answer,
+  "37*8=296,37*40=1480,296+1480=1776<eos>" (30 to 40 tokens).
+
+The verifier (`final_answer`) reads the integer after the last '=' only, so either format is judged by its answer;
+`completion_format` tells them apart. Half the problems are 2x2 digits and half 3x2. The references differ only in
+the column they imitate (`answer` or `worked`).
+"""
+
+from __future__ import annotations
+
+import random
+
+from ..task import Task, register_task
+from ._splits import split_rows
+
+SIZES = {"validation": 500, "test": 500, "train": 20_000}  # (train last: see split_rows)
+SEED = 2028
+CHARS = "0123456789*+=,"
+
+
+def worked(a: int, b: int) -> str:
+    """The scratchpad of a * b (b of two digits): a times b's units, a times b's tens (shifted), their sum."""
+    units, tens = b % 10, b // 10 * 10
+    return f"{a}*{units}={a * units},{a}*{tens}={a * tens},{a * units}+{a * tens}={a * b}"
+
+
+def build() -> dict[str, list[dict]]:
+    rng = random.Random(SEED)
+    pairs: dict[tuple[int, int], None] = {}
+    while len(pairs) < sum(SIZES.values()):
+        digits = 2 if rng.random() < 0.5 else 3
+        pairs[rng.randrange(10 ** (digits - 1), 10**digits), rng.randrange(10, 100)] = None
+    rows = [
+        {"prompt": f"{a}*{b}=", "answer": str(a * b), "worked": worked(a, b), "a": a, "b": b, "id": i}
+        for i, (a, b) in enumerate(pairs)
+    ]
+    return split_rows(rows, SIZES)
+
+
+def kinds(rows: dict[str, list]) -> dict[str, list[bool]]:
+    """2x2 or 3x2 digits."""
+    return {f"{d}x2": [len(str(a)) == d for a in rows["a"]] for d in (2, 3)}
+
+
+def completion_format(completion: str) -> str:
+    """ "scratchpad" if the completion shows work (an '=' before its answer), else "direct"."""
+    return "scratchpad" if "=" in completion else "direct"
+
+
+COMMON = {
+    "output_dir": "",
+    "train_size": 0,
+    "eval_split": "validation",
+    "n_layer": 3,
+    "n_embd": 96,
+    "n_head": 4,
+    "n_positions": 56,
+    "max_steps": 2000,
+    "learning_rate": 3e-3,
+}
+
+DIRECT = register_task(
+    Task(
+        name="multiplication",
+        summary="2x2- and 3x2-digit products, the answer alone",
+        build=build,
+        chars=CHARS,
+        config="configs/multiplication.yaml",
+        correct="final_answer",
+        dataset="multiplication",
+        reference={**COMMON, "output_dir": "checkpoints/multiplication"},
+        kinds=kinds,
+        formats=completion_format,
+    )
+)
+
+SCRATCHPAD = register_task(
+    Task(
+        name="multiplication_scratchpad",
+        summary="the same products, worked: partial products, their sum, the answer",
+        build=build,
+        chars=CHARS,
+        config="configs/multiplication_scratchpad.yaml",
+        correct="final_answer",
+        dataset="multiplication",
+        reference={
+            **COMMON,
+            "output_dir": "checkpoints/multiplication_scratchpad",
+            "completion_column": "worked",
+        },
+        kinds=kinds,
+        formats=completion_format,
+    )
+)
