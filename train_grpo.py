@@ -129,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             ref_path = cfg.ref_model_name_or_path or cfg.model_name_or_path
             ref_model, _ = load_model_and_tokenizer(ref_path, "ref_model_name_or_path")
         try:
+            from tinygrpo.task import task_of_dataset
+
+            if (named := task_of_dataset(cfg.dataset)) is not None:
+                named.ensure_data()  # (a family's problems are written on first use)
             train, evald = load_splits(cfg.dataset, cfg.train_split, cfg.eval_split or None)
         except ValueError as e:
             raise ConfigError(str(e)) from None

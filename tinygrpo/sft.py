@@ -102,6 +102,7 @@ def task_recipe(name: str) -> dict:
     from .task import get_task
 
     task = get_task(name)
+    task.ensure_data()  # (a family's problems are written on first use)
     if task.reference is None:
         raise ValueError(
             f"task {name!r} has no reference recipe of its own: its GRPO recipe ({task.config}) starts from the "

@@ -50,6 +50,11 @@ class Task:
     def data_dir(self) -> Path:
         return DATA_DIR / (self.dataset or self.name)
 
+    def ensure_data(self) -> None:
+        """Write the task's problem files under data/ if they are not there (a family's tasks are not committed)."""
+        if not any(self.data_dir.glob("*.jsonl")):
+            self.write()
+
     def write(self, out_dir: Path = DATA_DIR) -> list[Path]:
         """Write the task's splits as `<out_dir>/<dataset>/<split>.jsonl`; returns the paths."""
         paths = []
@@ -61,6 +66,14 @@ class Task:
 
 
 TASKS: dict[str, Task] = {}
+# Families of tasks made on demand, by prefix: "reasoning_gym:chain_sum" -> TASK_FAMILIES["reasoning_gym"]("chain_sum").
+# A family's tasks keep their data under data/<prefix>_<name>/.
+TASK_FAMILIES: dict[str, Callable[[str], Task]] = {}
+
+
+def register_task_family(prefix: str, make: Callable[[str], Task]) -> None:
+    """Tasks named `<prefix>:<name>`, each made by `make(name)` when first asked for (ValueError for a bad name)."""
+    TASK_FAMILIES[prefix] = make
 
 
 def register_task(task: Task) -> Task:
@@ -80,6 +93,7 @@ def discover_tasks() -> None:
 
 
 def task_names() -> list[str]:
+    """The registered tasks (a family's appear once asked for)."""
     discover_tasks()
     return sorted(TASKS)
 
@@ -88,8 +102,12 @@ def get_task(name: str) -> Task:
     """The task registered as `name`; a ValueError listing the known tasks otherwise."""
     if name not in TASKS:
         discover_tasks()
+    prefix, sep, member = name.partition(":")
+    if name not in TASKS and sep and prefix in TASK_FAMILIES:
+        register_task(TASK_FAMILIES[prefix](member))
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r} (known tasks: {', '.join(task_names())})")
+        families = "".join(f", {p}:NAME" for p in sorted(TASK_FAMILIES))
+        raise ValueError(f"unknown task {name!r} (known tasks: {', '.join(task_names())}{families})")
     return TASKS[name]
 
 
@@ -102,6 +120,13 @@ def task_of_dataset(dataset: str) -> Task | None:
     for task in sorted(TASKS.values(), key=lambda t: t.name):
         if dataset == (task.dataset or task.name) or (path.is_dir() and path.resolve() == task.data_dir):
             return task
+    name = path.name if path.is_dir() and path.resolve().parent == DATA_DIR else dataset
+    for prefix in TASK_FAMILIES:  # a family's data directory, data/<prefix>_<name>
+        if name.startswith(prefix + "_"):
+            try:
+                return get_task(f"{prefix}:{name[len(prefix) + 1 :]}")
+            except ValueError:
+                return None
     return None
 
 

@@ -1,0 +1,105 @@
+"""reasoning-gym's datasets as tasks (tinygrpo/tasks/reasoning_gym.py): the adapter, its reward, its errors, and one
+short run end to end. CI installs the extra (the test extra holds it): there a missing reasoning-gym fails."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import train_grpo
+from rewards import EOS, resolve_reward
+from tinygrpo.evaluation import Verifier
+from tinygrpo.task import get_task, task_of_dataset
+
+rg = (
+    importlib.import_module("reasoning_gym") if os.environ.get("CI") else pytest.importorskip("reasoning_gym")
+)
+REPO = Path(train_grpo.__file__).resolve().parent
+NAMES = ("chain_sum", "spell_backward", "basic_arithmetic")
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return {name: get_task(f"reasoning_gym:{name}") for name in NAMES}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_adapter_splits_alphabet_and_gold_answers(name, tasks):
+    task = tasks[name]
+    splits = task.build()
+    assert task.build() == splits  # seeded
+    prompts = {s: {r["prompt"] for r in rows} for s, rows in splits.items()}
+    assert not prompts["train"] & prompts["test"] and not prompts["validation"] & prompts["test"]
+    assert not prompts["train"] & prompts["validation"]
+    verifier = Verifier("reasoning_gym", resolve_reward("reasoning_gym"))
+    for split, rows in splits.items():
+        table = {c: [r[c] for r in rows] for c in rows[0]}
+        assert set("".join(table["prompt"]) + "".join(table["answer"])) <= set(task.chars)
+        assert all(verifier([a + EOS for a in table["answer"]], table)), split  # reasoning-gym's own score
+        assert not any(
+            verifier(table["answer"][:20], {c: v[:20] for c, v in table.items()})
+        )  # no <eos>: wrong
+        # The prompt is the question without the shared instruction: it is inside reasoning-gym's question.
+        for r in rows[:50]:
+            entry = json.loads(r["entry"])
+            assert r["prompt"].rstrip("=").strip() in entry["question"] and entry["answer"] == r["answer"]
+
+
+def test_wrong_answers_score_below_one(tasks):
+    rows = tasks["chain_sum"].build()["test"][:50]
+    entries = [r["entry"] for r in rows]
+    wrong = [str(int(r["answer"]) + 1) + EOS for r in rows]
+    assert all(s < 1.0 for s in resolve_reward("reasoning_gym")(completions=wrong, entry=entries))
+
+
+def test_family_lookups_and_errors():
+    assert task_of_dataset("reasoning_gym_chain_sum").name == "reasoning_gym:chain_sum"
+    assert Verifier.of("reasoning_gym_chain_sum").name == "reasoning_gym"
+    with pytest.raises(ValueError, match="reasoning-gym has no dataset 'no_such_set' \\(it has: .*chain_sum"):
+        get_task("reasoning_gym:no_such_set")
+    with pytest.raises(ValueError, match="known tasks: .*reasoning_gym:NAME"):
+        get_task("reasoning_gim:chain_sum")
+
+
+def test_missing_extra_says_how_to_install(monkeypatch):
+    from tinygrpo.tasks import reasoning_gym as adapter
+
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import fails as when it is not installed
+    with pytest.raises(ValueError, match=r"need the reasoning-gym package: pip install reasoning-gym"):
+        adapter.make("chain_sum")
+
+
+def test_chain_sum_trains_end_to_end(tmp_path):
+    """train_sft.py --task reasoning_gym:chain_sum (shrunk), then two GRPO steps of configs/reasoning_gym.yaml."""
+    env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin"}
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, *argv]
+        return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+    ref, out = tmp_path / "ref", tmp_path / "run"
+    shrink = (
+        "--n_layer 1 --n_embd 32 --max_steps 20 --batch_size 32 --eval_split validation --threads 1".split()
+    )
+    r = run("train_sft.py", "--task", "reasoning_gym:chain_sum", "--output_dir", str(ref), *shrink)
+    assert r.returncode == 0, r.stderr
+    grpo = [
+        "--config",
+        "configs/reasoning_gym.yaml",
+        "--model_name_or_path",
+        str(ref),
+        "--output_dir",
+        str(out),
+    ]
+    grpo += "--max_steps 2 --per_device_train_batch_size 16 --eval_split validation --eval_steps 2".split()
+    grpo += "--save_steps 0 --make_plots false --disable_tqdm true --torch_num_threads 1".split()
+    r = run("train_grpo.py", *grpo)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/accuracy" in row for row in rows)
