@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
         "none): the median step's time inside the model's arithmetic kernels, inside every other ATen call, and the "
         "rest (benchmarks/_opsplit.py).",
     )
+    p.add_argument(
+        "--task",
+        default="",
+        help="Train on this task (tinygrpo/tasks/) instead of the seed bank: its train split, its verifier as the "
+        "reward (for TRL wrapped to see <eos> as ours does), its reference (checkpoints/<task>, or "
+        "--model_name_or_path) for both trainers (--init is ignored).",
+    )
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--loss_type", default="dapo", choices=("dapo", "bnpo", "grpo", "dr_grpo"))
     p.add_argument("--max_completion_length", type=int, default=4)
@@ -110,6 +117,23 @@ def trl_accuracy(completions, answer, completion_ids=None, eos_token_id: int = 1
     return out
 
 
+class TaskVerifierForTRL:
+    """A task's verifier (which reads "<eos>" at the end of a finished completion) under TRL, whose rewards see the
+    text decoded without special tokens: "<eos>" is put back where the completion's last id is the EOS token."""
+
+    def __init__(self, name: str, eos_token_id: int) -> None:
+        from rewards import resolve_reward
+
+        self.fn, self.eos_token_id, self.__name__ = resolve_reward(name), eos_token_id, name
+
+    def __call__(self, completions, completion_ids, **columns):
+        from rewards import EOS
+
+        ended = [len(ids) > 0 and ids[-1] == self.eos_token_id for ids in completion_ids]
+        texts = [c + EOS if e else c for c, e in zip(completions, ended, strict=True)]
+        return self.fn(completions=texts, **columns)
+
+
 def build_trl_trainer(
     model_path: str,
     prompts: int,
@@ -128,8 +152,13 @@ def build_trl_trainer(
     from tinygrpo.problems import load_split
 
     tok = AutoTokenizer.from_pretrained(model_path)
-    reward = partial(trl_accuracy, eos_token_id=tok.eos_token_id)
-    reward.__name__ = "accuracy"
+    if args.task:
+        from tinygrpo.task import get_task
+
+        reward = TaskVerifierForTRL(get_task(args.task).correct, tok.eos_token_id)
+    else:
+        reward = partial(trl_accuracy, eos_token_id=tok.eos_token_id)
+        reward.__name__ = "accuracy"
     cfg = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-bench-"),
         per_device_train_batch_size=prompts * G,
@@ -174,11 +203,18 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
     from transformers import TrainerCallback
 
     n = prompts * G
+    task = None
+    if args.task:
+        from tinygrpo.task import get_task
+
+        task = get_task(args.task)
+    on_task = {"dataset": task.dataset or task.name, "reward_funcs": [task.correct]} if task else {}
     ours = build_our_trainer(
         dirs.for_ours(args.grouped_forward),
         prompts,
         G,
         args.threads,
+        **on_task,
         beta=args.beta,
         loss_type=args.loss_type,
         learning_rate=dirs.learning_rate(args),
@@ -247,7 +283,10 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
             self.last = time.perf_counter()
 
     cb = Interleave()
-    trl = build_trl_trainer(dirs.peer, prompts, G, W + R * N + F, dirs.learning_rate(args), args, cb)
+    steps, lr = W + R * N + F, dirs.learning_rate(args)
+    trl = build_trl_trainer(
+        dirs.peer, prompts, G, steps, lr, args, cb, **({"dataset": on_task["dataset"]} if task else {})
+    )
     cb.trainer = trl
     torch.set_num_threads(args.threads)
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its summary dict
@@ -386,6 +425,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
         import trl  # noqa: F401
     except ImportError:
         raise SystemExit("vs_trl.py needs TRL: pip install -e '.[bench]'") from None
+    if args.task:
+        from tinygrpo.task import get_task
+
+        try:
+            task = get_task(args.task)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
+        args.init = ["reference"]  # (a task runs from its reference; --init is ignored)
+        if task.reference is None and args.model_name_or_path is None:
+            raise SystemExit(f"error: task {args.task!r} has no reference recipe: pass --model_name_or_path")
+        args.model_name_or_path = args.model_name_or_path or task.reference["output_dir"]
+        if not Path(args.model_name_or_path, "config.json").is_file():
+            raise SystemExit(
+                f"error: no model at {args.model_name_or_path}: train it first (python train_sft.py --task {args.task})"
+            )
     return run_shapes(args, run_shape, report)
 
 
