@@ -285,3 +285,21 @@ def test_cost_curves_one_point_and_its_report(tmp_path):
     assert "| 3 |" in text and "n/a" in text  # our row, and no TRL figure where TRL did not run
     cc.figure(results, tmp_path / "c.png")
     assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_vs_trl_on_a_task_scores_both_trainers_with_its_verifier(tmp_path, capsys):
+    """--task reverse: both trainers train on reverse's problems from one reference, rewarded by exact_match (TRL's
+    through the wrapper that puts <eos> back). The wrapper agrees with the verifier on ids that end or not in EOS."""
+    importlib.import_module("trl") if os.environ.get("CI") else pytest.importorskip("trl")
+    import train_sft
+
+    vs = _load("vs_trl")
+    reward = vs.TaskVerifierForTRL("exact_match", eos_token_id=1)
+    got = reward(completions=["cba", "cba", "cb"], completion_ids=[[5, 1], [5, 6], [1]], answer=["cba"] * 3)
+    assert got == [1.0, 0.0, 0.0]
+    ref = tmp_path / "ref"
+    sft = "--task reverse --n_layer 1 --n_embd 32 --max_steps 30 --batch_size 32 --eval_split  --threads 1"
+    assert train_sft.main([*sft.split(" "), "--output_dir", str(ref)]) == 0
+    argv = "--task reverse --shapes 2x4 --reps 1 --steps 1 --warmup 0 --profile_steps 0 --max_completion_length 16"
+    results = vs.main([*argv.split(), "--model_name_or_path", str(ref)])
+    assert "| 2x4 | 8 |" in capsys.readouterr().out and results[0]["init"] == "reference"
