@@ -298,3 +298,26 @@ def test_train_sft_task_errors(argv, message, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1, err
     assert not (tmp_path / "ref").exists()
+
+
+def test_tasks_study_table_reads_finished_runs(tmp_path):
+    """tinygrpo.studies.tasks: a row from finished runs (summary.json, metrics.jsonl), the median over seeds, and no
+    row for a task without one."""
+    from tinygrpo.studies import tasks as study
+
+    for seed, after, secs in ((42, 0.70, 60.0), (1, 0.74, 66.0), (2, 0.60, 90.0)):
+        d = study.run_dir(tmp_path, "reverse", seed)
+        d.mkdir(parents=True)
+        summary = {"eval_before": {"eval/accuracy": 0.46}, "eval_after": {"eval/accuracy": after}}
+        (d / "summary.json").write_text(json.dumps(summary))
+        rows = [{"step": 0, "eval/accuracy": 0.46}, {"step": 1, "completions/mean_length": 9.0 + seed % 2}]
+        rows.append({"step": 300, "time/elapsed": secs, "eval/accuracy": after})
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = study.table(["reverse", "countdown"], [42, 1, 2], tmp_path)
+    lines = text.splitlines()
+    assert len(lines) == 3 and lines[2].startswith("| `reverse` | `")
+    cells = [c.strip() for c in lines[2].split("|")[1:-1]]
+    assert (
+        cells[2] == "9.0" and cells[3] == "46.0%" and cells[4].startswith("**70.0%** (70.0% / 74.0% / 60.0%")
+    )
+    assert cells[5] == "+24.0 points" and cells[6] == "1.1"  # median 66 s
