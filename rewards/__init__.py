@@ -2,7 +2,8 @@
 
 ``fn(prompts, completions, completion_ids, **columns) -> list[float | None]``; see
 ``rewards/README.md``. Built-ins: ``accuracy``, ``accuracy_lenient``, ``format``,
-``digit_match``, ``length_penalty``. ``python -m rewards list`` shows what is registered.
+``digit_match``, ``length_penalty``, ``final_answer`` and the tasks' verifiers in ``strings.py``,
+``countdown.py``, ``reasoning_gym.py``. ``python -m rewards list`` shows what is registered.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from .builtin import (
     accuracy,
     accuracy_lenient,
     digit_match,
+    final_answer,
     format_reward,
     length_penalty,
     make_accuracy,
@@ -50,6 +52,7 @@ __all__ = [
     "compute_rewards",
     "digit_match",
     "discover_rewards",
+    "final_answer",
     "format_reward",
     "length_penalty",
     "list_rewards",
