@@ -21,7 +21,7 @@ rg = (
     importlib.import_module("reasoning_gym") if os.environ.get("CI") else pytest.importorskip("reasoning_gym")
 )
 REPO = Path(train_grpo.__file__).resolve().parent
-NAMES = ("chain_sum", "spell_backward", "basic_arithmetic")
+NAMES = ("chain_sum", "spell_backward", "basic_arithmetic", "binary_alternation")
 
 
 @pytest.fixture(scope="module")

@@ -289,6 +289,8 @@ def test_task_trains_end_to_end(name, tmp_path):
             ["--task", "reverse", "--completion_column", "worked"],
             "error: completion_column 'worked': reverse/train",
         ),
+        # a character outside the alphabet given for the task's text: named with its row, before any training
+        (["--task", "reverse", "--chars", "abc="], "error: reverse/train row 1: character "),
     ],
 )
 def test_train_sft_task_errors(argv, message, tmp_path, capsys):
@@ -321,3 +323,15 @@ def test_tasks_study_table_reads_finished_runs(tmp_path):
         cells[2] == "9.0" and cells[3] == "46.0%" and cells[4].startswith("**70.0%** (70.0% / 74.0% / 60.0%")
     )
     assert cells[5] == "+24.0 points" and cells[6] == "1.1"  # median 66 s
+
+
+def test_build_script_refuses_an_unknown_task(tmp_path):
+    r = _run("data/build.py", "--task", "nope", "--out", str(tmp_path))
+    assert r.returncode == 1 and r.stderr.startswith("error: unknown task 'nope' (known tasks: ")
+    assert r.stderr.count("\n") == 1 and not any(tmp_path.iterdir())
+    r = _run("data/build.py", "--task", "reverse", "--out", str(tmp_path))
+    assert r.returncode == 0 and sorted(p.name for p in (tmp_path / "reverse").iterdir()) == [
+        "test.jsonl",
+        "train.jsonl",
+        "validation.jsonl",
+    ]
