@@ -51,16 +51,20 @@ TASK = register_task(
         config="configs/addition_long.yaml",
         correct="accuracy",
         rewards=("digit_match",),
+        # 3 layers x 96 at lr 3e-3 for 2000 steps learnt the answers' length and first digit only (loss 1.6,
+        # 0.0 % of validation); this one starts to align the digits (loss 0.78, 4.8 %). One thread: its weights are
+        # what `python train_sft.py --task addition_long` gives on any machine.
         reference={
             "output_dir": "checkpoints/addition_long",
             "train_size": 0,
             "eval_split": "validation",
-            "n_layer": 3,
-            "n_embd": 96,
+            "n_layer": 4,
+            "n_embd": 128,
             "n_head": 4,
             "n_positions": 24,
-            "max_steps": 2000,
-            "learning_rate": 3e-3,
+            "max_steps": 4000,
+            "learning_rate": 1e-3,
+            "threads": 1,
         },
         kinds=kinds,
     )
