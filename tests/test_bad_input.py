@@ -454,7 +454,8 @@ CASES = {
     # ---- the data
     "unknown_dataset": (
         lambda t, r, p: ["--dataset", str(t / "nope")],
-        "error: dataset '{t}/nope': no such directory (known names: seed_bank, addition; or a directory of "
+        "error: dataset '{t}/nope': no such directory (known names: addition, addition_long, countdown, multiplication, reverse, seed_bank, reasoning_gym_NAME; "
+        "or a directory of "
         "<split>.jsonl files)",
     ),
     "unknown_split": (
@@ -581,8 +582,9 @@ CASES = {
     # ---- the reward functions
     "unknown_reward": (
         lambda t, r, p: ["--reward_funcs", "acuracy"],
-        "error: unknown reward 'acuracy'; registered: accuracy, accuracy_lenient, digit_match, format, "
-        "length_penalty (or use 'package.module:function' / 'path/to/file.py:function')",
+        "error: unknown reward 'acuracy'; registered: accuracy, accuracy_lenient, countdown, countdown_partial, "
+        "digit_match, exact_match, final_answer, format, length_penalty, reasoning_gym (or use "
+        "'package.module:function' / 'path/to/file.py:function')",
     ),
     "missing_reward_file": (
         lambda t, r, p: ["--reward_funcs", f"{t}/nope.py:f"],

@@ -129,5 +129,9 @@ def load_split(name_or_path: str, split: str) -> Dataset:
 
 
 def _dataset_names() -> list[str]:
-    """The built-in problem sets (the directories under data/)."""
-    return sorted(p.name for p in DATA_DIR.iterdir() if p.is_dir() and any(p.glob("*.jsonl")))
+    """The built-in problem sets: the tasks' (tinygrpo/tasks/), and a task family's by its pattern."""
+    from .task import TASK_FAMILIES, TASKS, discover_tasks
+
+    discover_tasks()
+    fixed = sorted({t.dataset or t.name for t in TASKS.values() if ":" not in t.name})
+    return fixed + [f"{prefix}_NAME" for prefix in sorted(TASK_FAMILIES)]

@@ -151,11 +151,11 @@ def task_of_reference(path: str) -> Task | None:
 
 
 def build_data(names: Sequence[str] | None = None, out_dir: Path = DATA_DIR) -> list[Path]:
-    """Write the committed problem files of the named tasks (default: every task); returns the paths. Tasks that
-    share a dataset write it once."""
+    """Write the committed problem files of the named tasks (default: every built-in task, not a family's, whose
+    data are made on first use); returns the paths. Tasks that share a dataset write it once."""
     written: list[Path] = []
     done: set[str] = set()
-    for name in names if names is not None else task_names():
+    for name in names if names is not None else [n for n in task_names() if ":" not in n]:
         task = get_task(name)
         if (task.dataset or task.name) not in done:
             done.add(task.dataset or task.name)
