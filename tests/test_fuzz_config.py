@@ -370,6 +370,10 @@ SFT_VALUES = _field_values(
         "train_split": SPLITS,
         "eval_split": SPLITS,
         "chars": ["0123456789+=", "0123456789+=-*", "ab", ""],
+        # (a task's recipe sets the defaults, the base argv's flags override them; a family's unknown member and a
+        # task without a recipe are errors)
+        "task": ["reverse", "seed_bank", "nope", "reasoning_gym:nope", ""],
+        "completion_column": ["answer", "worked", "nope", ""],
     },
 )
 
