@@ -208,7 +208,7 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
         from tinygrpo.task import get_task
 
         task = get_task(args.task)
-    on_task = {"dataset": task.dataset or task.name, "reward_funcs": [task.correct]} if task else {}
+    on_task = {"dataset": task.dataset, "reward_funcs": [task.correct]} if task else {}
     ours = build_our_trainer(
         dirs.for_ours(args.grouped_forward),
         prompts,
@@ -284,9 +284,8 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
 
     cb = Interleave()
     steps, lr = W + R * N + F, dirs.learning_rate(args)
-    trl = build_trl_trainer(
-        dirs.peer, prompts, G, steps, lr, args, cb, **({"dataset": on_task["dataset"]} if task else {})
-    )
+    dataset = on_task.get("dataset", "seed_bank")
+    trl = build_trl_trainer(dirs.peer, prompts, G, steps, lr, args, cb, dataset=dataset)
     cb.trainer = trl
     torch.set_num_threads(args.threads)
     with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints its summary dict

@@ -67,9 +67,10 @@ def _text(completion: Any) -> str:
 
 
 def _accuracy(
-    completions: Sequence[str], answer: Sequence[Any], eos: str, strict: bool
+    completions: Sequence[str], answer: Sequence[Any], whole: re.Pattern[str] | None
 ) -> list[float | None]:
-    strict_re = _pattern("(0|[1-9][0-9]*)", eos)
+    """1.0 where the integer read from the completion equals the gold: group 1 of `whole` matching the whole
+    completion (a non-negative integer), or, with `whole` None, the first signed integer anywhere."""
     scores: list[float | None] = []
     for completion, gold_raw in zip(completions, answer, strict=True):
         gold = _gold(gold_raw)
@@ -77,8 +78,8 @@ def _accuracy(
             scores.append(None)
             continue
         text = _text(completion)
-        if strict:
-            m = strict_re.fullmatch(text)
+        if whole is not None:
+            m = whole.fullmatch(text)
             pred = _canonical("", m.group(1)) if m else None
         else:
             m = _INT_RE.search(text)
@@ -97,7 +98,7 @@ def accuracy(
     after the number or after <eos>, and no truncated output (missing <eos>): all 0.0.
     Integers of any length compare exactly.
     """
-    return _accuracy(completions, answer, eos, strict=True)
+    return _accuracy(completions, answer, _pattern("(0|[1-9][0-9]*)", eos))
 
 
 @register_reward("accuracy_lenient")
@@ -109,7 +110,7 @@ def accuracy_lenient(
     Leading zeros, a sign ("+85", "-0" == 0), text around the number and a missing <eos> are
     tolerated; only ASCII digits count; no integer at all -> 0.0.
     """
-    return _accuracy(completions, answer, eos, strict=False)
+    return _accuracy(completions, answer, None)
 
 
 @register_reward("final_answer")
@@ -122,16 +123,7 @@ def final_answer(
     So "296+1480=1776<eos>" and "1776<eos>" both score 1.0 for 37*48; the integer itself is read as strictly as
     ``accuracy`` reads it (no leading zeros, signs, spaces; a missing <eos> or text after it scores 0.0).
     """
-    pattern = _worked_pattern(eos)
-    scores: list[float | None] = []
-    for completion, gold_raw in zip(completions, answer, strict=True):
-        gold = _gold(gold_raw)
-        if gold is None:
-            scores.append(None)
-            continue
-        m = pattern.fullmatch(_text(completion))
-        scores.append(1.0 if m is not None and _canonical("", m.group(1)) == gold else 0.0)
-    return scores
+    return _accuracy(completions, answer, _worked_pattern(eos))
 
 
 @lru_cache(maxsize=8)

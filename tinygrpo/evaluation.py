@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rewards import accuracy, compute_rewards
+from rewards import accuracy, compute_rewards, resolve_reward
 
 from .backend import Backend
 from .prompts import left_pad
@@ -30,11 +30,13 @@ class Verifier:
 
     @classmethod
     def of(cls, dataset: str) -> Verifier:
-        from .task import correctness_reward, task_of_dataset
+        """The task's `correct` reward and kinds; the strict integer rule for a directory of the user's own."""
+        from .task import task_of_dataset
 
         task = task_of_dataset(dataset)
-        name, fn = correctness_reward(dataset)
-        return cls(name, fn, task.kinds if task is not None else None)
+        if task is None:
+            return cls()
+        return cls(task.correct, resolve_reward(task.correct), task.kinds)
 
     def __call__(self, completions: list[str], rows: dict[str, list], k: int = 1) -> list[bool]:
         """Whether each completion is right; rows[c][i] are the columns of completions[i * k : (i + 1) * k]."""

@@ -133,5 +133,5 @@ def _dataset_names() -> list[str]:
     from .task import TASK_FAMILIES, TASKS, discover_tasks
 
     discover_tasks()
-    fixed = sorted({t.dataset or t.name for t in TASKS.values() if ":" not in t.name})
+    fixed = sorted({t.dataset for t in TASKS.values() if ":" not in t.name})
     return fixed + [f"{prefix}_NAME" for prefix in sorted(TASK_FAMILIES)]

@@ -108,7 +108,7 @@ def task_recipe(name: str) -> dict:
             f"task {name!r} has no reference recipe of its own: its GRPO recipe ({task.config}) starts from the "
             "model it names"
         )
-    return {"dataset": task.dataset or task.name, "chars": task.chars, **task.reference}
+    return {"dataset": task.dataset, "chars": task.chars, **task.reference}
 
 
 # Single-field bounds, checked in this order by tinygrpo.config.check_fields (after the finite-number check), as

@@ -42,13 +42,17 @@ class Task:
     reference: dict[str, Any] | None = (
         None  # SFTConfig fields of the reference recipe; None: no reference of its own
     )
-    dataset: str = ""  # the directory under data/ (default: the task's name)
+    dataset: str = ""  # the directory under data/ ("" = the task's name)
     kinds: Callable[[dict[str, list]], dict[str, list[bool]]] | None = None  # rows -> {kind: which rows}
     formats: Callable[[str], str] | None = None  # a completion -> the name of its format
 
+    def __post_init__(self) -> None:
+        if not self.dataset:
+            object.__setattr__(self, "dataset", self.name)
+
     @property
     def data_dir(self) -> Path:
-        return DATA_DIR / (self.dataset or self.name)
+        return DATA_DIR / self.dataset
 
     def ensure_data(self) -> None:
         """Write the task's problem files under data/ if they are not there (a family's tasks are not committed)."""
@@ -59,7 +63,7 @@ class Task:
         """Write the task's splits as `<out_dir>/<dataset>/<split>.jsonl`; returns the paths."""
         paths = []
         for split, rows in self.build().items():
-            path = Path(out_dir) / (self.dataset or self.name) / f"{split}.jsonl"
+            path = Path(out_dir) / self.dataset / f"{split}.jsonl"
             write_jsonl(rows, path)
             paths.append(path)
         return paths
@@ -118,7 +122,7 @@ def task_of_dataset(dataset: str) -> Task | None:
     discover_tasks()
     path = Path(dataset)
     for task in sorted(TASKS.values(), key=lambda t: t.name):
-        if dataset == (task.dataset or task.name) or (path.is_dir() and path.resolve() == task.data_dir):
+        if dataset == task.dataset or (path.is_dir() and path.resolve() == task.data_dir):
             return task
     name = path.name if path.is_dir() and path.resolve().parent == DATA_DIR else dataset
     for prefix in TASK_FAMILIES:  # a family's data directory, data/<prefix>_<name>
@@ -128,16 +132,6 @@ def task_of_dataset(dataset: str) -> Task | None:
             except ValueError:
                 return None
     return None
-
-
-def correctness_reward(dataset: str) -> tuple[str, Callable[..., Any]]:
-    """(name, function) of the rule that decides held-out accuracy on `dataset`: its task's `correct`, else the
-    strict integer verifier `accuracy` (an a+b style set of the user's own)."""
-    from rewards import resolve_reward
-
-    task = task_of_dataset(dataset)
-    name = task.correct if task is not None else "accuracy"
-    return name, resolve_reward(name)
 
 
 def task_of_reference(path: str) -> Task | None:
@@ -157,7 +151,7 @@ def build_data(names: Sequence[str] | None = None, out_dir: Path = DATA_DIR) -> 
     done: set[str] = set()
     for name in names if names is not None else [n for n in task_names() if ":" not in n]:
         task = get_task(name)
-        if (task.dataset or task.name) not in done:
-            done.add(task.dataset or task.name)
+        if task.dataset not in done:
+            done.add(task.dataset)
             written += task.write(out_dir)
     return written

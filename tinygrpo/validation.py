@@ -172,10 +172,10 @@ def check_inputs(
     where = f"{cfg.dataset}/{cfg.train_split}"
     probe(reward_funcs, reward_names, train_dataset, where, reward_kwargs, weights, binary)
     if scored:
-        from .task import correctness_reward
+        from .evaluation import Verifier
 
-        name, verifier = correctness_reward(cfg.dataset)  # the rule held-out accuracy is decided by
-        probe([verifier], [name], eval_dataset, f"{cfg.dataset}/{cfg.eval_split}", reward_kwargs)
+        verifier = Verifier.of(cfg.dataset)  # the rule held-out accuracy is decided by
+        probe([verifier.fn], [verifier.name], eval_dataset, f"{cfg.dataset}/{cfg.eval_split}", reward_kwargs)
 
 
 def probe(

@@ -23,7 +23,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ._runs import ENV, REPO
+from ._runs import ENV, REPO, read_metrics
 
 DEFAULT_TASKS = ("reverse", "countdown", "multiplication", "multiplication_scratchpad", "addition_long")
 
@@ -66,8 +66,7 @@ def row(name: str, seeds: list[int], out: Path) -> list[str] | None:
     for s in seeds:
         d = run_dir(out, name, s)
         if (d / "summary.json").is_file():
-            metrics = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
-            runs.append((s, json.loads((d / "summary.json").read_text()), metrics))
+            runs.append((s, json.loads((d / "summary.json").read_text()), read_metrics(d)))
     if not runs:
         return None
     test = json.loads((task.data_dir / "test.jsonl").read_text().splitlines()[0])

@@ -50,48 +50,38 @@ def completion_format(completion: str) -> str:
     return "scratchpad" if "=" in completion else "direct"
 
 
-COMMON = {
-    "output_dir": "",
-    "train_size": 0,
-    "eval_split": "validation",
-    "n_layer": 3,
-    "n_embd": 96,
-    "n_head": 4,
-    "n_positions": 56,
-    "max_steps": 2000,
-    "learning_rate": 3e-3,
-}
-
-DIRECT = register_task(
-    Task(
-        name="multiplication",
-        summary="2x2- and 3x2-digit products, the answer alone",
-        build=build,
-        chars=CHARS,
-        config="configs/multiplication.yaml",
-        correct="final_answer",
-        dataset="multiplication",
-        reference={**COMMON, "output_dir": "checkpoints/multiplication"},
-        kinds=kinds,
-        formats=completion_format,
+def _task(name: str, summary: str, column: str) -> Task:
+    """One format: the two differ in the column their reference imitates (and so where it is saved)."""
+    return register_task(
+        Task(
+            name=name,
+            summary=summary,
+            build=build,
+            chars=CHARS,
+            config=f"configs/{name}.yaml",
+            correct="final_answer",
+            dataset="multiplication",
+            reference={
+                "output_dir": f"checkpoints/{name}",
+                "completion_column": column,
+                "train_size": 0,
+                "eval_split": "validation",
+                "n_layer": 3,
+                "n_embd": 96,
+                "n_head": 4,
+                "n_positions": 56,
+                "max_steps": 2000,
+                "learning_rate": 3e-3,
+            },
+            kinds=kinds,
+            formats=completion_format,
+        )
     )
-)
 
-SCRATCHPAD = register_task(
-    Task(
-        name="multiplication_scratchpad",
-        summary="the same products, worked: partial products, their sum, the answer",
-        build=build,
-        chars=CHARS,
-        config="configs/multiplication_scratchpad.yaml",
-        correct="final_answer",
-        dataset="multiplication",
-        reference={
-            **COMMON,
-            "output_dir": "checkpoints/multiplication_scratchpad",
-            "completion_column": "worked",
-        },
-        kinds=kinds,
-        formats=completion_format,
-    )
+
+DIRECT = _task("multiplication", "2x2- and 3x2-digit products, the answer alone", "answer")
+SCRATCHPAD = _task(
+    "multiplication_scratchpad",
+    "the same products, worked: partial products, their sum, the answer",
+    "worked",
 )

@@ -83,7 +83,6 @@ def make(name: str) -> Task:
     def build() -> dict[str, list[dict]]:
         return {split: [dict(r) for r in rows] for split, rows in build_for(name).items()}
 
-    build.__module__ = f"{__name__}.{name}"  # (one registry entry per dataset)
     splits = build() if not _data_exists(dataset) else None
     rows = splits or _read(dataset)
     text = "".join(r["prompt"] + r["answer"] for split in rows.values() for r in split)
@@ -118,12 +117,10 @@ def _data_exists(dataset: str) -> bool:
 
 
 def _read(dataset: str) -> dict[str, list[dict]]:
+    from ..metrics_io import read_jsonl
     from ..problems import DATA_DIR
 
-    out = {}
-    for path in sorted((DATA_DIR / dataset).glob("*.jsonl")):
-        out[path.stem] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return out
+    return {path.stem: read_jsonl(path) for path in sorted((DATA_DIR / dataset).glob("*.jsonl"))}
 
 
 register_task_family("reasoning_gym", make)
