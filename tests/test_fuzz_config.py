@@ -374,6 +374,7 @@ SFT_VALUES = _field_values(
         # task without a recipe are errors)
         "task": ["reverse", "seed_bank", "nope", "reasoning_gym:nope", ""],
         "completion_column": ["answer", "worked", "nope", ""],
+        "mix_column": ["answer", "worked", "nope", ""],
     },
 )
 

@@ -157,3 +157,20 @@ def test_plot_metrics_reads_past_a_torn_last_line(tmp_path: Path):
     p = tmp_path / "metrics.jsonl"
     p.write_text(_lines(_metrics(False)) + TORN)
     assert plot_metrics(p, tmp_path / "plots.png")[0] == "reward"
+
+
+def test_a_run_with_formats_gets_the_format_panels_below_the_nine():
+    rows = _metrics(False)
+    rows.append(
+        {"step": 2, "eval/format/direct": 0.9, "eval/format/worked": 0.1, "eval/format_accuracy/direct": 0.5}
+    )
+    rows.append({"step": 2, "completions/format/direct": 0.8, "completions/format/worked": 0.2})
+    panels = curve_panels(rows)
+    assert [p.key for p in panels[9:]] == ["formats", "format_accuracy"]
+    assert {y for y, _ in panels[9].ys} == {
+        f"{p}format/{f}" for p in ("eval/", "completions/") for f in ("direct", "worked")
+    }
+    fig = curves_figure(rows)
+    assert [ax.get_title() for ax in fig.axes] == [p.title for p in panels]  # 11 drawn, the 12th cell removed
+    lines = {line.get_label() for line in fig.axes[9].get_lines()}
+    assert lines == {"direct (greedy)", "worked (greedy)", "direct (sampled)", "worked (sampled)"}

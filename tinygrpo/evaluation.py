@@ -16,17 +16,20 @@ from rewards import accuracy, compute_rewards, resolve_reward
 from .backend import Backend
 from .prompts import left_pad
 from .rollout import SamplingParams, completion_logits, decode_completions, sample_completions
+from .task import Formats
 
 
 @dataclass(frozen=True)
 class Verifier:
     """The rule that decides whether a completion is right: a reward with TRL's signature that scores 1.0 right and
     0.0 wrong, called with the split's columns (a None or any other score is wrong); `kinds` breaks accuracy down
-    by kind of problem. `Verifier.of(dataset)` is the dataset's task's verifier (tinygrpo/task.py)."""
+    by kind of problem, `formats` by the form of the completion. `Verifier.of(dataset)` is the dataset's task's
+    verifier (tinygrpo/task.py)."""
 
     name: str = "accuracy"
     fn: Callable[..., Any] = accuracy
     kinds: Callable[[dict[str, list]], dict[str, list[bool]]] | None = field(default=None, compare=False)
+    formats: Formats | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, dataset: str) -> Verifier:
@@ -36,7 +39,7 @@ class Verifier:
         task = task_of_dataset(dataset)
         if task is None:
             return cls()
-        return cls(task.correct, resolve_reward(task.correct), task.kinds)
+        return cls(task.correct, resolve_reward(task.correct), task.kinds, task.formats)
 
     def __call__(self, completions: list[str], rows: dict[str, list], k: int = 1) -> list[bool]:
         """Whether each completion is right; rows[c][i] are the columns of completions[i * k : (i + 1) * k]."""
@@ -46,6 +49,29 @@ class Verifier:
         ids = [[] for _ in range(n)]  # (correctness is a property of the text; no verifier reads the ids)
         scores = compute_rewards([self.fn], [self.name], prompts, completions, ids, cols)[:, 0]
         return (np.nan_to_num(scores) == 1.0).tolist()
+
+
+def format_counts(formats: Formats, completions: list[str], right: list[bool]) -> torch.Tensor:
+    """(2, F) float: how many completions take each of the F formats (row 0) and how many of those are right (row
+    1), in `formats.names` order: counts, so that processes can add theirs before the shares are taken."""
+    index = {name: i for i, name in enumerate(formats.names)}
+    counts = torch.zeros(2, len(index))
+    for c, ok in zip(completions, right, strict=True):
+        f = index[formats.of(c)]
+        counts[0, f] += 1
+        counts[1, f] += ok
+    return counts
+
+
+def format_metrics(prefix: str, formats: Formats, counts: torch.Tensor) -> dict[str, float]:
+    """ "<prefix>format/<name>": the share of completions in each format, and "<prefix>format_accuracy/<name>": the
+    share of those that are right (for a format some completion took), from format_counts' (2, F) counts."""
+    total = float(counts[0].sum())
+    m = {f"{prefix}format/{n}": float(counts[0, i]) / max(total, 1) for i, n in enumerate(formats.names)}
+    for i, name in enumerate(formats.names):
+        if counts[0, i] > 0:
+            m[f"{prefix}format_accuracy/{name}"] = float(counts[1, i] / counts[0, i])
+    return m
 
 
 def accuracy_rate(completions: list[str], answers: list) -> float:
@@ -131,6 +157,12 @@ def held_out_metrics(
         hits = [r for r, m in zip(right, member, strict=True) if m]
         if hits:
             res[f"eval/accuracy/{name}"] = sum(hits) / len(hits)
+    if (
+        verifier.formats is not None
+    ):  # what form the greedy completions take, their length, and which are right
+        res.update(format_metrics("eval/", verifier.formats, format_counts(verifier.formats, outs, right)))
+        lengths = [len(ids) for ids in tokenizer(outs)["input_ids"]] if outs else [0]
+        res["eval/mean_length"] = sum(lengths) / len(lengths)
     if pass_k:
         eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
         ro = sample_completions(

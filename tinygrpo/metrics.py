@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from rewards import reward_metrics
 
 from .distributed import Processes
-from .generation import ScoredBatch
+from .evaluation import format_counts, format_metrics
+from .generation import Round, ScoredBatch
+from .task import Formats
 from .update import UpdateStats
 
 
@@ -91,4 +95,25 @@ def step_metrics(
             "throughput/tokens_per_s": sum(lengths) / dt,
         }
     )
+    return m
+
+
+def verified_metrics(
+    first: Round, right: list[bool], formats: Formats | None, procs: Processes
+) -> dict[str, float]:
+    """The first round's completions as the held-out verifier judges them (`right`, one per completion): the mean
+    length of the right and of the wrong ones (Dr. GRPO's question: does the 1/|o| normaliser lengthen the wrong
+    ones?) and, where the task defines formats, the share of each and the accuracy within each."""
+    ok = torch.tensor(right, dtype=torch.bool)
+    lengths = first.lengths.float().cpu()
+    sums = torch.stack([ok.sum(), (lengths * ok).sum(), (~ok).sum(), (lengths * ~ok).sum()]).float()
+    n_right, len_right, n_wrong, len_wrong = procs.gather(sums[None]).sum(0).tolist()
+    m = {}
+    if n_right:
+        m["completions/mean_length_right"] = len_right / n_right
+    if n_wrong:
+        m["completions/mean_length_wrong"] = len_wrong / n_wrong
+    if formats is not None:
+        counts = procs.gather(format_counts(formats, first.completions, right)[None])
+        m.update(format_metrics("completions/", formats, counts.sum(0)))
     return m

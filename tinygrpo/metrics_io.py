@@ -152,6 +152,10 @@ def read_checked(path: Path, shape: Shape) -> list[dict]:
 # ----------------------------------------------------------------------------------------------- the curves
 
 
+FORMAT_PREFIXES = ("eval/format/", "completions/format/")  # + a format's name (tinygrpo/evaluation.py)
+_FORMAT_SOURCES = (("eval/", "greedy"), ("completions/", "sampled"))
+
+
 class Panel(NamedTuple):
     """One panel of the curves figure: `ys` (metric, legend label) drawn against `x`; key names the panel."""
 
@@ -170,9 +174,12 @@ def curve_panels(rows: list[dict]) -> list[Panel]:
     """The nine panels, row by row: (1) reward, held-out accuracy overall and by problem kind, KL to the reference
     (or, when none is logged, the policy's entropy); (2) where the samples went, the training prompts by their
     latest group, accuracy by problem kind at the first and last evaluation; (3) held-out accuracy against training
-    seconds and against completions sampled (the cost of the accuracy), completion lengths."""
+    seconds and against completions sampled (the cost of the accuracy), completion lengths (of the right and the
+    wrong ones too). Where the task defines formats of completion, two more: the share of each format (held-out
+    greedy and sampled) and the held-out accuracy within each."""
     kinds = sorted({k for r in rows for k in r if k.startswith("eval/accuracy/")})
     by_kind = tuple((k, k.split("/")[-1]) for k in kinds)
+    formats = sorted({k.split("/")[-1] for r in rows for k in r if k.startswith(FORMAT_PREFIXES)})
     has_kl = any("kl" in r for r in rows)
     return [
         Panel("reward", "sampled reward (mean)", "step", (("reward", ""),), "step"),
@@ -226,10 +233,34 @@ def curve_panels(rows: list[dict]) -> list[Panel]:
             "completions/mean_length",
             "completion length (tokens, EOS included)",
             "step",
-            (("completions/mean_length", "mean"), ("completions/max_length", "max")),
+            (
+                ("completions/mean_length", "mean"),
+                ("completions/max_length", "max"),
+                ("completions/mean_length_right", "right"),
+                ("completions/mean_length_wrong", "wrong"),
+            ),
             "step",
         ),
-    ]
+    ] + (
+        [
+            Panel(
+                "formats",
+                "share of each completion format (held-out greedy; sampled)",
+                "step",
+                tuple((f"{p}format/{f}", f"{f} ({w})") for p, w in _FORMAT_SOURCES for f in formats),
+                "step",
+            ),
+            Panel(
+                "format_accuracy",
+                "held-out greedy accuracy within each format",
+                "step",
+                tuple((f"eval/format_accuracy/{f}", f) for f in formats),
+                "step",
+            ),
+        ]
+        if formats
+        else []
+    )
 
 
 def _draw_lines(ax: Axes, rows: list[dict], panel: Panel) -> bool:
@@ -265,12 +296,17 @@ def _draw_kind_bars(ax: Axes, rows: list[dict], panel: Panel) -> bool:
 
 
 def curves_figure(rows: list[dict]) -> Figure:
-    """The run's curves from its metrics rows, as a 3x3 matplotlib Figure (see curve_panels). A Figure of its own,
-    not pyplot's: no global state, nothing to close, safe beside a pyplot the caller may use."""
+    """The run's curves from its metrics rows, three panels a row (see curve_panels), as a matplotlib Figure of its
+    own, not pyplot's: no global state, nothing to close, safe beside a pyplot the caller may use."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(15, 10.5))
-    for ax, panel in zip(fig.subplots(3, 3).flat, curve_panels(rows), strict=True):
+    panels = curve_panels(rows)
+    n_rows = -(-len(panels) // 3)
+    fig = Figure(figsize=(15, 3.5 * n_rows))
+    axes = fig.subplots(n_rows, 3).flat
+    for ax in axes[len(panels) :]:
+        ax.remove()
+    for ax, panel in zip(axes, panels, strict=False):
         ax.set_title(panel.title, fontsize=10)
         ax.grid(alpha=0.3)
         ax.set_xlabel(panel.xlabel)

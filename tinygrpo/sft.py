@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +57,21 @@ class SFTConfig:
         default="answer",
         metadata={"help": "The column that holds each training problem's target completion (without <eos>)."},
     )
+    mix_column: str = field(
+        default="",
+        metadata={
+            "help": "A second column of target completions (a worked format, say) that a share of the training "
+            "problems imitate instead: the mixed reference of the reasoning experiment (docs/reasoning.md; "
+            "DeepSeek-R1's cold start, arXiv 2501.12948, uses a few worked examples the same way)."
+        },
+    )
+    mix_share: float = field(
+        default=0.0,
+        metadata={
+            "help": "The share of the training problems (a fixed, seeded choice) whose target is mix_column's; "
+            "0 = none."
+        },
+    )
     eval_split: str = field(
         default="test", metadata={"help": "Held-out split for greedy accuracy ('' = none)."}
     )
@@ -90,6 +106,8 @@ class SFTConfig:
     def __post_init__(self) -> None:
         check_fields(self, SFT_BOUNDS, {})  # the same checks, messages and loop as GRPOConfig's
         check_threads("threads", self.threads)
+        if self.mix_share > 0 and not self.mix_column:
+            raise ConfigError(f"mix_share={self.mix_share} needs mix_column: the column its problems imitate")
 
     @classmethod
     def for_task(cls, name: str, **overrides) -> SFTConfig:
@@ -121,6 +139,7 @@ SFT_BOUNDS: dict[str, Bound] = {
     "threads": Bound(0),  # 0 = torch's default
     "seed": BOUNDS["seed"],  # numpy and torch take 32-bit seeds
     "label_smoothing": Bound(0, 1),  # the probability mass moved from the label to the other tokens
+    "mix_share": Bound(0, 1),
     "log_every": Bound(0),  # 0 = never
 }
 
@@ -156,6 +175,24 @@ def encode_examples(
     return ids, mask, labels
 
 
+def training_targets(cfg: SFTConfig, train) -> list[str]:
+    """Each training problem's target completion: completion_column's, or mix_column's for a fixed share of the
+    problems (mix_share, drawn by a generator of its own: the batches' draws are those of an unmixed run)."""
+    for name in (cfg.completion_column, *([cfg.mix_column] if cfg.mix_share > 0 else [])):
+        if name not in train.column_names:
+            column = "completion_column" if name == cfg.completion_column else "mix_column"
+            raise ValueError(
+                f"{column} {name!r}: {cfg.dataset}/{cfg.train_split} has no such column "
+                f"(columns: {', '.join(train.column_names)})"
+            )
+    targets = [str(t) for t in train[cfg.completion_column]]
+    if cfg.mix_share > 0:
+        alternative = train[cfg.mix_column]
+        for i in random.Random(cfg.seed).sample(range(len(targets)), round(cfg.mix_share * len(targets))):
+            targets[i] = str(alternative[i])
+    return targets
+
+
 def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     """Train and save the reference; returns a summary dict (also written as sft_summary.json)."""
     out = Path(cfg.output_dir)
@@ -173,12 +210,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     train = load_split(cfg.dataset, cfg.train_split)
     if cfg.train_size and cfg.train_size < len(train):
         train = train.shuffle(seed=cfg.seed).select(range(cfg.train_size))
-    if cfg.completion_column not in train.column_names:
-        raise ValueError(
-            f"completion_column {cfg.completion_column!r}: {cfg.dataset}/{cfg.train_split} has no such column "
-            f"(columns: {', '.join(train.column_names)})"
-        )
-    targets = [str(t) for t in train[cfg.completion_column]]
+    targets = training_targets(cfg, train)
     for i, (p, a) in enumerate(zip(train["prompt"], targets, strict=True)):
         check_text(p + a, tokenizer, where=f"{cfg.dataset}/{cfg.train_split} row {i + 1}")
     ids, mask, labels = encode_examples(tokenizer, train["prompt"], targets)
@@ -238,6 +270,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     max_new = max(len(a) for a in targets) + 2
     summary = {
         "train_problems": len(train),
+        **({"mixed_problems": round(cfg.mix_share * len(train))} if cfg.mix_share > 0 else {}),
         "steps": cfg.max_steps,
         "first_loss": first_loss,
         "final_loss": last_loss,
@@ -248,8 +281,11 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         test = load_split(cfg.dataset, cfg.eval_split)
         summary["eval_split"] = cfg.eval_split
         verifier = Verifier.of(cfg.dataset)
-        summary["eval_accuracy"], _ = greedy_accuracy(model, tokenizer, test.to_dict(), max_new, verifier)
+        summary["eval_accuracy"], outs = greedy_accuracy(model, tokenizer, test.to_dict(), max_new, verifier)
         summary["eval_problems"] = len(test)
+        if verifier.formats is not None:  # the form the greedy completions take
+            formats = [verifier.formats.of(c) for c in outs]
+            summary["eval_formats"] = {n: formats.count(n) / len(formats) for n in verifier.formats.names}
     bad = nonfinite_weight(model)  # (the last step's update may have made them so, after a finite loss)
     if bad is not None:
         raise NonFiniteError(

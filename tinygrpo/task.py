@@ -31,6 +31,15 @@ Splits = dict[str, list[dict]]
 
 
 @dataclass(frozen=True)
+class Formats:
+    """The forms a task's completion may take (a direct answer, a worked one): the held-out evaluation and the
+    step's metrics report the share of each and the accuracy within each."""
+
+    names: tuple[str, ...]  # every name `of` can return, in the order they are reported
+    of: Callable[[str], str]  # a completion (decoded, <eos> kept) -> its format's name
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     summary: str  # one line: what the model is asked and what it must answer
@@ -44,7 +53,7 @@ class Task:
     )
     dataset: str = ""  # the directory under data/ ("" = the task's name)
     kinds: Callable[[dict[str, list]], dict[str, list[bool]]] | None = None  # rows -> {kind: which rows}
-    formats: Callable[[str], str] | None = None  # a completion -> the name of its format
+    formats: Formats | None = None  # the forms a completion may take
 
     def __post_init__(self) -> None:
         if not self.dataset:

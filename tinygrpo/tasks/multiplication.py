@@ -2,7 +2,9 @@
 
 - `multiplication`: the answer alone, "1776<eos>";
 - `multiplication_scratchpad`: the worked product: each partial product, then their sum, then the answer,
-  "37*8=296,37*40=1480,296+1480=1776<eos>" (30 to 40 tokens).
+  "37*8=296,37*40=1480,296+1480=1776<eos>" (30 to 40 tokens);
+- `multiplication_mixed`: the reasoning experiment's reference (docs/reasoning.md) imitates the worked product on
+  one training problem in ten and the answer alone on the others.
 
 The verifier (`final_answer`) reads the integer after the last '=' only, so either format is judged by its answer;
 `completion_format` tells them apart. Half the problems are 2x2 digits and half 3x2. The references differ only in
@@ -13,7 +15,9 @@ from __future__ import annotations
 
 import random
 
-from ..task import Task, register_task
+from tiny_lm.tokenization_tiny_lm import EOS_TOKEN
+
+from ..task import Formats, Task, register_task
 from ._splits import split_rows
 
 SIZES = {"validation": 500, "test": 500, "train": 20_000}  # (train last: see split_rows)
@@ -46,12 +50,20 @@ def kinds(rows: dict[str, list]) -> dict[str, list[bool]]:
 
 
 def completion_format(completion: str) -> str:
-    """ "scratchpad" if the completion shows work (an '=' before its answer), else "direct"."""
-    return "scratchpad" if "=" in completion else "direct"
+    """ "direct" for digits alone, "scratchpad" when the completion shows work (an '=' before its answer), "other"
+    for anything else (a product begun and not finished, a stray comma)."""
+    text = completion.removesuffix(EOS_TOKEN)
+    if text.isdigit():
+        return "direct"
+    return "scratchpad" if "=" in text else "other"
 
 
-def _task(name: str, summary: str, column: str) -> Task:
-    """One format: the two differ in the column their reference imitates (and so where it is saved)."""
+FORMATS = Formats(("direct", "scratchpad", "other"), completion_format)
+
+
+def _task(name: str, summary: str, column: str, **mix) -> Task:
+    """One format: they differ in the column their reference imitates (and so where it is saved); `mix` gives a
+    share of the problems the other column."""
     return register_task(
         Task(
             name=name,
@@ -64,6 +76,7 @@ def _task(name: str, summary: str, column: str) -> Task:
             reference={
                 "output_dir": f"checkpoints/{name}",
                 "completion_column": column,
+                **mix,
                 "train_size": 0,
                 "eval_split": "validation",
                 "n_layer": 3,
@@ -74,7 +87,7 @@ def _task(name: str, summary: str, column: str) -> Task:
                 "learning_rate": 3e-3,
             },
             kinds=kinds,
-            formats=completion_format,
+            formats=FORMATS,
         )
     )
 
@@ -84,4 +97,13 @@ SCRATCHPAD = _task(
     "multiplication_scratchpad",
     "the same products, worked: partial products, their sum, the answer",
     "worked",
+)
+# The reasoning experiment's (docs/reasoning.md): one problem in ten worked, the rest direct, nothing in the prompt
+# to say which. Does GRPO, rewarded for the answer only, move the policy to the format that gets it right?
+MIXED = _task(
+    "multiplication_mixed",
+    "the same products; the reference saw nine direct answers for each worked one",
+    "answer",
+    mix_column="worked",
+    mix_share=0.1,
 )

@@ -1,0 +1,147 @@
+"""The reasoning experiment's pieces: the mixed reference's targets (SFTConfig.mix_column / mix_share), the format
+detector of multiplication, the share and accuracy of each format (held-out and sampled), and the study's table."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+import torch
+from datasets import Dataset
+
+from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer
+from tiny_lm.tokenization_tiny_lm import EOS_TOKEN as EOS
+from tinygrpo.checks import ConfigError
+from tinygrpo.evaluation import Verifier, format_counts, format_metrics, held_out_metrics
+from tinygrpo.prompts import left_pad
+from tinygrpo.rollout import SamplingParams
+from tinygrpo.sft import SFTConfig, training_targets
+from tinygrpo.task import get_task
+from tinygrpo.tasks import multiplication
+
+
+def _train(n: int = 200) -> Dataset:
+    rows = [(a, 10 + a % 90) for a in range(10, 10 + n)]
+    return Dataset.from_dict(
+        {
+            "prompt": [f"{a}*{b}=" for a, b in rows],
+            "answer": [str(a * b) for a, b in rows],
+            "worked": [multiplication.worked(a, b) for a, b in rows],
+        }
+    )
+
+
+def test_a_fixed_seeded_share_of_the_problems_imitate_the_mix_column():
+    train = _train()
+    cfg = SFTConfig(dataset="multiplication", mix_column="worked", mix_share=0.1, seed=3)
+    targets = training_targets(cfg, train)
+    worked = [t == w for t, w in zip(targets, train["worked"], strict=True)]
+    assert sum(worked) == 20  # exactly the share, of 200
+    assert all(t == a for t, a, w in zip(targets, train["answer"], worked, strict=True) if not w)
+    assert training_targets(cfg, train) == targets  # the same problems on every call at one seed
+    other = training_targets(
+        SFTConfig(dataset="multiplication", mix_column="worked", mix_share=0.1, seed=4), train
+    )
+    assert other != targets and sum(t != a for t, a in zip(other, train["answer"], strict=True)) == 20
+    plain = SFTConfig(dataset="multiplication", mix_column="worked", mix_share=0.0)
+    assert training_targets(plain, train) == train["answer"]  # share 0: the column alone, mix_column unread
+    everything = SFTConfig(dataset="multiplication", mix_column="worked", mix_share=1.0)
+    assert training_targets(everything, train) == train["worked"]
+
+
+def test_mix_errors_name_the_field():
+    with pytest.raises(ConfigError, match="mix_share=0.5 needs mix_column"):
+        SFTConfig(mix_share=0.5)
+    with pytest.raises(ConfigError, match="mix_share"):
+        SFTConfig(mix_column="worked", mix_share=1.5)
+    cfg = SFTConfig(dataset="multiplication", mix_column="nope", mix_share=0.1)
+    with pytest.raises(ValueError, match="mix_column 'nope': multiplication/train has no such column"):
+        training_targets(cfg, _train())
+
+
+@pytest.mark.parametrize(
+    "completion, want",
+    [
+        ("1776" + EOS, "direct"),
+        ("1776", "direct"),  # truncated: still the answer alone
+        ("37*8=296,37*40=1480,296+1480=1776" + EOS, "scratchpad"),
+        ("37*8=2", "scratchpad"),  # work begun, cut off
+        ("37*8", "other"),
+        ("12,3" + EOS, "other"),
+        (EOS, "other"),
+        ("", "other"),
+    ],
+)
+def test_multiplication_formats(completion, want):
+    assert multiplication.completion_format(completion) == want
+    assert want in multiplication.FORMATS.names
+
+
+def test_format_metrics_count_each_format_and_its_hits():
+    comps = ["12" + EOS, "1*2=2" + EOS, "3" + EOS, "9*" + EOS, "4*5=20" + EOS, "7" + EOS]
+    right = [True, True, False, False, False, True]
+    m = format_metrics("eval/", multiplication.FORMATS, format_counts(multiplication.FORMATS, comps, right))
+    # by hand: direct 12, 3, 7 (2 right); scratchpad 1*2=2, 4*5=20 (1 right); other 9* (0 right)
+    formats = [multiplication.completion_format(c) for c in comps]
+    counts = Counter(formats)
+    for name in multiplication.FORMATS.names:
+        assert m[f"eval/format/{name}"] == pytest.approx(counts[name] / len(comps))
+    assert m["eval/format_accuracy/direct"] == pytest.approx(2 / 3)
+    assert m["eval/format_accuracy/scratchpad"] == pytest.approx(1 / 2)
+    assert m["eval/format_accuracy/other"] == 0.0
+    empty = format_metrics("x/", multiplication.FORMATS, format_counts(multiplication.FORMATS, [], []))
+    assert set(empty) == {
+        f"x/format/{n}" for n in multiplication.FORMATS.names
+    }  # no format taken: no accuracy
+
+
+def test_held_out_metrics_report_formats_and_length_of_the_greedy_completions():
+    task = get_task("multiplication_mixed")
+    tok = build_tokenizer(task.chars)
+    torch.manual_seed(0)
+    cfg = TinyLMConfig(
+        vocab_size=len(tok),
+        n_positions=24,
+        n_embd=16,
+        n_layer=1,
+        n_head=2,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    model = TinyLMForCausalLM(cfg).eval()
+    rows = {"prompt": ["12*34=", "56*78=", "90*12="], "answer": ["408", "4368", "1080"], "a": [12, 56, 90]}
+    ids, mask = left_pad(tok(rows["prompt"])["input_ids"], tok.pad_token_id)
+    held = held_out_metrics(
+        model, tok, ids, mask, rows, SamplingParams.greedy(12), verifier=Verifier.of(task.dataset)
+    )
+    # the length of a character-level completion: its characters, <eos> one token
+    lengths = [len(c.removesuffix(EOS)) + c.endswith(EOS) for c in held.completions]
+    assert held.metrics["eval/mean_length"] == pytest.approx(sum(lengths) / 3)
+    formats = Counter(multiplication.completion_format(c) for c in held.completions)
+    for name in multiplication.FORMATS.names:
+        assert held.metrics[f"eval/format/{name}"] == pytest.approx(formats[name] / 3)
+
+
+def test_reasoning_study_table_reads_finished_runs(tmp_path):
+    """tinygrpo.studies.reasoning: one row per GRPO arm from its runs (the median over seeds of the first and last
+    evaluation), and the more-SFT control's row from its sft_summary.json."""
+    from tinygrpo.studies import reasoning as study
+
+    for arm, shares in (("mixed", (0.8, 0.9, 0.85)), ("direct", (0.0, 0.0, 0.0))):
+        for seed, share in zip((42, 1, 2), shares, strict=True):
+            d = study.run_dir(tmp_path, arm, seed)
+            d.mkdir(parents=True)
+            (d / "summary.json").write_text("{}")
+            first = {"step": 0, "eval/accuracy": 0.03, "eval/format/scratchpad": 0.0, "eval/mean_length": 5.0}
+            last = {"step": 300, "time/elapsed": 600.0 + seed, "eval/accuracy": 0.3 + share / 2}
+            last |= {"eval/format/scratchpad": share, "eval/mean_length": 5 + 30 * share}
+            (d / "metrics.jsonl").write_text(json.dumps(first) + "\n" + json.dumps(last) + "\n")
+    lines = study.table(tmp_path, [42, 1, 2]).splitlines()
+    assert len(lines) == 4  # head, rule, mixed, direct (no more_sft run)
+    mixed = [c.strip() for c in lines[2].split("|")[1:-1]]
+    assert mixed[0] == "`mixed` (GRPO)" and mixed[1] == "3.0%"
+    assert mixed[2].startswith("**72.5%** (70.0% / 75.0% / 72.5%")  # median of 0.3 + share / 2
+    assert mixed[3] == "0.0% -> **85.0%**" and mixed[5] == "5.0 -> 30.5" and mixed[6] == "10.0"
+    direct = [c.strip() for c in lines[3].split("|")[1:-1]]
+    assert direct[3] == "0.0% -> **0.0%**"

@@ -1,0 +1,245 @@
+"""The reasoning experiment: does GRPO, rewarded for the final answer alone, teach a tiny model to show its work?
+
+    python -m tinygrpo.studies.reasoning                                # the references, then every arm, 3 seeds
+    python -m tinygrpo.studies.reasoning --eval_split validation --seeds 42 --arms mixed   # a choice, on validation
+    python -m tinygrpo.studies.reasoning --summarize                    # the table and figure of the runs there
+
+The reference (`python train_sft.py --task multiplication_mixed`) imitated the worked product on one training
+problem in ten and the answer alone on the others; nothing in the prompt says which. The arms:
+
+- `mixed`: GRPO from it with its recipe (configs/multiplication_mixed.yaml: the reward is `final_answer`, the
+  integer after the last '=', and nothing else);
+- `direct` (control): the same GRPO from the reference that never saw a worked product (`--task multiplication`);
+- `more_sft` (control): no RL; the mixed reference's SFT run longer by as many seconds as the median `mixed` run
+  trained, from scratch at the same seed (does RL do more than more imitation would?).
+
+Each GRPO run is `train_grpo.py --config configs/multiplication_mixed.yaml --seed S` at one thread, two side by
+side (runs/reasoning/<arm>/seed<S>), evaluated every `eval_steps` on the split asked for (the test split by default:
+for reporting; the choices were made with `--eval_split validation`). The table (docs/reasoning_table.md) and the
+figure (docs/reasoning.png: held-out accuracy, the scratchpad's share of the greedy completions, their mean length,
+against training minutes) come from the runs' metrics.jsonl and the SFT control's sft_summary.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ._runs import ENV, REPO, read_metrics
+from .tasks import ensure_reference
+
+CONFIG = "configs/multiplication_mixed.yaml"
+MIXED, DIRECT = "multiplication_mixed", "multiplication"  # the tasks whose references the arms start from
+ARMS = ("mixed", "direct", "more_sft")
+FORMAT = "scratchpad"
+
+
+def run_dir(out: Path, arm: str, seed: int) -> Path:
+    return out / arm / f"seed{seed}"
+
+
+def _run(cmd: list[str], d: Path) -> int:
+    d.parent.mkdir(parents=True, exist_ok=True)
+    with open(d.parent / f"{d.name}.log", "w") as log:
+        return subprocess.run(
+            cmd, cwd=REPO, env={**os.environ, **ENV}, stdout=log, stderr=subprocess.STDOUT
+        ).returncode
+
+
+def grpo(arm: str, seed: int, out: Path, eval_split: str, flags: list[str]) -> int:
+    """One GRPO run of the experiment's recipe (one thread), from the arm's reference."""
+    from ..task import get_task
+
+    d = run_dir(out, arm, seed)
+    model = get_task(MIXED if arm == "mixed" else DIRECT).reference["output_dir"]
+    cmd = [
+        sys.executable,
+        "train_grpo.py",
+        "--config",
+        CONFIG,
+        "--seed",
+        str(seed),
+        "--model_name_or_path",
+        model,
+    ]
+    cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1"]
+    cmd += ["--disable_tqdm", "true", "--save_steps", "0", "--eval_split", eval_split, *flags]
+    return _run(cmd, d)
+
+
+def more_sft(seed: int, out: Path, eval_split: str, seconds: float) -> int:
+    """The mixed reference's recipe at `seed`, with as many more steps as `seconds` of its SFT buy (one thread)."""
+    summary = json.loads((REPO / "checkpoints" / MIXED / "sft_summary.json").read_text())
+    per_step = summary["train_seconds"] / summary["steps"]
+    steps = summary["steps"] + round(seconds / per_step)
+    d = run_dir(out, "more_sft", seed)
+    cmd = [sys.executable, "train_sft.py", "--task", MIXED, "--seed", str(seed), "--max_steps", str(steps)]
+    cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--threads", "1"]
+    cmd += ["--eval_split", eval_split, "--log_every", "500"]
+    return _run(cmd, d)
+
+
+def curves(d: Path) -> list[dict]:
+    """A GRPO run's evaluations: step, training minutes, accuracy, the scratchpad's share, mean length."""
+    rows = []
+    for m in read_metrics(d):
+        if "eval/accuracy" in m:
+            rows.append(
+                {
+                    "step": m["step"],
+                    "minutes": m.get("time/elapsed", 0.0) / 60,  # (the evaluation before step 1: none)
+                    "accuracy": m["eval/accuracy"],
+                    "share": m.get(f"eval/format/{FORMAT}", 0.0),
+                    "length": m.get("eval/mean_length", float("nan")),
+                    "acc_in": m.get(f"eval/format_accuracy/{FORMAT}"),
+                    "sampled_share": m.get(f"completions/format/{FORMAT}"),
+                }
+            )
+    return rows
+
+
+def finished(out: Path, arm: str, seeds: list[int]) -> list[tuple[int, list[dict]]]:
+    return [
+        (s, curves(run_dir(out, arm, s))) for s in seeds if (run_dir(out, arm, s) / "summary.json").is_file()
+    ]
+
+
+def sft_results(out: Path, seeds: list[int]) -> list[tuple[int, dict]]:
+    res = []
+    for s in seeds:
+        p = run_dir(out, "more_sft", s) / "sft_summary.json"
+        if p.is_file():
+            res.append((s, json.loads(p.read_text())))
+    return res
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def table(out: Path, seeds: list[int]) -> str:
+    """One row per arm: before and after (median of seeds; each), the scratchpad's share, mean length, minutes."""
+    head = ["arm", "start", "accuracy after (median; each)", "scratchpad share: start -> after (median)"]
+    head += [
+        "accuracy within the scratchpad (after)",
+        "mean greedy length: start -> after",
+        "minutes (median)",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm in ("mixed", "direct"):
+        runs = finished(out, arm, seeds)
+        if not runs:
+            continue
+        first, last = [r[1][0] for r in runs], [r[1][-1] for r in runs]
+        each = " / ".join(_pct(x["accuracy"]) for x in last)
+        acc_in = [x["acc_in"] for x in last if x["acc_in"] is not None]
+        lines.append(
+            f"| `{arm}` (GRPO) | {_pct(_med([x['accuracy'] for x in first]))} | "
+            f"**{_pct(_med([x['accuracy'] for x in last]))}** ({each}; seeds {', '.join(str(r[0]) for r in runs)}) | "
+            f"{_pct(_med([x['share'] for x in first]))} -> **{_pct(_med([x['share'] for x in last]))}** | "
+            f"{_pct(_med(acc_in)) if acc_in else 'n/a'} | {_med([x['length'] for x in first]):.1f} -> "
+            f"{_med([x['length'] for x in last]):.1f} | {_med([x['minutes'] for x in last]):.1f} |"
+        )
+    sft = sft_results(out, seeds)
+    if sft:
+        ref = json.loads((REPO / "checkpoints" / MIXED / "sft_summary.json").read_text())
+        acc = [s["eval_accuracy"] for _, s in sft]
+        share = [s["eval_formats"][FORMAT] for _, s in sft]
+        extra = [(s["train_seconds"] - ref["train_seconds"]) / 60 for _, s in sft]
+        lines.append(
+            f"| `more_sft` (no RL: {sft[0][1]['steps']} SFT steps, not {ref['steps']}) | (the same recipe) | "
+            f"**{_pct(_med(acc))}** ({' / '.join(_pct(a) for a in acc)}; seeds {', '.join(str(s) for s, _ in sft)}) | "
+            f"-> {_pct(_med(share))} | n/a | n/a | {_med(extra):.1f} more of SFT |"
+        )
+    return "\n".join(lines)
+
+
+def figure(out: Path, seeds: list[int], path: Path) -> None:
+    """Held-out accuracy, the scratchpad's share and the mean greedy length against training minutes: every seed
+    of each GRPO arm, and the more-SFT control as points at its extra minutes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    keys = (("accuracy", "held-out greedy accuracy"), ("share", "share of greedy completions worked"))
+    keys += (("length", "mean greedy completion length (tokens)"),)
+    colours = {"mixed": "tab:green", "direct": "tab:grey"}
+    for arm in ("mixed", "direct"):
+        for i, (_, rows) in enumerate(finished(out, arm, seeds)):
+            for ax, (k, _) in zip(axes, keys, strict=True):
+                ax.plot(
+                    [r["minutes"] for r in rows],
+                    [r[k] for r in rows],
+                    color=colours[arm],
+                    alpha=0.8,
+                    label=f"GRPO from the {arm} reference" if i == 0 else None,
+                )
+    sft = sft_results(out, seeds)
+    if sft:
+        ref = json.loads((REPO / "checkpoints" / MIXED / "sft_summary.json").read_text())
+        xs = [(s["train_seconds"] - ref["train_seconds"]) / 60 for _, s in sft]
+        axes[0].scatter(
+            xs, [s["eval_accuracy"] for _, s in sft], marker="x", color="tab:red", label="more SFT"
+        )
+        axes[1].scatter(xs, [s["eval_formats"][FORMAT] for _, s in sft], marker="x", color="tab:red")
+    for ax, (_, title) in zip(axes, keys, strict=True):
+        ax.set(title=title, xlabel="training minutes (one thread)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[42, 1, 2])
+    p.add_argument("--eval_split", default="test", help="test (reporting) or validation (choices)")
+    p.add_argument("--out", type=Path, default=REPO / "runs" / "reasoning")
+    p.add_argument("--parallel", type=int, default=2, help="runs side by side (one thread each; default 2)")
+    p.add_argument(
+        "--summarize", action="store_true", help="only write the table and figure of the runs there"
+    )
+    p.add_argument(
+        "--docs", type=Path, default=REPO / "docs", help="where reasoning_table.md and reasoning.png go"
+    )
+    p.add_argument("flags", nargs="*", help="after --: more train_grpo.py flags for the GRPO arms")
+    args = p.parse_args(argv)
+    if not args.summarize:
+        ensure_reference(MIXED)
+        if "direct" in args.arms:
+            ensure_reference(DIRECT)
+        jobs = [(a, s) for a in args.arms if a != "more_sft" for s in args.seeds]
+        with ThreadPoolExecutor(args.parallel) as pool:
+            codes = list(pool.map(lambda j: grpo(*j, args.out, args.eval_split, args.flags), jobs))
+        if "more_sft" in args.arms:
+            mixed = finished(args.out, "mixed", args.seeds)
+            if not mixed:
+                sys.exit("error: the more_sft control needs finished runs of the mixed arm (its seconds)")
+            seconds = 60 * _med([rows[-1]["minutes"] for _, rows in mixed])
+            with ThreadPoolExecutor(args.parallel) as pool:
+                codes += list(pool.map(lambda s: more_sft(s, args.out, args.eval_split, seconds), args.seeds))
+        if any(codes):
+            print(f"some runs failed (see the logs under {args.out})", file=sys.stderr)
+    text = table(args.out, args.seeds)
+    print(text)
+    args.docs.mkdir(parents=True, exist_ok=True)
+    (args.docs / "reasoning_table.md").write_text(text + "\n")
+    figure(args.out, args.seeds, args.docs / "reasoning.png")
+
+
+if __name__ == "__main__":
+    main()
