@@ -19,7 +19,8 @@ from _runs import run_inproc
 from tinygrpo.metrics_io import plot_metrics, read_jsonl
 from tinygrpo.report import REPORT_FILE, build_report, main
 
-SECTIONS = ("run", "curves", "groups", "prompts", "beliefs")
+SECTIONS = ("run", "curves", "groups", "tokens", "prompts", "beliefs")
+TOKEN_KEYS = ("tokens", "token_advantage", "token_p_old", "token_p_new", "token_ratio", "token_entropy")
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +30,25 @@ def run_dir(seed_reference, tmp_path_factory) -> Path:
     argv = "--max_steps 6 --eval_steps 3 --logging_steps 2 --save_steps 0 --prompt_sampler uniform".split()
     assert run_inproc(seed_reference, out, *argv) == 0
     return out
+
+
+def _signal_group(run: Path) -> list[dict]:
+    """The first group with signal (advantages not all equal) of the last logged step: the Tokens section draws it."""
+    rows = read_jsonl(run / "completions.jsonl")
+    last = [r for r in rows if r["step"] == rows[-1]["step"]]
+    groups = [[r for r in last if r["prompt"] == p] for p in dict.fromkeys(r["prompt"] for r in last)]
+    signal = [g for g in groups if len({r["advantage"] for r in g}) > 1]
+    assert signal, "the run's last logged step has no group with signal: nothing to draw"
+    return signal[0]
+
+
+def _token_cell(row: dict, t: int) -> str:
+    """Token t of a logged completion as its hover title and text, as the report must draw it."""
+    a, p_old, p_new, ratio, entropy = (row[k][t] for k in TOKEN_KEYS[1:])
+    title = (
+        f"p_old {p_old:.4g}, p_new {p_new:.4g}, ratio {ratio:.4g}, entropy {entropy:.4g}, advantage {a:+.4g}"
+    )
+    return f'title="{title}">{html.escape(row["tokens"][t])}</span>'
 
 
 def _numbers(run: Path) -> dict:
@@ -41,6 +61,7 @@ def _numbers(run: Path) -> dict:
         "completions": f"{metrics[-1]['num_completions']:,}",
         "failures": f"{len(fails['failures'])} wrong of {fails['total']}",
         "completion": html.escape(read_jsonl(run / "completions.jsonl")[-1]["completion"]),
+        "token": _token_cell(_signal_group(run)[0], 0),
     }
 
 
@@ -70,7 +91,7 @@ def test_a_report_of_an_interrupted_run_and_of_an_older_run_says_what_is_missing
     assert main([str(cut)]) == 0
     text = (cut / REPORT_FILE).read_text()
     assert "2 of 6 (stopped early, or still running)" in text
-    assert text.count("Not recorded in this run") == 4  # groups, pass rates, failures, beliefs
+    assert text.count("Not recorded in this run") == 5  # groups, tokens, pass rates, failures, beliefs
     old = tmp_path / "old"
     old.mkdir()
     for name in ("metrics.jsonl", "completions.jsonl"):
@@ -78,9 +99,47 @@ def test_a_report_of_an_interrupted_run_and_of_an_older_run_says_what_is_missing
         for r in rows:
             for k in ("time/elapsed", "advantage", "reward", "answer", "frac_completions_with_signal"):
                 r.pop(k, None)
+            for k in TOKEN_KEYS:
+                r.pop(k, None)
         (old / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = build_report(old)
     assert '<section id="groups">' in text and "Not recorded in this run (prompt_stats.jsonl" in text
+    tokens = _section(text, "tokens")
+    assert "Not recorded in this run (per-token probabilities in completions.jsonl" in tokens
+    assert "class=tok" not in tokens
+
+
+def _background(cell_start: str) -> tuple[int, int, int]:
+    r, g, b = re.search(r"background:rgb\((\d+),(\d+),(\d+)\)", cell_start).groups()
+    return int(r), int(g), int(b)
+
+
+def test_the_tokens_section_draws_a_group_with_signal_token_by_token(run_dir):
+    """Every token of the last step's group with signal is a cell with its numbers on hover and in the table,
+    coloured blue for a positive advantage and red for a negative one; the completion's reward is marked."""
+    tokens = _section((run_dir / REPORT_FILE).read_text(), "tokens")
+    group = _signal_group(run_dir)
+    signs = {r["advantage"] > 0 for r in group}
+    assert signs == {True, False}  # both colours are exercised
+    for row in group:
+        assert len(row["tokens"]) >= 1
+        for t in range(len(row["tokens"])):
+            cell = _token_cell(row, t)
+            assert cell in tokens
+            start = tokens[: tokens.index(cell)].rsplit("<span class=tok", 1)[1]
+            r, g, b = _background(start)
+            assert (b > r) if row["advantage"] > 0 else (r > b), (row["advantage"], start)
+            p_new = row["token_p_new"][t]
+            assert (
+                f"<td><code>{html.escape(row['tokens'][t])}</code></td>" in tokens
+                and f"<td>{p_new:.4g}</td>" in tokens
+            )
+    assert f"<code>{html.escape(group[0]['prompt'])}</code>" in tokens
+    assert "reward 1</td>" in tokens and "reward 0</td>" in tokens
+    last = max(r["step"] for r in read_jsonl(run_dir / "completions.jsonl"))
+    assert (
+        f"<details open><summary>step {last}:" in tokens
+    )  # the last logged step is open, earlier ones closed
 
 
 def test_report_of_a_directory_that_is_no_run_is_an_error_line(tmp_path, capsys):
@@ -222,6 +281,8 @@ def test_the_report_renders_in_a_headless_browser(run_dir, tmp_path):
 HOSTILE_PROMPT = '<script>alert("p")</script> 1&2 "q"='
 HOSTILE_GOLD = '<b>3</b>&"'
 HOSTILE_COMPLETION = '<img src=x onerror="c()">&amp;'
+# The completion's tokens (a cell's text follows the ">" of its tag: a token "&amp;" would read as raw ">&amp;").
+HOSTILE_TOKENS = ["<img src=x ", 'onerror="c()">&', "amp;"]
 
 
 def _section(text: str, name: str) -> str:
@@ -235,7 +296,8 @@ def test_prompts_answers_and_completions_are_escaped_in_the_groups_and_failures_
         "metrics.jsonl": [{"step": 0, "eval/accuracy": 0.5}, {"step": 1, "eval/accuracy": 0.5}],
         "completions.jsonl": [
             {"step": 1, "prompt": HOSTILE_PROMPT, "completion": HOSTILE_COMPLETION, "answer": HOSTILE_GOLD}
-            | {"reward": r, "advantage": a}
+            | {"reward": r, "advantage": a, "tokens": HOSTILE_TOKENS, "token_advantage": [a] * 3}
+            | dict.fromkeys(("token_p_old", "token_p_new", "token_ratio", "token_entropy"), [0.5] * 3)
             for r, a in ((0.0, -0.5), (1.0, 0.5))
         ],
         "eval_failures.jsonl": [
@@ -245,12 +307,16 @@ def test_prompts_answers_and_completions_are_escaped_in_the_groups_and_failures_
     for name, lines in rows.items():
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in lines))
     text = build_report(tmp_path)
-    groups, prompts = _section(text, "groups"), _section(text, "prompts")
+    groups, prompts, tokens = (_section(text, s) for s in ("groups", "prompts", "tokens"))
     escaped = [html.escape(s) for s in (HOSTILE_PROMPT, HOSTILE_GOLD, HOSTILE_COMPLETION)]
     p, g, c = escaped
     assert f"<th><code>{p}</code></th><td>{g}</td>" in groups  # the group's row: its prompt and gold answer
     assert groups.count(f"<code>{c}</code>") == 2  # each completion's cell
     assert f"<tr><td><code>{p}</code></td><td>{g}</td><td><code>{c}</code></td></tr>" in prompts
+    assert f"<p>Prompt <code>{p}</code> (gold {g})</p>" in tokens  # the group drawn token by token
+    for t in HOSTILE_TOKENS:
+        assert tokens.count(f">{html.escape(t)}</span>") == 2  # each completion's token cell
+        assert tokens.count(f"<td><code>{html.escape(t)}</code></td>") == 2  # and its row of numbers
     # no raw piece of them anywhere (the page's own <img> figures aside: their src is a data URI)
     pieces = ("<script>alert", '"p"', "1&2", "<b>3</b>", '&"', "<img src=x", 'onerror="', ">&amp;")
     for raw in (HOSTILE_PROMPT, HOSTILE_GOLD, HOSTILE_COMPLETION, *pieces):

@@ -322,6 +322,79 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
     assert proc.stdout.count("held-out greedy accuracy") == 1
 
 
+TOKEN_KEYS = ("tokens", "token_advantage", "token_p_old", "token_p_new", "token_ratio", "token_entropy")
+
+
+@torch.no_grad()
+def teacher_forced(path: str, prompt: str, tokens: list[str], temperature: float) -> tuple[list, list]:
+    """Each token's probability and the entropy at its position under the model at `path`, at `temperature`, by one
+    plain forward of prompt + tokens (independent of the backends and of the rollout code)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import tiny_lm  # noqa: F401
+
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    p, c = tok(prompt)["input_ids"], tok.convert_tokens_to_ids(tokens)
+    logp = (model(input_ids=torch.tensor([p + c])).logits[0] / temperature).log_softmax(-1)  # (T, V)
+    at = [logp[len(p) - 1 + t] for t in range(len(c))]
+    return [float(a[i].exp()) for a, i in zip(at, c, strict=True)], [float(-(a.exp() * a).sum()) for a in at]
+
+
+def test_completions_log_what_the_update_did_to_each_token(seed_reference, tmp_path):
+    """Each logged completion's tokens with the advantage the loss gave them, their probability before the step's
+    update (the policy that sampled them) and after it, the ratio and the entropy; before and after checked by a
+    plain forward of the models they come from (step 1's before: the reference; the last step's after: final/)."""
+    out = tmp_path / "run"
+    T = 0.7  # the log-probs are the loss's, at the run's temperature
+    assert run_main(seed_reference, out, "--temperature", str(T)) == 0
+    rows = read_jsonl(out / "completions.jsonl")
+    assert len(rows) == 2 * 8
+    ratios = []
+    for r in rows:
+        n = len(r["tokens"])
+        assert "".join(r["tokens"]) == r["completion"] and n >= 1
+        assert [len(r[k]) for k in TOKEN_KEYS] == [n] * len(TOKEN_KEYS)
+        assert r["token_advantage"] == pytest.approx([r["advantage"]] * n, rel=1e-3, abs=1e-4)  # plain GRPO
+        for old, new, ratio, entropy in zip(*(r[k] for k in TOKEN_KEYS[2:]), strict=True):
+            assert 0 < old <= 1 and 0 < new <= 1 and entropy >= 0
+            assert ratio == pytest.approx(new / old, rel=2e-3)  # each rounded to 4 significant digits
+            ratios.append(ratio)
+    assert any(abs(x - 1) > 0.01 for x in ratios)  # the update moved some token's probability
+    for step, key, path in ((1, "token_p_old", seed_reference), (2, "token_p_new", str(out / "final"))):
+        for r in (r for r in rows if r["step"] == step):
+            probs, entropies = teacher_forced(path, r["prompt"], r["tokens"], T)
+            assert r[key] == pytest.approx(probs, rel=1e-3, abs=1e-6), (step, r["completion"])
+            if key == "token_p_new":
+                assert r["token_entropy"] == pytest.approx(entropies, rel=1e-3, abs=1e-6)
+
+
+def test_logging_the_tokens_changes_nothing_about_training(seed_reference, tmp_path):
+    """The forwards before and after a logging step's update draw from no generator and leave the model as it was:
+    with dropout on (the generic backend, whose forward in train mode draws from torch's generator) two steps take
+    the same weights bit for bit whether they log their tokens or not."""
+    weights = {}
+    for count in (8, 0):
+        t = reference_trainer(
+            seed_reference,
+            tmp_path / str(count),
+            grouped_forward=False,
+            logging_steps=1,
+            num_completions_to_log=count,
+        )
+        for m in t.model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.1
+        state = torch.get_rng_state()
+        t.model(input_ids=torch.tensor([[3, 4, 5]]))
+        assert not torch.equal(state, torch.get_rng_state())  # the dropout is live: a forward draws
+        torch.manual_seed(0)
+        outs = [t.training_step() for _ in range(2)]
+        assert all((o.tokens is not None) == bool(count) for o in outs) and t.model.training
+        weights[count] = {k: v.clone() for k, v in t.model.state_dict().items()}
+    assert all(torch.equal(weights[8][k], weights[0][k]) for k in weights[0])
+
+
 def test_resume_continues_exactly(seed_reference, tmp_path, capsys):
     out, straight = tmp_path / "resumed", tmp_path / "straight"
     # Extending max_steps on resume: a constant schedule, since a decaying one is a function of max_steps.

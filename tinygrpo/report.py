@@ -11,8 +11,10 @@ opens from disk and can be attached to an issue.
 Sections: the run (summary, settings, the command that reproduces it); curves (plots.png's figure: reward, held-out
 accuracy by step, by problem kind, against seconds and against completions, signal, KL or entropy, prompts by their
 latest group, lengths); sampled groups (the logged completions of each logged step, coloured by reward, with
-advantages and gold answers); prompts (pass-rate estimates of the training prompts over time, held-out failures at the
-end, accuracy by problem kind); beliefs (on a small problem set: the policy's probability of each answer for each
+advantages and gold answers); tokens (the groups with signal of the last logged steps drawn token by token, each
+token coloured by its advantage, with its probability before and after the step's update, their ratio and the
+entropy on hover and in a table); prompts (pass-rate estimates of the training prompts over time, held-out failures
+at the end, accuracy by problem kind); beliefs (on a small problem set: the policy's probability of each answer for each
 question at the first, middle and last evaluation).
 """
 
@@ -47,6 +49,10 @@ from .writes import write_atomic
 REPORT_FILE = "report.html"
 MAX_GROUP_STEPS = 30  # logged steps shown in the groups section (evenly spaced, the last one included)
 MAX_HEATMAP_ROWS = 300  # prompts are binned into at most this many rows
+MAX_TOKEN_STEPS = 4  # logged steps in the tokens section: the last one (open) and the ones before it
+MAX_TOKEN_GROUPS = 4  # groups with signal drawn per step
+# The per-token lists of a completions.jsonl row (tinygrpo/run_logs.py TOKEN_KEYS: runs of older versions lack them).
+TOKEN_NUMBERS = ("token_advantage", "token_p_old", "token_p_new", "token_ratio", "token_entropy")
 
 
 # What the report reads in each log's rows (metrics_io.read_checked): the keys it indexes, and the kind of each value
@@ -61,7 +67,8 @@ LOGS = {
     "metrics.jsonl": Shape({"step": INT}, dict.fromkeys(_CURVE_KEYS, NUM) | {"eval/accuracy/": NUM_OR_NULL}),
     "completions.jsonl": Shape(
         {"step": INT, "prompt": STR, "completion": STR},
-        {"reward": NUM_OR_NULL, "advantage": NUM, "rewards": by_name(NUM_OR_NULL)},
+        {"reward": NUM_OR_NULL, "advantage": NUM, "rewards": by_name(NUM_OR_NULL), "tokens": list_of(STR)}
+        | dict.fromkeys(TOKEN_NUMBERS, list_of(NUM)),
     ),
     "prompt_stats.jsonl": Shape({"step": INT, "pass_rate": list_of(NUM_OR_NULL)}, same_length="pass_rate"),
     "eval_failures.jsonl": Shape({"step": INT, "total": INT, "failures": list_of(_TRIPLES)}),
@@ -202,14 +209,8 @@ def section_groups(completions: list[dict]) -> str:
         f"{len(steps)} of {len(by_step)} logged steps.</p>"
     ]
     for i, step in enumerate(steps):
-        groups: list[list[dict]] = []
-        for c in by_step[step]:
-            if groups and groups[-1][0]["prompt"] == c["prompt"]:
-                groups[-1].append(c)
-            else:
-                groups.append([c])
         rows = []
-        for g in groups:
+        for g in _by_prompt(by_step[step]):
             cells = "".join(
                 f'<td style="background:{_colour(c.get("reward", _first_reward(c)))}">'
                 f"<code>{_e(c['completion'])}</code><br><small>"
@@ -227,9 +228,111 @@ def section_groups(completions: list[dict]) -> str:
     return head + "".join(parts) + "</section>"
 
 
+def _by_prompt(rows: list[dict]) -> list[list[dict]]:
+    """One step's logged completions, grouped: consecutive rows of the same prompt."""
+    groups: list[list[dict]] = []
+    for c in rows:
+        if groups and groups[-1][0]["prompt"] == c["prompt"]:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    return groups
+
+
 def _first_reward(c: dict):
     vals = [v for v in (c.get("rewards") or {}).values() if v is not None]
     return sum(vals) if vals else None
+
+
+def _diverging(a: float, scale: float) -> str:
+    """Blue for a positive advantage, red for a negative one, white for 0; full colour at |a| = scale."""
+    t = min(abs(a) / scale, 1.0) if scale > 0 else 0.0
+    end = (90, 140, 240) if a > 0 else (235, 90, 90)
+    r, g, b = (round(255 + (e - 255) * t) for e in end)
+    return f"rgb({r},{g},{b})"
+
+
+def _token_text(t: str) -> str:
+    """A token as shown in its cell: escaped, with a newline or tab made visible."""
+    return _e(t).replace("\n", "\\n").replace("\t", "\\t")
+
+
+def _token_title(p_old: float, p_new: float, ratio: float, entropy: float, adv: float) -> str:
+    return (
+        f"p_old {p_old:.4g}, p_new {p_new:.4g}, ratio {ratio:.4g}, entropy {entropy:.4g}, "
+        f"advantage {adv:+.4g}"
+    )
+
+
+def _token_group(g: list[dict], scale: float) -> str:
+    """One group: each completion a row of token cells (hover: the numbers), then the numbers as a table."""
+    rows, numbers = [], []
+    for j, c in enumerate(g, 1):
+        reward = c.get("reward", _first_reward(c))
+        cells, lines = [], []
+        for t, *v in zip(c["tokens"], *(c[k] for k in TOKEN_NUMBERS), strict=True):
+            adv, p_old, p_new, ratio, entropy = v
+            title = _token_title(p_old, p_new, ratio, entropy, adv)
+            cells.append(
+                f'<span class=tok style="background:{_diverging(adv, scale)}" title="{_e(title)}">'
+                f"{_token_text(t)}</span>"
+            )
+            lines.append(
+                f"<tr><td>{j}</td><td><code>{_token_text(t)}</code></td><td>{adv:+.4g}</td><td>{p_old:.4g}</td>"
+                f"<td>{p_new:.4g}</td><td>{ratio:.4g}</td><td>{entropy:.4g}</td></tr>"
+            )
+        shown = "none" if reward is None else f"{reward:g}"
+        advantage = f"A = {c['advantage']:+.2f}" if "advantage" in c else ""
+        rows.append(
+            f'<tr><td>{j}</td><td style="background:{_colour(reward)}">reward {shown}</td><td>{advantage}</td>'
+            f"<td class=toks>{''.join(cells)}</td></tr>"
+        )
+        numbers += lines
+    gold = f" (gold {_e(g[0]['answer'])})" if "answer" in g[0] else ""
+    head = "".join(f"<th>{h}</th>" for h in ("#", "token", "advantage", "p_old", "p_new", "ratio", "entropy"))
+    return (
+        f"<p>Prompt <code>{_e(g[0]['prompt'])}</code>{gold}</p><table class=tokens>{''.join(rows)}</table>"
+        f"<details><summary>the numbers</summary><table><tr>{head}</tr>{''.join(numbers)}</table></details>"
+    )
+
+
+def section_tokens(completions: list[dict]) -> str:
+    head = '<section id="tokens"><h2>Tokens</h2>'
+    logged = [c for c in completions if "tokens" in c]
+    if not logged:
+        return (
+            head
+            + _missing("per-token probabilities in completions.jsonl: logged by runs of this version")
+            + "</section>"
+        )
+    by_step: dict[int, list[dict]] = {}
+    for c in logged:
+        by_step.setdefault(c["step"], []).append(c)
+    steps = sorted(by_step)[-MAX_TOKEN_STEPS:]
+    parts = [
+        "<p>Groups with signal (a mix of advantages) of the last logged steps, each completion drawn token by token. "
+        "A token is coloured by the advantage the loss gave it: blue pushed its probability up, red down, white not "
+        "at all (full colour at the step's largest |advantage|). Hover a token for its probability under the policy "
+        "that sampled it (p_old) and under the policy after the step's update (p_new), their ratio (what the step "
+        "did to it) and the updated policy's entropy at that position, at the run's temperature. In plain GRPO "
+        "every token of a completion shares its advantage, so what differs between its tokens is the ratio and the "
+        "entropy: where the step moved probability.</p>"
+    ]
+    for step in steps:
+        rows = by_step[step]
+        scale = max((abs(a) for c in rows for a in c.get("token_advantage", ())), default=0.0)
+        signal = [g for g in _by_prompt(rows) if len({c.get("advantage") for c in g}) > 1]
+        body = (
+            "".join(_token_group(g, scale) for g in signal[:MAX_TOKEN_GROUPS])
+            if signal
+            else "<p>No logged group of this step has signal (each group's advantages are all equal).</p>"
+        )
+        is_open = " open" if step == steps[-1] else ""
+        parts.append(
+            f"<details{is_open}><summary>step {step}: {len(signal)} of {len(_by_prompt(rows))} logged groups with "
+            f"signal (colour scale: |advantage| {scale:.3g})</summary>{body}</details>"
+        )
+    return head + "".join(parts) + "</section>"
 
 
 def section_prompts(stats: list[dict], failures: list[dict], metrics: list[dict]) -> str:
@@ -352,6 +455,7 @@ h1{margin-bottom:0}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-to
 table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ddd;padding:.2em .5em;text-align:left}
 pre{background:#f4f4f4;padding:.6em;white-space:pre-wrap}img{max-width:100%}.missing{color:#a60}
 table.groups td{min-width:4.5em;text-align:center}nav a{margin-right:1em}
+.tok{font-family:monospace;font-size:110%;white-space:pre;padding:.1em .15em;margin:0 1px;border:1px solid #ddd}
 """
 
 
@@ -360,14 +464,18 @@ def build_report(run_dir: str | Path) -> str:
     run = Path(run_dir)
     config = _read_json(run / "config.json")
     metrics = read_log(run, "metrics.jsonl")
+    completions = read_log(run, "completions.jsonl")
     parts = [
         section_run(run, config, metrics),
         section_curves(metrics),
-        section_groups(read_log(run, "completions.jsonl")),
+        section_groups(completions),
+        section_tokens(completions),
         section_prompts(read_log(run, "prompt_stats.jsonl"), read_log(run, "eval_failures.jsonl"), metrics),
         section_beliefs(read_log(run, "beliefs.jsonl")),
     ]
-    nav = "".join(f'<a href="#{s}">{s}</a>' for s in ("run", "curves", "groups", "prompts", "beliefs"))
+    nav = "".join(
+        f'<a href="#{s}">{s}</a>' for s in ("run", "curves", "groups", "tokens", "prompts", "beliefs")
+    )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>tinygrpo report: {_e(run.name)}</title>"
         f"<style>{STYLE}</style></head><body><h1>tinygrpo run report</h1><nav>{nav}</nav>"

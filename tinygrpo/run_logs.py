@@ -1,21 +1,94 @@
 """A run's JSONL logs, written by the main process: metrics.jsonl, completions.jsonl, and what the report
 (tinygrpo/report.py) shows beside the metrics, written at every evaluation (prompt_stats.jsonl,
-eval_failures.jsonl, beliefs.jsonl). Each file is listed in launch.RUN_FILES and truncated on resume."""
+eval_failures.jsonl, beliefs.jsonl). Each file is listed in launch.RUN_FILES and truncated on resume.
+
+completions.jsonl also holds, per logged completion, what the step's update did to each of its tokens (`StepTokens`:
+one no-grad forward of the policy on the logged rows before the update and one after, at logging steps only).
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn as nn
 from tqdm.auto import tqdm
 
-from .generation import ScoredBatch
+from .backend import Backend
+from .core import entropy_from_logits, selective_log_softmax
+from .generation import Round, ScoredBatch
 from .metrics_io import JsonlWriter, truncate_after_step
+from .rollout import completion_logits
 
 DETAIL_FILES = ("prompt_stats", "eval_failures", "beliefs")  # <name>.jsonl, written at every evaluation
 MAX_BELIEF_PROMPTS, MAX_BELIEF_ANSWERS = 64, 32  # beliefs are logged for problem sets this small
+
+
+# The per-token lists of a completions.jsonl row (StepTokens), one item per completion token (<eos> included).
+TOKEN_KEYS = ("tokens", "token_advantage", "token_p_old", "token_p_new", "token_ratio", "token_entropy")
+
+
+@dataclass(frozen=True)
+class TokenProbs:
+    """A policy's view of the tokens of a round's first k completions, at the run's temperature (as the loss sees
+    them). Positions past a completion's last token are 0."""
+
+    logp: torch.Tensor  # (k, Tc) log-probability of each sampled token
+    entropy: torch.Tensor  # (k, Tc) entropy of the distribution the token was drawn from
+
+
+@torch.inference_mode()
+def token_probs(
+    model: nn.Module, backend: Backend, first: Round, count: int, temperature: float
+) -> TokenProbs:
+    """One forward of `model` on the first `count` completions of `first` (the groups that hold them), without
+    gradients. Changes nothing about training: no generator is drawn from (a model with dropout runs in eval mode,
+    as it samples, and its mode is restored) and the weights are only read."""
+    G = first.completion_ids.size(0) // len(first.idx)
+    k = min(count, first.completion_ids.size(0))
+    groups = -(-k // G)
+    ids = first.completion_ids[: groups * G]  # (groups*G, Tc)
+    # Every sampled token, also of a truncated completion that mask_truncated_completions leaves out of the loss.
+    mask = (torch.arange(ids.size(1), device=ids.device) < first.lengths[: groups * G, None]).float()
+    switch = model.training and not backend.mode_independent
+    if switch:
+        model.eval()
+    try:
+        logits = completion_logits(
+            model, first.prompt_ids[:groups], first.prompt_mask[:groups], ids, G, mask, backend
+        )
+    finally:
+        if switch:
+            model.train()
+    logp = selective_log_softmax(logits[:k], ids[:k], temperature) * mask[:k]
+    entropy = entropy_from_logits(logits[:k], temperature) * mask[:k]
+    return TokenProbs(logp.to("cpu", copy=True), entropy.to("cpu", copy=True))
+
+
+def token_texts(tokenizer, first: Round, count: int) -> list[list[str]]:
+    """Each of the first `count` completions of `first` as its tokens, decoded one at a time (<eos> kept)."""
+    ids = first.completion_ids[:count].tolist()
+    return [
+        tokenizer.batch_decode([[t] for t in row[:n]], skip_special_tokens=False)
+        for row, n in zip(ids, first.lengths[:count].tolist(), strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class StepTokens:
+    """What one step's update did to the tokens of its logged completions (the first rows of its first round)."""
+
+    texts: list[list[str]]  # each completion's tokens (token_texts)
+    before: TokenProbs  # the policy that sampled them (before the update)
+    after: TokenProbs  # the policy after the update
+
+
+def _sig(x: float) -> float:
+    """4 significant digits: small probabilities keep their relative precision, the log stays small."""
+    return float(f"{x:.4g}")
 
 
 class RunLogs:
@@ -33,10 +106,20 @@ class RunLogs:
         self.files["metrics"].write({"step": step, **metrics})
 
     def completions(
-        self, step: int, scored: ScoredBatch, reward_names: list[str], count: int, answers: list | None
+        self,
+        step: int,
+        scored: ScoredBatch,
+        reward_names: list[str],
+        count: int,
+        answers: list | None,
+        tokens: StepTokens | None = None,
     ) -> None:
         """The first `count` samples of the step's first round: prompt, completion, each reward function's value,
-        the combined reward, the advantage and (when the data has one) the gold answer."""
+        the combined reward, the advantage and (when the data has one) the gold answer; with `tokens`, per token
+        (TOKEN_KEYS): its text, the advantage the loss gave it (the completion's on every token the loss counts, 0 on
+        a truncated completion that mask_truncated_completions leaves out), its probability under the policy that
+        sampled it and under the policy after the update, their ratio new / old, and the entropy of the updated
+        policy at its position."""
         first = scored.first
         G = first.completion_ids.size(0) // len(first.idx)
         for i in range(min(count, len(first.completions))):
@@ -48,6 +131,8 @@ class RunLogs:
             row["advantage"] = float(first.advantages[i])
             if answers is not None:
                 row["answer"] = answers[first.idx[i // G]]
+            if tokens is not None:
+                row |= _token_columns(first, tokens, i)
             self.files["completions"].write(row)
 
     def evaluation(
@@ -76,6 +161,17 @@ class RunLogs:
             row = {"step": step, "questions": rows["prompt"], "answers": answers}
             row["gold"] = [str(a) for a in rows["answer"]]
             self.files["beliefs"].write({**row, "probs": [[round(x, 4) for x in r] for r in probs.tolist()]})
+
+
+def _token_columns(first: Round, tokens: StepTokens, i: int) -> dict[str, list]:
+    """Row i's per-token lists (TOKEN_KEYS), rounded to 4 significant digits."""
+    n = int(first.lengths[i])
+    adv = (first.advantages[i] * first.completion_mask[i, :n].cpu()).tolist()
+    old, new = tokens.before.logp[i, :n], tokens.after.logp[i, :n]
+    columns = (adv, old.exp(), new.exp(), (new - old).exp(), tokens.after.entropy[i, :n])
+    return {"tokens": tokens.texts[i]} | {
+        k: [_sig(float(x)) for x in c] for k, c in zip(TOKEN_KEYS[1:], columns, strict=True)
+    }
 
 
 class ProgressBar:

@@ -40,7 +40,7 @@ from .optim import OptimizerStep, build_optimizer
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
 from .report import write_report
-from .run_logs import ProgressBar, RunLogs
+from .run_logs import ProgressBar, RunLogs, StepTokens, TokenProbs, token_probs, token_texts
 from .update import NonFiniteError, PolicyUpdate, nonfinite_weight
 from .validation import check_inputs
 from .writes import save_model_files
@@ -50,10 +50,12 @@ __all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerS
 
 @dataclass
 class StepOutput:
-    """What one training step returns: its metrics (global) and what it sampled."""
+    """What one training step returns: its metrics (global), what it sampled, and (main process, at a step that logs
+    completions) what its update did to the logged completions' tokens."""
 
     metrics: dict[str, float]
     scored: ScoredBatch
+    tokens: StepTokens | None = None
 
 
 @dataclass
@@ -155,6 +157,10 @@ class GRPOTrainer:
                 f"step {state.step + 1}: {e}; {ckpt.last_checkpoint(self.out, resume=True)}"
             ) from None
         t1 = time.perf_counter()
+        probe = (
+            self.procs.is_main and cfg.num_completions_to_log > 0 and self.logs_completions(state.step + 1)
+        )
+        before = self.token_probs(scored) if probe else None
         minibatches = self.update.prepare(scored.batch)
         t2 = time.perf_counter()
         try:
@@ -167,6 +173,10 @@ class GRPOTrainer:
         t3 = time.perf_counter()
         if cfg.sync_ref_model and (state.step + 1) % cfg.ref_model_sync_steps == 0:
             self.sync_reference()
+        tokens = None
+        if before is not None:
+            texts = token_texts(self.tokenizer, scored.first, cfg.num_completions_to_log)
+            tokens = StepTokens(texts, before, self.token_probs(scored))
         state.step += 1
         state.total_completions += scored.num_sampled
         state.nonfinite_skipped += stats.nonfinite_skipped
@@ -190,7 +200,19 @@ class GRPOTrainer:
             m["entropy_coef"] = self.update.entropy_coef.value
         if not cfg.needs_old_logps:
             m["ratio_is_exactly_one"] = 1  # mu = 1: the gradient is the plain policy gradient (see README)
-        return StepOutput(m, scored)
+        return StepOutput(m, scored, tokens)
+
+    def logs_completions(self, step: int) -> bool:
+        """Whether the loop logs the sampled completions after `step`."""
+        return step % self.cfg.logging_steps == 0
+
+    def token_probs(self, scored: ScoredBatch) -> TokenProbs:
+        """The policy's log-probs and entropies of the completions the step logs (run_logs.token_probs: a no-grad
+        forward that changes nothing about training), at the temperature of the loss."""
+        cfg = self.cfg
+        return token_probs(
+            self.model, self.backend, scored.first, cfg.num_completions_to_log, cfg.temperature
+        )
 
     def sync_reference(self) -> None:
         """TR-DPO-style reference update: ref <- alpha * policy + (1 - alpha) * ref."""
@@ -303,10 +325,15 @@ class GRPOTrainer:
                         or "eval/accuracy" in m
                     ):
                         self.log(m)
-                        if self.step % cfg.logging_steps == 0:
+                        if self.logs_completions(self.step):
                             answers = self.prompts.columns.get("answer")
                             self.logs.completions(
-                                self.step, out.scored, self.rewards.names, cfg.num_completions_to_log, answers
+                                self.step,
+                                out.scored,
+                                self.rewards.names,
+                                cfg.num_completions_to_log,
+                                answers,
+                                out.tokens,
                             )
                     bar.update(m)
                     if self.procs.any(stop.requested):  # every process stops at the same step
