@@ -29,6 +29,7 @@ BUILT_IN = {
     "addition_long",
     "countdown",
     "multiplication",
+    "multiplication_mixed",
     "multiplication_scratchpad",
     "reverse",
     "seed_bank",
@@ -278,6 +279,20 @@ def test_task_trains_end_to_end(name, tmp_path):
     assert evals and all(0.0 <= row["eval/accuracy"] <= 1.0 for row in evals)
     if task.kinds is not None:  # the task's own breakdown of held-out accuracy
         assert any(k.startswith("eval/accuracy/") for k in evals[-1])
+    steps = [row for row in rows if "reward" in row]
+    if task.formats is not None:  # the share of each format, held-out greedy and sampled: a whole, each
+        for row, prefix in ((evals[-1], "eval/format/"), (steps[-1], "completions/format/")):
+            shares = [row[prefix + f] for f in task.formats.names]
+            assert abs(sum(shares) - 1) < 1e-9 and all(0 <= x <= 1 for x in shares)
+        assert evals[-1]["eval/mean_length"] >= 1  # (<eos> at least)
+    # every sampled completion is right or wrong: the two mean lengths bracket the overall mean
+    right, wrong = (steps[-1].get(f"completions/mean_length_{k}") for k in ("right", "wrong"))
+    mean = steps[-1]["completions/mean_length"]
+    assert wrong is not None or right is not None
+    if right is not None and wrong is not None:
+        assert min(right, wrong) - 1e-9 <= mean <= max(right, wrong) + 1e-9
+    else:
+        assert (right if right is not None else wrong) == pytest.approx(mean)
 
 
 @pytest.mark.parametrize(
@@ -289,6 +304,11 @@ def test_task_trains_end_to_end(name, tmp_path):
             ["--task", "reverse", "--completion_column", "worked"],
             "error: completion_column 'worked': reverse/train",
         ),
+        (
+            ["--task", "multiplication_mixed", "--mix_column", "nope"],
+            "error: mix_column 'nope': multiplication/train has no such column",
+        ),
+        (["--mix_share", "0.5"], "error: mix_share=0.5 needs mix_column"),
         # a character outside the alphabet given for the task's text: named with its row, before any training
         (["--task", "reverse", "--chars", "abc="], "error: reverse/train row 1: character "),
     ],

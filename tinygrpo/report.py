@@ -31,6 +31,7 @@ from pathlib import Path
 
 from .metrics_io import (
     CURVES_DPI,
+    FORMAT_PREFIXES,
     INT,
     NUM,
     NUM_OR_NULL,
@@ -64,7 +65,12 @@ _TABLE: Check = (  # what imshow draws: non-empty, rectangular
     "a table of numbers (equal-length lists)",
 )
 LOGS = {
-    "metrics.jsonl": Shape({"step": INT}, dict.fromkeys(_CURVE_KEYS, NUM) | {"eval/accuracy/": NUM_OR_NULL}),
+    "metrics.jsonl": Shape(
+        {"step": INT},
+        dict.fromkeys(_CURVE_KEYS, NUM)
+        | {"eval/accuracy/": NUM_OR_NULL, "eval/format_accuracy/": NUM}
+        | dict.fromkeys(FORMAT_PREFIXES, NUM),
+    ),
     "completions.jsonl": Shape(
         {"step": INT, "prompt": STR, "completion": STR},
         {"reward": NUM_OR_NULL, "advantage": NUM, "rewards": by_name(NUM_OR_NULL), "tokens": list_of(STR)}

@@ -34,7 +34,7 @@ from .config import GRPOConfig
 from .distributed import Processes
 from .evaluation import HeldOutEvaluator
 from .generation import BatchGenerator, RewardFailure, ScoredBatch, reward_spec
-from .metrics import StepTimes, step_metrics
+from .metrics import StepTimes, step_metrics, verified_metrics
 from .metrics_io import plot_metrics
 from .optim import OptimizerStep, build_optimizer
 from .prompt_stats import PromptStats
@@ -193,6 +193,11 @@ class GRPOTrainer:
             num_completions=state.total_completions,
         )
         m.update(self.prompt_stats.counts())
+        if "answer" in self.prompts.columns:  # (a prompt set without answers has nothing to verify against)
+            first, verifier = scored.first, self.evaluator.verifier
+            rows = {c: [v[i] for i in first.idx] for c, v in self.prompts.columns.items()}
+            right = verifier(first.completions, rows, k=len(first.completions) // max(len(first.idx), 1))
+            m.update(verified_metrics(first, right, verifier.formats, self.procs))
         m["time/elapsed"] = state.elapsed_seconds
         if cfg.on_nonfinite == "skip":
             m["nonfinite_skipped"] = state.nonfinite_skipped
