@@ -318,7 +318,7 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
     # One schedule step per optimizer step whatever the process count: linear decay over 2 steps from 2e-3
     # (accelerate's prepared scheduler would step twice per call with 2 processes and log 0.0 here).
     assert rows[1]["learning_rate"] == pytest.approx(GRPOConfig.learning_rate / 2)
-    assert len(read_jsonl(out / "completions.jsonl")) == 2 * 8
+    assert len(read_jsonl(out / "completions.jsonl")) == 2 * GRPOConfig().num_completions_to_log
     assert proc.stdout.count("held-out greedy accuracy") == 1
 
 
@@ -349,7 +349,7 @@ def test_completions_log_what_the_update_did_to_each_token(seed_reference, tmp_p
     T = 0.7  # the log-probs are the loss's, at the run's temperature
     assert run_main(seed_reference, out, "--temperature", str(T)) == 0
     rows = read_jsonl(out / "completions.jsonl")
-    assert len(rows) == 2 * 8
+    assert len(rows) == 2 * GRPOConfig().num_completions_to_log
     ratios = []
     for r in rows:
         n = len(r["tokens"])
@@ -367,6 +367,30 @@ def test_completions_log_what_the_update_did_to_each_token(seed_reference, tmp_p
             assert r[key] == pytest.approx(probs, rel=1e-3, abs=1e-6), (step, r["completion"])
             if key == "token_p_new":
                 assert r["token_entropy"] == pytest.approx(entropies, rel=1e-3, abs=1e-6)
+
+
+def test_the_logged_completions_are_whole_groups_with_signal_first():
+    from types import SimpleNamespace
+
+    from tinygrpo.run_logs import logged_rows
+
+    G = 4  # 5 groups, of which 1 and 3 have signal
+    first = SimpleNamespace(
+        completion_ids=torch.zeros(5 * G, 3),
+        idx=[7, 8, 9, 10, 11],
+        has_signal=torch.tensor([0, 1, 0, 1, 0]).bool(),
+    )
+    assert logged_rows(first, 8) == [4, 5, 6, 7, 12, 13, 14, 15]
+    assert logged_rows(first, 10) == [4, 5, 6, 7, 12, 13, 14, 15, 0, 1]  # then the others, in sampling order
+    assert logged_rows(first, 100) == [
+        *range(4, 8),
+        *range(12, 16),
+        *range(0, 4),
+        *range(8, 12),
+        *range(16, 20),
+    ]
+    first.has_signal = torch.zeros(5, dtype=torch.bool)
+    assert logged_rows(first, 6) == list(range(6))  # no signal anywhere: the first rows, as sampled
 
 
 def test_logging_the_tokens_changes_nothing_about_training(seed_reference, tmp_path):

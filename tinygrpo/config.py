@@ -459,7 +459,13 @@ class GRPOConfig:
     )
     save_steps: int = field(default=100, metadata={"help": "Checkpoint every N steps (0 = only at the end)."})
     save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
-    num_completions_to_log: int = field(default=8, metadata={"help": "Completions written per logging step."})
+    num_completions_to_log: int = field(
+        default=16,
+        metadata={
+            "help": "Completions written per logging step (completions.jsonl; whole groups of the first round, "
+            "those with signal first: the report draws them token by token)."
+        },
+    )
     report_to: str = field(default="none", metadata={"help": "none or tensorboard (through accelerate)."})
     on_nonfinite: str = field(
         default="stop",

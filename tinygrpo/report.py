@@ -210,7 +210,8 @@ def section_groups(completions: list[dict]) -> str:
         k = len(steps) - 1
         steps = sorted({steps[round(i * k / (MAX_GROUP_STEPS - 1))] for i in range(MAX_GROUP_STEPS)})
     parts = [
-        "<p>The first completions of each logged step's first round, grouped by prompt: each cell is one completion, "
+        "<p>Completions of each logged step's first round (whole groups, those with signal first), grouped by prompt: "
+        "each cell is one completion, "
         "coloured by its reward (red 0, green 1), with its advantage (what pushed the policy up, +, or down, -). "
         f"{len(steps)} of {len(by_step)} logged steps.</p>"
     ]

@@ -41,46 +41,62 @@ class TokenProbs:
 
 
 @torch.inference_mode()
-def token_probs(
-    model: nn.Module, backend: Backend, first: Round, count: int, temperature: float
-) -> TokenProbs:
-    """One forward of `model` on the first `count` completions of `first` (the groups that hold them), without
-    gradients. Changes nothing about training: no generator is drawn from (a model with dropout runs in eval mode,
-    as it samples, and its mode is restored) and the weights are only read."""
+def logged_rows(first: Round, count: int) -> list[int]:
+    """The rows of the first round a step logs: whole groups, those with signal (advantages not all equal: what the
+    update learns from, and what the report's token pictures are for) before the others, each in sampling order, up
+    to `count` rows."""
     G = first.completion_ids.size(0) // len(first.idx)
-    k = min(count, first.completion_ids.size(0))
-    groups = -(-k // G)
-    ids = first.completion_ids[: groups * G]  # (groups*G, Tc)
+    signal = first.has_signal.tolist() if first.has_signal is not None else [False] * len(first.idx)
+    order = [g for g in range(len(first.idx)) if signal[g]] + [
+        g for g in range(len(first.idx)) if not signal[g]
+    ]
+    return [g * G + j for g in order for j in range(G)][:count]
+
+
+def token_probs(
+    model: nn.Module, backend: Backend, first: Round, rows: list[int], temperature: float
+) -> TokenProbs:
+    """One forward of `model` on the completions `rows` of `first` (logged_rows: whole groups), without gradients.
+    Changes nothing about training: no generator is drawn from (a model with dropout runs in eval mode, as it
+    samples, and its mode is restored) and the weights are only read. Row r of the result is completion rows[r]."""
+    G = first.completion_ids.size(0) // len(first.idx)
+    groups = list(dict.fromkeys(r // G for r in rows))  # (in order, once each)
+    whole = torch.tensor([g * G + j for g in groups for j in range(G)], device=first.completion_ids.device)
+    ids = first.completion_ids[whole]  # (groups*G, Tc)
     # Every sampled token, also of a truncated completion that mask_truncated_completions leaves out of the loss.
-    mask = (torch.arange(ids.size(1), device=ids.device) < first.lengths[: groups * G, None]).float()
+    mask = (torch.arange(ids.size(1), device=ids.device) < first.lengths[whole, None]).float()
     switch = model.training and not backend.mode_independent
     if switch:
         model.eval()
     try:
+        gidx = torch.tensor(groups, device=first.prompt_ids.device)
         logits = completion_logits(
-            model, first.prompt_ids[:groups], first.prompt_mask[:groups], ids, G, mask, backend
+            model, first.prompt_ids[gidx], first.prompt_mask[gidx], ids, G, mask, backend
         )
     finally:
         if switch:
             model.train()
+    k = len(
+        rows
+    )  # rows are whole groups in that order, so the first k of the layout (the last group may be cut)
     logp = selective_log_softmax(logits[:k], ids[:k], temperature) * mask[:k]
     entropy = entropy_from_logits(logits[:k], temperature) * mask[:k]
     return TokenProbs(logp.to("cpu", copy=True), entropy.to("cpu", copy=True))
 
 
-def token_texts(tokenizer, first: Round, count: int) -> list[list[str]]:
-    """Each of the first `count` completions of `first` as its tokens, decoded one at a time (<eos> kept)."""
-    ids = first.completion_ids[:count].tolist()
+def token_texts(tokenizer, first: Round, rows: list[int]) -> list[list[str]]:
+    """Each completion `rows` of `first` as its tokens, decoded one at a time (<eos> kept)."""
+    ids, lengths = first.completion_ids.tolist(), first.lengths.tolist()
     return [
-        tokenizer.batch_decode([[t] for t in row[:n]], skip_special_tokens=False)
-        for row, n in zip(ids, first.lengths[:count].tolist(), strict=True)
+        tokenizer.batch_decode([[t] for t in ids[r][: lengths[r]]], skip_special_tokens=False) for r in rows
     ]
 
 
 @dataclass(frozen=True)
 class StepTokens:
-    """What one step's update did to the tokens of its logged completions (the first rows of its first round)."""
+    """What one step's update did to the tokens of its logged completions (logged_rows of its first round)."""
 
+    rows: list[int]  # the first round's rows they are, in the order logged
     texts: list[list[str]]  # each completion's tokens (token_texts)
     before: TokenProbs  # the policy that sampled them (before the update)
     after: TokenProbs  # the policy after the update
@@ -114,7 +130,8 @@ class RunLogs:
         answers: list | None,
         tokens: StepTokens | None = None,
     ) -> None:
-        """The first `count` samples of the step's first round: prompt, completion, each reward function's value,
+        """`count` samples of the step's first round (logged_rows: whole groups, those with signal first): prompt,
+        completion, each reward function's value,
         the combined reward, the advantage and (when the data has one) the gold answer; with `tokens`, per token
         (TOKEN_KEYS): its text, the advantage the loss gave it (the completion's on every token the loss counts, 0 on
         a truncated completion that mask_truncated_completions leaves out), its probability under the policy that
@@ -122,7 +139,7 @@ class RunLogs:
         policy at its position."""
         first = scored.first
         G = first.completion_ids.size(0) // len(first.idx)
-        for i in range(min(count, len(first.completions))):
+        for n, i in enumerate(tokens.rows if tokens is not None else logged_rows(first, count)):
             values = first.rewards_per_func[i].tolist()
             rewards = {n: (None if math.isnan(v) else v) for n, v in zip(reward_names, values, strict=True)}
             reward = float(first.rewards[i])
@@ -132,7 +149,7 @@ class RunLogs:
             if answers is not None:
                 row["answer"] = answers[first.idx[i // G]]
             if tokens is not None:
-                row |= _token_columns(first, tokens, i)
+                row |= _token_columns(first, tokens, n, i)
             self.files["completions"].write(row)
 
     def evaluation(
@@ -163,13 +180,14 @@ class RunLogs:
             self.files["beliefs"].write({**row, "probs": [[round(x, 4) for x in r] for r in probs.tolist()]})
 
 
-def _token_columns(first: Round, tokens: StepTokens, i: int) -> dict[str, list]:
-    """Row i's per-token lists (TOKEN_KEYS), rounded to 4 significant digits."""
+def _token_columns(first: Round, tokens: StepTokens, r: int, i: int) -> dict[str, list]:
+    """The per-token lists (TOKEN_KEYS) of the r-th logged completion, row i of the first round, rounded to 4
+    significant digits."""
     n = int(first.lengths[i])
     adv = (first.advantages[i] * first.completion_mask[i, :n].cpu()).tolist()
-    old, new = tokens.before.logp[i, :n], tokens.after.logp[i, :n]
-    columns = (adv, old.exp(), new.exp(), (new - old).exp(), tokens.after.entropy[i, :n])
-    return {"tokens": tokens.texts[i]} | {
+    old, new = tokens.before.logp[r, :n], tokens.after.logp[r, :n]
+    columns = (adv, old.exp(), new.exp(), (new - old).exp(), tokens.after.entropy[r, :n])
+    return {"tokens": tokens.texts[r]} | {
         k: [_sig(float(x)) for x in c] for k, c in zip(TOKEN_KEYS[1:], columns, strict=True)
     }
 

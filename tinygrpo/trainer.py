@@ -40,7 +40,15 @@ from .optim import OptimizerStep, build_optimizer
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
 from .report import write_report
-from .run_logs import ProgressBar, RunLogs, StepTokens, TokenProbs, token_probs, token_texts
+from .run_logs import (
+    ProgressBar,
+    RunLogs,
+    StepTokens,
+    TokenProbs,
+    logged_rows,
+    token_probs,
+    token_texts,
+)
 from .update import NonFiniteError, PolicyUpdate, nonfinite_weight
 from .validation import check_inputs
 from .writes import save_model_files
@@ -160,7 +168,8 @@ class GRPOTrainer:
         probe = (
             self.procs.is_main and cfg.num_completions_to_log > 0 and self.logs_completions(state.step + 1)
         )
-        before = self.token_probs(scored) if probe else None
+        logged = logged_rows(scored.first, cfg.num_completions_to_log) if probe else []
+        before = self.token_probs(scored, logged) if probe else None
         minibatches = self.update.prepare(scored.batch)
         t2 = time.perf_counter()
         try:
@@ -175,8 +184,8 @@ class GRPOTrainer:
             self.sync_reference()
         tokens = None
         if before is not None:
-            texts = token_texts(self.tokenizer, scored.first, cfg.num_completions_to_log)
-            tokens = StepTokens(texts, before, self.token_probs(scored))
+            texts = token_texts(self.tokenizer, scored.first, logged)
+            tokens = StepTokens(logged, texts, before, self.token_probs(scored, logged))
         state.step += 1
         state.total_completions += scored.num_sampled
         state.nonfinite_skipped += stats.nonfinite_skipped
@@ -211,13 +220,11 @@ class GRPOTrainer:
         """Whether the loop logs the sampled completions after `step`."""
         return step % self.cfg.logging_steps == 0
 
-    def token_probs(self, scored: ScoredBatch) -> TokenProbs:
+    def token_probs(self, scored: ScoredBatch, rows: list[int]) -> TokenProbs:
         """The policy's log-probs and entropies of the completions the step logs (run_logs.token_probs: a no-grad
         forward that changes nothing about training), at the temperature of the loss."""
         cfg = self.cfg
-        return token_probs(
-            self.model, self.backend, scored.first, cfg.num_completions_to_log, cfg.temperature
-        )
+        return token_probs(self.model, self.backend, scored.first, rows, cfg.temperature)
 
     def sync_reference(self) -> None:
         """TR-DPO-style reference update: ref <- alpha * policy + (1 - alpha) * ref."""
