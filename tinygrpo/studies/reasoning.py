@@ -8,10 +8,12 @@ The reference (`python train_sft.py --task multiplication_mixed`) imitated the w
 problem in ten and the answer alone on the others; nothing in the prompt says which. The arms:
 
 - `mixed`: GRPO from it with its recipe (configs/multiplication_mixed.yaml: the reward is `final_answer`, the
-  integer after the last '=', and nothing else);
+  integer after the last '=', and nothing else; loss `dapo`);
 - `direct` (control): the same GRPO from the reference that never saw a worked product (`--task multiplication`);
 - `more_sft` (control): no RL; the mixed reference's SFT run longer by as many seconds as the median `mixed` run
-  trained, from scratch at the same seed (does RL do more than more imitation would?).
+  trained, from scratch at the same seed (does RL do more than more imitation would?);
+- `mixed_grpo`, `mixed_dr_grpo`: the `mixed` arm with the loss normalised per completion (1/|o|, GRPO's) or by a
+  constant (Dr. GRPO's): Dr. GRPO's length question (arXiv 2503.20783) where the two formats differ in length.
 
 Each GRPO run is `train_grpo.py --config configs/multiplication_mixed.yaml --seed S` at one thread, two side by
 side (runs/reasoning/<arm>/seed<S>), evaluated every `eval_steps` on the split asked for (the test split by default:
@@ -36,7 +38,16 @@ from .tasks import ensure_reference
 
 CONFIG = "configs/multiplication_mixed.yaml"
 MIXED, DIRECT = "multiplication_mixed", "multiplication"  # the tasks whose references the arms start from
-ARMS = ("mixed", "direct", "more_sft")
+# GRPO arms: the task whose reference they start from, and their flags on top of the recipe.
+GRPO_ARMS = {
+    "mixed": (MIXED, []),
+    "direct": (DIRECT, []),
+    "mixed_grpo": (MIXED, ["--loss_type", "grpo"]),
+    "mixed_dr_grpo": (MIXED, ["--loss_type", "dr_grpo"]),
+}
+ARMS = (*GRPO_ARMS, "more_sft")
+# Each step's sampled statistics are logged (the first is the reference's: what it samples before any update).
+LOGGING = ["--logging_steps", "1"]
 FORMAT = "scratchpad"
 
 
@@ -136,7 +147,7 @@ def table(out: Path, seeds: list[int]) -> str:
         "minutes (median)",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for arm in ("mixed", "direct"):
+    for arm in GRPO_ARMS:
         runs = finished(out, arm, seeds)
         if not runs:
             continue
@@ -219,19 +230,35 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("flags", nargs="*", help="after --: more train_grpo.py flags for the GRPO arms")
     args = p.parse_args(argv)
     if not args.summarize:
-        ensure_reference(MIXED)
-        if "direct" in args.arms:
-            ensure_reference(DIRECT)
-        jobs = [(a, s) for a in args.arms if a != "more_sft" for s in args.seeds]
+        for task in {GRPO_ARMS[a][0] for a in args.arms if a in GRPO_ARMS} | {MIXED}:
+            ensure_reference(task)
+        # First the mixed and direct arms; then the more-SFT control (it needs the mixed runs' seconds) beside the
+        # other GRPO arms, two jobs at a time throughout.
+        first = [("grpo", a, s) for a in ("mixed", "direct") if a in args.arms for s in args.seeds]
+        later = [("sft", "more_sft", s) for s in args.seeds if "more_sft" in args.arms]
+        later += [
+            ("grpo", a, s)
+            for a in GRPO_ARMS
+            if a in args.arms and a not in ("mixed", "direct")
+            for s in args.seeds
+        ]
         with ThreadPoolExecutor(args.parallel) as pool:
-            codes = list(pool.map(lambda j: grpo(*j, args.out, args.eval_split, args.flags), jobs))
-        if "more_sft" in args.arms:
+            codes = list(pool.map(lambda j: grpo(*j[1:], args.out, args.eval_split, args.flags), first))
+        seconds = None
+        if later and later[0][0] == "sft":
             mixed = finished(args.out, "mixed", args.seeds)
             if not mixed:
                 sys.exit("error: the more_sft control needs finished runs of the mixed arm (its seconds)")
             seconds = 60 * _med([rows[-1]["minutes"] for _, rows in mixed])
-            with ThreadPoolExecutor(args.parallel) as pool:
-                codes += list(pool.map(lambda s: more_sft(s, args.out, args.eval_split, seconds), args.seeds))
+
+        def job(j: tuple[str, str, int]) -> int:
+            kind, arm, seed = j
+            if kind == "sft":
+                return more_sft(seed, args.out, args.eval_split, seconds)
+            return grpo(arm, seed, args.out, args.eval_split, args.flags)
+
+        with ThreadPoolExecutor(args.parallel) as pool:
+            codes += list(pool.map(job, later))
         if any(codes):
             print(f"some runs failed (see the logs under {args.out})", file=sys.stderr)
     text = table(args.out, args.seeds)

@@ -4,7 +4,7 @@
 - `multiplication_scratchpad`: the worked product: each partial product, then their sum, then the answer,
   "37*8=296,37*40=1480,296+1480=1776<eos>" (30 to 40 tokens);
 - `multiplication_mixed`: the reasoning experiment's reference (docs/reasoning.md) imitates the worked product on
-  one training problem in ten and the answer alone on the others.
+  one training problem in four and the answer alone on the others.
 
 The verifier (`final_answer`) reads the integer after the last '=' only, so either format is judged by its answer;
 `completion_format` tells them apart. Half the problems are 2x2 digits and half 3x2. The references differ only in
@@ -98,12 +98,14 @@ SCRATCHPAD = _task(
     "the same products, worked: partial products, their sum, the answer",
     "worked",
 )
-# The reasoning experiment's (docs/reasoning.md): one problem in ten worked, the rest direct, nothing in the prompt
-# to say which. Does GRPO, rewarded for the answer only, move the policy to the format that gets it right?
+# The reasoning experiment's (docs/reasoning.md): one problem in four worked, the rest direct, nothing in the prompt
+# to say which. Does GRPO, rewarded for the answer only, move the policy to the format that gets it right? (At one
+# in ten the worked format was no better than the direct one, and GRPO dropped it: chosen on validation.)
 MIXED = _task(
     "multiplication_mixed",
-    "the same products; the reference saw nine direct answers for each worked one",
+    "the same products; the reference saw three direct answers for each worked one",
     "answer",
     mix_column="worked",
-    mix_share=0.1,
+    mix_share=0.25,
+    threads=1,
 )
