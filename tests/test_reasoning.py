@@ -145,3 +145,29 @@ def test_reasoning_study_table_reads_finished_runs(tmp_path):
     assert mixed[3] == "0.0% -> **85.0%**" and mixed[5] == "5.0 -> 30.5" and mixed[6] == "10.0"
     direct = [c.strip() for c in lines[3].split("|")[1:-1]]
     assert direct[3] == "0.0% -> **0.0%**"
+
+
+def test_reasoning_length_figure_draws_each_loss_from_its_runs(tmp_path):
+    """The Dr. GRPO figure: drawn from the sampled rows of the finished runs of each loss arm; nothing without runs."""
+    from tinygrpo.studies import reasoning as study
+
+    assert not study.length_figure(tmp_path, [42], tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
+    for arm in ("mixed", "mixed_dr_grpo"):
+        d = study.run_dir(tmp_path, arm, 42)
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text("{}")
+        rows = [{"step": 0, "eval/accuracy": 0.1}]
+        rows += [
+            {
+                "step": s,
+                "reward": 0.1,
+                "completions/mean_length_right": 30.0,
+                "completions/mean_length_wrong": 20.0 + s,
+            }
+            for s in (1, 2, 3)
+        ]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [r["wrong"] for r in study.sampled(study.run_dir(tmp_path, "mixed", 42))] == [21.0, 22.0, 23.0]
+    assert study.length_figure(tmp_path, [42], tmp_path / "length.png")
+    assert (tmp_path / "length.png").read_bytes()[:4] == b"\x89PNG"

@@ -18,8 +18,10 @@ problem in ten and the answer alone on the others; nothing in the prompt says wh
 Each GRPO run is `train_grpo.py --config configs/multiplication_mixed.yaml --seed S` at one thread, two side by
 side (runs/reasoning/<arm>/seed<S>), evaluated every `eval_steps` on the split asked for (the test split by default:
 for reporting; the choices were made with `--eval_split validation`). The table (docs/reasoning_table.md) and the
-figure (docs/reasoning.png: held-out accuracy, the scratchpad's share of the greedy completions, their mean length,
-against training minutes) come from the runs' metrics.jsonl and the SFT control's sft_summary.json.
+figures (docs/reasoning.png: held-out accuracy, the scratchpad's share of the greedy completions, their mean length,
+against training minutes; docs/reasoning_length.png: the length of the right and of the wrong sampled completions,
+and the share worked, step by step under each loss normaliser) come from the runs' metrics.jsonl and the SFT
+control's sft_summary.json.
 """
 
 from __future__ import annotations
@@ -113,6 +115,18 @@ def curves(d: Path) -> list[dict]:
                 }
             )
     return rows
+
+
+def sampled(d: Path) -> list[dict]:
+    """A GRPO run's steps as sampled (the first round, before that step's update): the scratchpad's share, the mean
+    length of the right and of the wrong completions."""
+    keys = {"share": f"completions/format/{FORMAT}", "right": "completions/mean_length_right"}
+    keys |= {"wrong": "completions/mean_length_wrong", "reward": "reward"}
+    return [
+        {"step": m["step"], **{k: m.get(v) for k, v in keys.items()}}
+        for m in read_metrics(d)
+        if "reward" in m
+    ]
 
 
 def finished(out: Path, arm: str, seeds: list[int]) -> list[tuple[int, list[dict]]]:
@@ -214,6 +228,46 @@ def figure(out: Path, seeds: list[int], path: Path) -> None:
     plt.close(fig)
 
 
+LOSSES = {"mixed": "dapo", "mixed_grpo": "grpo", "mixed_dr_grpo": "dr_grpo"}
+
+
+def length_figure(out: Path, seeds: list[int], path: Path) -> bool:
+    """Dr. GRPO's length question: the mean length of the right and of the wrong sampled completions, and the
+    scratchpad's share of the samples, step by step, for each loss normaliser (the median over seeds at each step).
+    False when no run of these arms has finished."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    drawn = False
+    for arm, loss in LOSSES.items():
+        runs = [sampled(run_dir(out, arm, s)) for s, _ in finished(out, arm, seeds)]
+        if not runs:
+            continue
+        drawn = True
+        steps = sorted(set.intersection(*({r["step"] for r in rows} for rows in runs)))
+        for ax, key in zip(axes, ("right", "wrong", "share"), strict=True):
+            by_step = [{r["step"]: r[key] for r in rows if r[key] is not None} for rows in runs]
+            pts = [
+                (s, _med([b[s] for b in by_step if s in b])) for s in steps if any(s in b for b in by_step)
+            ]
+            ax.plot(*zip(*pts, strict=True), label=f"{loss} ({len(runs)} seeds, median)")
+    titles = ("mean length of the right completions", "mean length of the wrong completions")
+    titles += ("share of the samples worked",)
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set(title=title, xlabel="step")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("tokens (sampled, EOS included)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    if drawn:
+        fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return drawn
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
@@ -266,6 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     args.docs.mkdir(parents=True, exist_ok=True)
     (args.docs / "reasoning_table.md").write_text(text + "\n")
     figure(args.out, args.seeds, args.docs / "reasoning.png")
+    length_figure(args.out, args.seeds, args.docs / "reasoning_length.png")
 
 
 if __name__ == "__main__":
