@@ -171,3 +171,25 @@ def test_reasoning_length_figure_draws_each_loss_from_its_runs(tmp_path):
     assert [r["wrong"] for r in study.sampled(study.run_dir(tmp_path, "mixed", 42))] == [21.0, 22.0, 23.0]
     assert study.length_figure(tmp_path, [42], tmp_path / "length.png")
     assert (tmp_path / "length.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_each_grpo_arm_starts_from_its_reference_with_its_flags(tmp_path, monkeypatch):
+    from tinygrpo.studies import reasoning as study
+
+    seen = {}
+    monkeypatch.setattr(study, "_run", lambda cmd, d: seen.setdefault(d.parent.name, cmd) and 0)
+    for arm in study.GRPO_ARMS:
+        study.grpo(arm, 1, tmp_path, "validation", ["--max_steps", "2"])
+    for arm, cmd in seen.items():
+        flag = dict(zip(cmd, cmd[1:], strict=False))
+        task = "multiplication" if arm == "direct" else "multiplication_mixed"
+        assert flag["--model_name_or_path"] == f"checkpoints/{task}"
+        assert flag["--loss_type" if "loss_type" in " ".join(cmd) else "--config"] == {
+            "mixed_grpo": "grpo",
+            "mixed_dr_grpo": "dr_grpo",
+        }.get(arm, "configs/multiplication_mixed.yaml")
+        assert (
+            flag["--eval_split"] == "validation"
+            and flag["--logging_steps"] == "1"
+            and cmd[-2:] == ["--max_steps", "2"]
+        )

@@ -70,7 +70,8 @@ def grpo(arm: str, seed: int, out: Path, eval_split: str, flags: list[str]) -> i
     from ..task import get_task
 
     d = run_dir(out, arm, seed)
-    model = get_task(MIXED if arm == "mixed" else DIRECT).reference["output_dir"]
+    task, arm_flags = GRPO_ARMS[arm]
+    model = get_task(task).reference["output_dir"]
     cmd = [
         sys.executable,
         "train_grpo.py",
@@ -81,8 +82,8 @@ def grpo(arm: str, seed: int, out: Path, eval_split: str, flags: list[str]) -> i
         "--model_name_or_path",
         model,
     ]
-    cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1"]
-    cmd += ["--disable_tqdm", "true", "--save_steps", "0", "--eval_split", eval_split, *flags]
+    cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1", *LOGGING]
+    cmd += ["--disable_tqdm", "true", "--save_steps", "0", "--eval_split", eval_split, *arm_flags, *flags]
     return _run(cmd, d)
 
 
