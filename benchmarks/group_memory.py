@@ -2,6 +2,7 @@
 
     python benchmarks/group_memory.py --threads 1                     # G = 8 .. 256, max_completion_length 16
     python benchmarks/group_memory.py --G 8 32 128 --completion_length 4
+    python benchmarks/group_memory.py --threads 1 --G 8 32 128 --completion_length 16 32 64   # and against length
 
 The grouped fast path (tiny_lm/grouped.py) attends a prompt and its G samples either as one "group sequence" of
 L = Tp + G * (Tc - 1) slots, whose mask and attention scores grow with L^2 (quadratic in G), or per sample (its
@@ -42,7 +43,7 @@ def one(layout: str, G: int, P: int, Tc: int, threads: int, reps: int) -> dict:
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = TinyLMForCausalLM(TinyLMConfig()).train()
+    model = TinyLMForCausalLM(TinyLMConfig(n_positions=max(32, 6 + Tc))).train()
     V = model.config.vocab_size
     prompt_ids = torch.randint(2, V, (P, 6))
     prompt_mask = torch.ones_like(prompt_ids)
@@ -77,41 +78,50 @@ def main(argv: list[str] | None = None) -> int:
     add_threads_arg(p)
     p.add_argument("--G", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
     p.add_argument("--prompts", type=int, default=4, help="P prompts per batch (default 4).")
-    p.add_argument("--completion_length", type=int, default=16, help="Tc tokens per completion (default 16).")
+    p.add_argument(
+        "--completion_length",
+        type=int,
+        nargs="+",
+        default=[16],
+        help="Tc tokens per completion (default 16; several: a table for each).",
+    )
     p.add_argument("--reps", type=int, default=3, help="Forward + backward repetitions per point (median).")
     p.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
     p.add_argument("--one", nargs=2, metavar=("LAYOUT", "G"), help=argparse.SUPPRESS)  # the child process
     args = p.parse_args(argv)
     if args.one:
-        r = one(args.one[0], int(args.one[1]), args.prompts, args.completion_length, args.threads, args.reps)
+        Tc = args.completion_length[0]
+        r = one(args.one[0], int(args.one[1]), args.prompts, Tc, args.threads, args.reps)
         print(json.dumps(r))
         return 0
-    rows = []
-    for G in args.G:
-        for layout in args.layouts:
-            cmd = [sys.executable, __file__, "--one", layout, str(G), "--threads", str(args.threads)]
-            cmd += ["--prompts", str(args.prompts), "--completion_length", str(args.completion_length)]
-            cmd += ["--reps", str(args.reps)]
-            out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
-            if out.returncode:
-                last = (out.stderr.strip().splitlines() or ["?"])[-1]
-                rows.append({"layout": layout, "G": G, "error": last})
-                print(f"{layout} G={G}: failed: {last}", file=sys.stderr)
-                continue
-            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    print(
-        f"P = {args.prompts} prompts of 6 tokens, Tc = {args.completion_length}, {args.threads} thread(s), "
-        f"median of {args.reps}; memory: peak RSS added by the forward + backward"
-    )
-    print()
-    print("| G | slots per group | " + " | ".join(f"{lay} MiB / ms" for lay in args.layouts) + " |")
-    print("|---|---|" + "---|" * len(args.layouts))
-    for G in args.G:
-        cells = []
-        for layout in args.layouts:
-            r = next(x for x in rows if x["G"] == G and x["layout"] == layout)
-            cells.append("failed" if "error" in r else f"{r['peak_added_mib']:.0f} / {r['ms']:.0f}")
-        print(f"| {G} | {6 + G * (args.completion_length - 1)} | " + " | ".join(cells) + " |")
+    for Tc in args.completion_length:
+        rows = []
+        for G in args.G:
+            for layout in args.layouts:
+                cmd = [sys.executable, __file__, "--one", layout, str(G), "--threads", str(args.threads)]
+                cmd += ["--prompts", str(args.prompts), "--completion_length", str(Tc)]
+                cmd += ["--reps", str(args.reps)]
+                out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
+                if out.returncode:
+                    last = (out.stderr.strip().splitlines() or ["?"])[-1]
+                    rows.append({"layout": layout, "G": G, "error": last})
+                    print(f"{layout} G={G} Tc={Tc}: failed: {last}", file=sys.stderr)
+                    continue
+                rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(
+            f"P = {args.prompts} prompts of 6 tokens, Tc = {Tc}, {args.threads} thread(s), "
+            f"median of {args.reps}; memory: peak RSS added by the forward + backward"
+        )
+        print()
+        print("| G | slots per group | " + " | ".join(f"{lay} MiB / ms" for lay in args.layouts) + " |")
+        print("|---|---|" + "---|" * len(args.layouts))
+        for G in args.G:
+            cells = []
+            for layout in args.layouts:
+                r = next(x for x in rows if x["G"] == G and x["layout"] == layout)
+                cells.append("failed" if "error" in r else f"{r['peak_added_mib']:.0f} / {r['ms']:.0f}")
+            print(f"| {G} | {6 + G * (Tc - 1)} | " + " | ".join(cells) + " |")
+        print()
     return 0
 
 
