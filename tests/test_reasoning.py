@@ -55,9 +55,10 @@ def test_mix_errors_name_the_field():
         SFTConfig(mix_share=0.5)
     with pytest.raises(ConfigError, match="mix_share"):
         SFTConfig(mix_column="worked", mix_share=1.5)
-    cfg = SFTConfig(dataset="multiplication", mix_column="nope", mix_share=0.1)
-    with pytest.raises(ValueError, match="mix_column 'nope': multiplication/train has no such column"):
-        training_targets(cfg, _train())
+    for share in (0.1, 0.0):  # (a column named is a column checked, used or not)
+        cfg = SFTConfig(dataset="multiplication", mix_column="nope", mix_share=share)
+        with pytest.raises(ValueError, match="mix_column 'nope': multiplication/train has no such column"):
+            training_targets(cfg, _train())
 
 
 @pytest.mark.parametrize(
@@ -94,6 +95,16 @@ def test_format_metrics_count_each_format_and_its_hits():
     assert set(empty) == {
         f"x/format/{n}" for n in multiplication.FORMATS.names
     }  # no format taken: no accuracy
+
+
+def test_a_format_the_detector_names_but_the_task_does_not_list_is_an_error():
+    from tinygrpo.task import Formats
+
+    formats = Formats(("direct",), multiplication.completion_format)
+    with pytest.raises(
+        ValueError, match="the format detector named 'scratchpad' for the completion '1\\*2=2"
+    ):
+        format_counts(formats, ["12", "1*2=2"], [True, False])
 
 
 def test_held_out_metrics_report_formats_and_length_of_the_greedy_completions():
@@ -180,6 +191,7 @@ def test_each_grpo_arm_starts_from_its_reference_with_its_flags(tmp_path, monkey
     monkeypatch.setattr(study, "_run", lambda cmd, d: seen.setdefault(d.parent.name, cmd) and 0)
     for arm in study.GRPO_ARMS:
         study.grpo(arm, 1, tmp_path, "validation", ["--max_steps", "2"])
+    assert set(seen) == set(study.GRPO_ARMS)
     for arm, cmd in seen.items():
         flag = dict(zip(cmd, cmd[1:], strict=False))
         task = "multiplication" if arm == "direct" else "multiplication_mixed"

@@ -351,6 +351,10 @@ def test_completions_log_what_the_update_did_to_each_token(seed_reference, tmp_p
     rows = read_jsonl(out / "completions.jsonl")
     assert len(rows) == 2 * GRPOConfig().num_completions_to_log
     ratios = []
+    G = json.loads((out / "config.json").read_text())["num_generations"]
+    for step in (1, 2):  # whole groups, each under its own index
+        groups = [r["group"] for r in rows if r["step"] == step]
+        assert len(set(groups)) == len(groups) // G and all(groups.count(g) == G for g in groups)
     for r in rows:
         n = len(r["tokens"])
         assert "".join(r["tokens"]) == r["completion"] and n >= 1
@@ -415,6 +419,8 @@ def test_logging_the_tokens_changes_nothing_about_training(seed_reference, tmp_p
         torch.manual_seed(0)
         outs = [t.training_step() for _ in range(2)]
         assert all((o.tokens is not None) == bool(count) for o in outs) and t.model.training
+        for o in (o for o in outs if o.tokens is not None):  # no graph kept alive past the forward
+            assert not any(p.requires_grad for p in (o.tokens.before.logp, o.tokens.after.entropy))
         weights[count] = {k: v.clone() for k, v in t.model.state_dict().items()}
     assert all(torch.equal(weights[8][k], weights[0][k]) for k in weights[0])
 

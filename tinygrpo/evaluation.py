@@ -57,7 +57,12 @@ def format_counts(formats: Formats, completions: list[str], right: list[bool]) -
     index = {name: i for i, name in enumerate(formats.names)}
     counts = torch.zeros(2, len(index))
     for c, ok in zip(completions, right, strict=True):
-        f = index[formats.of(c)]
+        name = formats.of(c)
+        if name not in index:  # (a task's detector and its list of names disagree: a defect of the task file)
+            raise ValueError(
+                f"the format detector named {name!r} for the completion {c!r}, not one of {', '.join(formats.names)}"
+            )
+        f = index[name]
         counts[0, f] += 1
         counts[1, f] += ok
     return counts
@@ -119,7 +124,9 @@ def greedy_accuracy(
 class HeldOut:
     """One held-out evaluation: its metrics and the greedy completions they were computed from."""
 
-    metrics: dict[str, float]  # "eval/accuracy", "eval/accuracy/<kind>", "eval/pass@k"
+    # "eval/accuracy", "eval/accuracy/<kind>", "eval/pass@k"; with formats "eval/format/<name>",
+    # "eval/format_accuracy/<name>", "eval/mean_length"
+    metrics: dict[str, float]
     completions: list[str]  # the greedy completion of each prompt, in order (decoded, <eos> kept)
     right: list[bool]  # whether the verifier accepted each of them
 
@@ -143,7 +150,8 @@ def held_out_metrics(
     Greedy decoding and pass@k both stop at `params.max_new_tokens`; pass@k samples as `params` says, drawing from
     `params.generator`, which must be the caller's own (seeded) generator so that evaluating never moves the
     training RNG. `rows` are the prompts' columns ({column: values}, one per prompt) that `verifier` (default: the
-    strict integer rule) reads; its `kinds` add "eval/accuracy/<kind>", the greedy accuracy on those prompts.
+    strict integer rule) reads; its `kinds` add "eval/accuracy/<kind>", the greedy accuracy on those prompts, and
+    its `formats` the share of the greedy completions in each format, the accuracy within each and their mean length.
     """
     verifier = verifier or Verifier()
     if pass_k and params.generator is None:
@@ -159,8 +167,9 @@ def held_out_metrics(
             res[f"eval/accuracy/{name}"] = sum(hits) / len(hits)
     if (
         verifier.formats is not None
-    ):  # what form the greedy completions take, their length, and which are right
+    ):  # what form the greedy completions take, how long they are, which are right
         res.update(format_metrics("eval/", verifier.formats, format_counts(verifier.formats, outs, right)))
+        # (their tokens counted again from the text: exact for a tokenizer that round-trips, as tiny_lm's does)
         lengths = [len(ids) for ids in tokenizer(outs)["input_ids"]] if outs else [0]
         res["eval/mean_length"] = sum(lengths) / len(lengths)
     if pass_k:

@@ -73,7 +73,13 @@ LOGS = {
     ),
     "completions.jsonl": Shape(
         {"step": INT, "prompt": STR, "completion": STR},
-        {"reward": NUM_OR_NULL, "advantage": NUM, "rewards": by_name(NUM_OR_NULL), "tokens": list_of(STR)}
+        {
+            "reward": NUM_OR_NULL,
+            "advantage": NUM,
+            "rewards": by_name(NUM_OR_NULL),
+            "tokens": list_of(STR),
+            "group": INT,
+        }
         | dict.fromkeys(TOKEN_NUMBERS, list_of(NUM)),
     ),
     "prompt_stats.jsonl": Shape({"step": INT, "pass_rate": list_of(NUM_OR_NULL)}, same_length="pass_rate"),
@@ -236,10 +242,11 @@ def section_groups(completions: list[dict]) -> str:
 
 
 def _by_prompt(rows: list[dict]) -> list[list[dict]]:
-    """One step's logged completions, grouped: consecutive rows of the same prompt."""
+    """One step's logged completions, grouped: consecutive rows of the same group (runs that do not log the group:
+    of the same prompt)."""
     groups: list[list[dict]] = []
     for c in rows:
-        if groups and groups[-1][0]["prompt"] == c["prompt"]:
+        if groups and (groups[-1][0].get("group"), groups[-1][0]["prompt"]) == (c.get("group"), c["prompt"]):
             groups[-1].append(c)
         else:
             groups.append([c])

@@ -40,19 +40,18 @@ class TokenProbs:
     entropy: torch.Tensor  # (k, Tc) entropy of the distribution the token was drawn from
 
 
-@torch.inference_mode()
 def logged_rows(first: Round, count: int) -> list[int]:
     """The rows of the first round a step logs: whole groups, those with signal (advantages not all equal: what the
     update learns from, and what the report's token pictures are for) before the others, each in sampling order, up
     to `count` rows."""
     G = first.completion_ids.size(0) // len(first.idx)
     signal = first.has_signal.tolist() if first.has_signal is not None else [False] * len(first.idx)
-    order = [g for g in range(len(first.idx)) if signal[g]] + [
-        g for g in range(len(first.idx)) if not signal[g]
-    ]
+    groups = range(len(first.idx))
+    order = [g for g in groups if signal[g]] + [g for g in groups if not signal[g]]
     return [g * G + j for g in order for j in range(G)][:count]
 
 
+@torch.inference_mode()
 def token_probs(
     model: nn.Module, backend: Backend, first: Round, rows: list[int], temperature: float
 ) -> TokenProbs:
@@ -76,9 +75,8 @@ def token_probs(
     finally:
         if switch:
             model.train()
-    k = len(
-        rows
-    )  # rows are whole groups in that order, so the first k of the layout (the last group may be cut)
+    # rows are whole groups in that order, so they are the first k rows of the layout (the last group may be cut)
+    k = len(rows)
     logp = selective_log_softmax(logits[:k], ids[:k], temperature) * mask[:k]
     entropy = entropy_from_logits(logits[:k], temperature) * mask[:k]
     return TokenProbs(logp.to("cpu", copy=True), entropy.to("cpu", copy=True))
@@ -131,25 +129,32 @@ class RunLogs:
         tokens: StepTokens | None = None,
     ) -> None:
         """`count` samples of the step's first round (logged_rows: whole groups, those with signal first): prompt,
-        completion, each reward function's value,
-        the combined reward, the advantage and (when the data has one) the gold answer; with `tokens`, per token
-        (TOKEN_KEYS): its text, the advantage the loss gave it (the completion's on every token the loss counts, 0 on
-        a truncated completion that mask_truncated_completions leaves out), its probability under the policy that
-        sampled it and under the policy after the update, their ratio new / old, and the entropy of the updated
-        policy at its position."""
+        its group (the first round's index: what the report groups by), completion, each reward function's value, the
+        combined reward, the advantage and (when the data has one) the gold answer; with `tokens`, per token
+        (TOKEN_KEYS): its text, the completion's advantage on every token of its completion mask (0 on a truncated
+        completion that mask_truncated_completions leaves out; a loss that weights tokens further, such as
+        top_entropy_quantile, is not shown), its probability under the policy that sampled it and under the policy
+        after the update, their ratio new / old, and the entropy of the updated policy at its position."""
         first = scored.first
         G = first.completion_ids.size(0) // len(first.idx)
-        for n, i in enumerate(tokens.rows if tokens is not None else logged_rows(first, count)):
+        for r, i in enumerate(tokens.rows if tokens is not None else logged_rows(first, count)):
             values = first.rewards_per_func[i].tolist()
-            rewards = {n: (None if math.isnan(v) else v) for n, v in zip(reward_names, values, strict=True)}
+            rewards = {
+                name: (None if math.isnan(v) else v) for name, v in zip(reward_names, values, strict=True)
+            }
             reward = float(first.rewards[i])
-            row = {"step": step, "prompt": first.prompts[i], "completion": first.completions[i]}
+            row = {
+                "step": step,
+                "group": i // G,
+                "prompt": first.prompts[i],
+                "completion": first.completions[i],
+            }
             row |= {"rewards": rewards, "reward": None if math.isnan(reward) else reward}
             row["advantage"] = float(first.advantages[i])
             if answers is not None:
                 row["answer"] = answers[first.idx[i // G]]
             if tokens is not None:
-                row |= _token_columns(first, tokens, n, i)
+                row |= _token_columns(first, tokens, r, i)
             self.files["completions"].write(row)
 
     def evaluation(

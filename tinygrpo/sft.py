@@ -26,7 +26,7 @@ from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN
 
 from .checks import Bound, ConfigError, check_fields, check_threads
 from .config import BOUNDS
-from .evaluation import Verifier, greedy_accuracy
+from .evaluation import Verifier, format_counts, format_metrics, greedy_accuracy
 from .launch import Input, check_apart
 from .problems import dataset_dir, load_split
 from .update import NonFiniteError, nonfinite_weight
@@ -178,7 +178,7 @@ def encode_examples(
 def training_targets(cfg: SFTConfig, train) -> list[str]:
     """Each training problem's target completion: completion_column's, or mix_column's for a fixed share of the
     problems (mix_share, drawn by a generator of its own: the batches' draws are those of an unmixed run)."""
-    for name in (cfg.completion_column, *([cfg.mix_column] if cfg.mix_share > 0 else [])):
+    for name in (cfg.completion_column, *([cfg.mix_column] if cfg.mix_column else [])):
         if name not in train.column_names:
             column = "completion_column" if name == cfg.completion_column else "mix_column"
             raise ValueError(
@@ -281,11 +281,15 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         test = load_split(cfg.dataset, cfg.eval_split)
         summary["eval_split"] = cfg.eval_split
         verifier = Verifier.of(cfg.dataset)
-        summary["eval_accuracy"], outs = greedy_accuracy(model, tokenizer, test.to_dict(), max_new, verifier)
+        rows = test.to_dict()
+        summary["eval_accuracy"], outs = greedy_accuracy(model, tokenizer, rows, max_new, verifier)
         summary["eval_problems"] = len(test)
-        if verifier.formats is not None:  # the form the greedy completions take
-            formats = [verifier.formats.of(c) for c in outs]
-            summary["eval_formats"] = {n: formats.count(n) / len(formats) for n in verifier.formats.names}
+        if verifier.formats is not None:  # the form the greedy completions take, and which are right
+            m = format_metrics(
+                "", verifier.formats, format_counts(verifier.formats, outs, verifier(outs, rows))
+            )
+            for key, name in (("format/", "eval_formats"), ("format_accuracy/", "eval_format_accuracy")):
+                summary[name] = {k.removeprefix(key): v for k, v in m.items() if k.startswith(key)}
     bad = nonfinite_weight(model)  # (the last step's update may have made them so, after a finite loss)
     if bad is not None:
         raise NonFiniteError(

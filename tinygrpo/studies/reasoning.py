@@ -5,7 +5,7 @@
     python -m tinygrpo.studies.reasoning --summarize                    # the table and figure of the runs there
 
 The reference (`python train_sft.py --task multiplication_mixed`) imitated the worked product on one training
-problem in ten and the answer alone on the others; nothing in the prompt says which. The arms:
+problem in four and the answer alone on the others; nothing in the prompt says which. The arms:
 
 - `mixed`: GRPO from it with its recipe (configs/multiplication_mixed.yaml: the reward is `final_answer`, the
   integer after the last '=', and nothing else; loss `dapo`);

@@ -99,8 +99,8 @@ SCRATCHPAD = _task(
     "worked",
 )
 # The reasoning experiment's (docs/reasoning.md): one problem in four worked, the rest direct, nothing in the prompt
-# to say which. Does GRPO, rewarded for the answer only, move the policy to the format that gets it right? (At one
-# in ten the worked format was no better than the direct one, and GRPO dropped it: chosen on validation.)
+# to say which. Does GRPO, rewarded for the answer only, move the policy to the format that gets it right? The share
+# is the smallest at which the worked format is better than the direct one (chosen on validation, docs/reasoning.md).
 MIXED = _task(
     "multiplication_mixed",
     "the same products; the reference saw three direct answers for each worked one",
