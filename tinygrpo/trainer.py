@@ -165,9 +165,8 @@ class GRPOTrainer:
                 f"step {state.step + 1}: {e}; {ckpt.last_checkpoint(self.out, resume=True)}"
             ) from None
         t1 = time.perf_counter()
-        probe = (
-            self.procs.is_main and cfg.num_completions_to_log > 0 and self.logs_completions(state.step + 1)
-        )
+        # Every process, as the held-out evaluation: under FSDP a forward of the sharded model is collective.
+        probe = cfg.num_completions_to_log > 0 and self.logs_completions(state.step + 1)
         logged = logged_rows(scored.first, cfg.num_completions_to_log) if probe else []
         before = self.token_probs(scored, logged) if probe else None
         minibatches = self.update.prepare(scored.batch)
