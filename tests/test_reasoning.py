@@ -205,3 +205,15 @@ def test_each_grpo_arm_starts_from_its_reference_with_its_flags(tmp_path, monkey
             and flag["--logging_steps"] == "1"
             and cmd[-2:] == ["--max_steps", "2"]
         )
+
+
+def test_binned_compares_runs_logged_at_different_steps_window_by_window():
+    from tinygrpo.studies.reasoning import BIN, binned
+
+    every = [{"step": s, "wrong": float(s)} for s in range(1, 2 * BIN + 1)]  # means 5.5 and 15.5
+    tenth = [{"step": s, "wrong": float(s)} for s in (BIN, 2 * BIN)] + [{"step": 3 * BIN, "wrong": None}]
+    assert binned([every], "wrong") == {0: 5.5, 1: 15.5}
+    assert binned([every, tenth, tenth], "wrong") == {
+        0: 10.0,
+        1: 20.0,
+    }  # the median of 5.5, 10, 10 and of 15.5, 20, 20

@@ -230,11 +230,26 @@ def figure(out: Path, seeds: list[int], path: Path) -> None:
 
 
 LOSSES = {"mixed": "dapo", "mixed_grpo": "grpo", "mixed_dr_grpo": "dr_grpo"}
+BIN = 10  # steps a point of the length figure averages (per seed; then the median over seeds)
+
+
+def binned(runs: list[list[dict]], key: str) -> dict[int, float]:
+    """{window: the median over runs of each run's mean `key` over the logged steps in window (step - 1) // BIN}:
+    runs that log every step and runs that log every tenth are compared window by window."""
+    per_run = []
+    for rows in runs:
+        windows: dict[int, list[float]] = {}
+        for r in rows:
+            if r[key] is not None:
+                windows.setdefault((r["step"] - 1) // BIN, []).append(r[key])
+        per_run.append({w: statistics.fmean(v) for w, v in windows.items()})
+    common = set.intersection(*(set(p) for p in per_run)) if per_run else set()
+    return {w: _med([p[w] for p in per_run]) for w in common}
 
 
 def length_figure(out: Path, seeds: list[int], path: Path) -> bool:
     """Dr. GRPO's length question: the mean length of the right and of the wrong sampled completions, and the
-    scratchpad's share of the samples, step by step, for each loss normaliser (the median over seeds at each step).
+    scratchpad's share of the samples, for each loss normaliser (windows of BIN steps: binned).
     False when no run of these arms has finished."""
     import matplotlib
 
@@ -248,17 +263,13 @@ def length_figure(out: Path, seeds: list[int], path: Path) -> bool:
         if not runs:
             continue
         drawn = True
-        steps = sorted(set.intersection(*({r["step"] for r in rows} for rows in runs)))
         for ax, key in zip(axes, ("right", "wrong", "share"), strict=True):
-            by_step = [{r["step"]: r[key] for r in rows if r[key] is not None} for rows in runs]
-            pts = [
-                (s, _med([b[s] for b in by_step if s in b])) for s in steps if any(s in b for b in by_step)
-            ]
+            pts = [(w * BIN + BIN / 2, v) for w, v in sorted(binned(runs, key).items())]
             ax.plot(*zip(*pts, strict=True), label=f"{loss} ({len(runs)} seeds, median)")
     titles = ("mean length of the right completions", "mean length of the wrong completions")
     titles += ("share of the samples worked",)
     for ax, title in zip(axes, titles, strict=True):
-        ax.set(title=title, xlabel="step")
+        ax.set(title=title, xlabel=f"step (windows of {BIN}; median of the seeds' means)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("tokens (sampled, EOS included)")
     axes[0].legend(fontsize=8)
