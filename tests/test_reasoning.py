@@ -217,3 +217,24 @@ def test_binned_compares_runs_logged_at_different_steps_window_by_window():
         0: 10.0,
         1: 20.0,
     }  # the median of 5.5, 10, 10 and of 15.5, 20, 20
+
+
+def test_token_moves_averages_each_kind_of_token(tmp_path):
+    from tinygrpo.studies.reasoning import token_moves
+
+    assert token_moves(tmp_path) == ""  # no completions logged
+    row = {
+        "step": 1,
+        "prompt": "12*34=",
+        "completion": "12*4=48<eos>",
+        "tokens": ["1", "2", "*", "4", "=", "<eos>"],
+    }
+    row |= {"token_ratio": [1.5, 0.9, 1.0, 1.1, 1.0, 1.0], "token_entropy": [0.6, 0.2, 0.0, 0.4, 0.0, 0.1]}
+    (tmp_path / "completions.jsonl").write_text(
+        json.dumps(row) + "\n" + json.dumps({"step": 1, "prompt": "x"}) + "\n"
+    )
+    lines = token_moves(tmp_path).splitlines()
+    assert lines[0].startswith("1 logged completions of ")
+    assert lines[4] == "| the first | 1 | 0.5000 | 0.600 |"
+    assert lines[5] == "| the other digits | 2 | 0.1000 | 0.300 |"  # 2 and 4: |0.9 - 1|, |1.1 - 1|
+    assert lines[6] == "| the syntax | 3 | 0.0000 | 0.033 |"

@@ -229,6 +229,47 @@ def figure(out: Path, seeds: list[int], path: Path) -> None:
     plt.close(fig)
 
 
+SYNTAX = set("*=,+") | {"<eos>"}
+
+
+def token_moves(d: Path) -> str:
+    """A markdown table of what the steps did to each kind of token, over a run's logged completions (their token
+    columns): the first token (the format's choice), the other digits, the work's syntax; the mean |ratio - 1| and
+    the mean entropy at the token's position. '' when the run logged no token columns."""
+    from ..metrics_io import read_jsonl
+
+    kinds: dict[str, list[tuple[float, float]]] = {"the first": [], "the other digits": [], "the syntax": []}
+    rows = [r for r in read_jsonl(d / "completions.jsonl") if "tokens" in r]
+    for r in rows:
+        for j, (t, ratio, entropy) in enumerate(
+            zip(r["tokens"], r["token_ratio"], r["token_entropy"], strict=True)
+        ):
+            kind = (
+                "the first"
+                if j == 0
+                else "the other digits"
+                if t.isdigit()
+                else "the syntax"
+                if t in SYNTAX
+                else ""
+            )
+            if kind:
+                kinds[kind].append((abs(ratio - 1), entropy))
+    if not rows:
+        return ""
+    lines = [
+        f"{len(rows)} logged completions of {d.parent.name}/{d.name}:",
+        "",
+        "| token | tokens | mean abs(ratio - 1) | mean entropy (nats) |",
+    ]
+    lines.append("|---|---|---|---|")
+    for kind, vals in kinds.items():
+        if vals:
+            moved, ent = (statistics.fmean(v) for v in zip(*vals, strict=True))
+            lines.append(f"| {kind} | {len(vals)} | {moved:.4f} | {ent:.3f} |")
+    return "\n".join(lines)
+
+
 LOSSES = {"mixed": "dapo", "mixed_grpo": "grpo", "mixed_dr_grpo": "dr_grpo"}
 BIN = 10  # steps a point of the length figure averages (per seed; then the median over seeds)
 
@@ -328,6 +369,8 @@ def main(argv: list[str] | None = None) -> None:
         if any(codes):
             print(f"some runs failed (see the logs under {args.out})", file=sys.stderr)
     text = table(args.out, args.seeds)
+    moves = token_moves(run_dir(args.out, "mixed", args.seeds[0]))
+    text += f"\n\n{moves}" if moves else ""
     print(text)
     args.docs.mkdir(parents=True, exist_ok=True)
     (args.docs / "reasoning_table.md").write_text(text + "\n")
