@@ -68,7 +68,9 @@ def test_two_step_run_changes_every_parameter_and_writes_all_outputs(seed_refere
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[-1]
     assert all(r["num_completions"] == 32 * r["step"] for r in rows[1:])
     completions = read_jsonl(out / "completions.jsonl")
-    assert len(completions) == 2 * 8 and {c["step"] for c in completions} == {1, 2}
+    assert len(completions) == 2 * GRPOConfig().num_completions_to_log and {
+        c["step"] for c in completions
+    } == {1, 2}
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["num_completions"] == 64
     assert summary["eval_before"]["eval/accuracy"] == rows[0]["eval/accuracy"]
