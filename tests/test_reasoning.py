@@ -188,7 +188,7 @@ def test_each_grpo_arm_starts_from_its_reference_with_its_flags(tmp_path, monkey
     from tinygrpo.studies import reasoning as study
 
     seen = {}
-    monkeypatch.setattr(study, "_run", lambda cmd, d: seen.setdefault(d.parent.name, cmd) and 0)
+    monkeypatch.setattr(study, "run_logged", lambda cmd, d: seen.setdefault(d.parent.name, cmd) and 0)
     for arm in study.GRPO_ARMS:
         study.grpo(arm, 1, tmp_path, "validation", ["--max_steps", "2"])
     assert set(seen) == set(study.GRPO_ARMS)

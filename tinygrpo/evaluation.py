@@ -165,9 +165,8 @@ def held_out_metrics(
         hits = [r for r, m in zip(right, member, strict=True) if m]
         if hits:
             res[f"eval/accuracy/{name}"] = sum(hits) / len(hits)
-    if (
-        verifier.formats is not None
-    ):  # what form the greedy completions take, how long they are, which are right
+    # What form the greedy completions take, how long they are, which are right.
+    if verifier.formats is not None:
         res.update(format_metrics("eval/", verifier.formats, format_counts(verifier.formats, outs, right)))
         # (their tokens counted again from the text: exact for a tokenizer that round-trips, as tiny_lm's does)
         lengths = [len(ids) for ids in tokenizer(outs)["input_ids"]] if outs else [0]

@@ -45,7 +45,12 @@ def log_path(out: Path) -> Path:
 
 def train(out: Path, seed: int, eval_steps: int, model: str, flags: list[str]) -> int:
     """Run train_grpo.py to the end, its output in log_path(out); the exit status."""
-    cmd = train_command(out, seed, eval_steps, model, flags)
+    return run_logged(train_command(out, seed, eval_steps, model, flags), out)
+
+
+def run_logged(cmd: list[str], out: Path) -> int:
+    """Run `cmd` from the repository root at one thread (ENV) to the end, its output in log_path(out); the exit
+    status."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path(out), "w") as f:
         return subprocess.run(

@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ._runs import ENV, REPO, read_metrics
+from ._runs import REPO, read_metrics, run_logged
 from .tasks import ensure_reference
 
 CONFIG = "configs/multiplication_mixed.yaml"
@@ -57,14 +55,6 @@ def run_dir(out: Path, arm: str, seed: int) -> Path:
     return out / arm / f"seed{seed}"
 
 
-def _run(cmd: list[str], d: Path) -> int:
-    d.parent.mkdir(parents=True, exist_ok=True)
-    with open(d.parent / f"{d.name}.log", "w") as log:
-        return subprocess.run(
-            cmd, cwd=REPO, env={**os.environ, **ENV}, stdout=log, stderr=subprocess.STDOUT
-        ).returncode
-
-
 def grpo(arm: str, seed: int, out: Path, eval_split: str, flags: list[str]) -> int:
     """One GRPO run of the experiment's recipe (one thread), from the arm's reference."""
     from ..task import get_task
@@ -84,7 +74,7 @@ def grpo(arm: str, seed: int, out: Path, eval_split: str, flags: list[str]) -> i
     ]
     cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1", *LOGGING]
     cmd += ["--disable_tqdm", "true", "--save_steps", "0", "--eval_split", eval_split, *arm_flags, *flags]
-    return _run(cmd, d)
+    return run_logged(cmd, d)
 
 
 def more_sft(seed: int, out: Path, eval_split: str, seconds: float) -> int:
@@ -96,7 +86,7 @@ def more_sft(seed: int, out: Path, eval_split: str, seconds: float) -> int:
     cmd = [sys.executable, "train_sft.py", "--task", MIXED, "--seed", str(seed), "--max_steps", str(steps)]
     cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--threads", "1"]
     cmd += ["--eval_split", eval_split, "--log_every", "500"]
-    return _run(cmd, d)
+    return run_logged(cmd, d)
 
 
 def curves(d: Path) -> list[dict]:

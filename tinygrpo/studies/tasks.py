@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ._runs import ENV, REPO, read_metrics
+from ._runs import REPO, read_metrics, run_logged
 
 DEFAULT_TASKS = ("reverse", "countdown", "multiplication", "multiplication_scratchpad", "addition_long")
 
@@ -47,14 +46,10 @@ def grpo(name: str, seed: int, out: Path) -> int:
     from ..task import get_task
 
     d = run_dir(out, name, seed)
-    d.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "train_grpo.py", "--config", get_task(name).config, "--seed", str(seed)]
     cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1"]
     cmd += ["--disable_tqdm", "true", "--save_steps", "0"]
-    with open(d.parent / f"seed{seed}.log", "w") as log:
-        return subprocess.run(
-            cmd, cwd=REPO, env={**os.environ, **ENV}, stdout=log, stderr=subprocess.STDOUT
-        ).returncode
+    return run_logged(cmd, d)
 
 
 def row(name: str, seeds: list[int], out: Path) -> list[str] | None:
