@@ -238,3 +238,22 @@ def test_token_moves_averages_each_kind_of_token(tmp_path):
     assert lines[4] == "| the first | 1 | 0.5000 | 0.600 |"
     assert lines[5] == "| the other digits | 2 | 0.1000 | 0.300 |"  # 2 and 4: |0.9 - 1|, |1.1 - 1|
     assert lines[6] == "| the syntax | 3 | 0.0000 | 0.033 |"
+
+
+def test_reasoning_study_on_validation_writes_beside_its_runs_never_over_the_published_docs(tmp_path):
+    """A choice made on validation (`--eval_split validation`) writes its table and figures into --out; only the
+    test split's runs write docs/ by default."""
+    from tinygrpo.studies import reasoning as study
+
+    docs = study.REPO / "docs"
+    before = {p.name: p.read_bytes() for p in docs.glob("reasoning*")}
+    d = study.run_dir(tmp_path, "mixed", 42)
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text("{}")
+    rows = [{"step": 0, "eval/accuracy": 0.1, "eval/format/scratchpad": 0.1, "eval/mean_length": 6.0}]
+    rows.append({"step": 5, "time/elapsed": 60.0, "eval/accuracy": 0.2, "eval/format/scratchpad": 0.5})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    study.main(["--summarize", "--eval_split", "validation", "--seeds", "42", "--out", str(tmp_path)])
+    assert "`mixed` (GRPO)" in (tmp_path / "reasoning_table.md").read_text()
+    assert (tmp_path / "reasoning.png").stat().st_size > 0
+    assert {p.name: p.read_bytes() for p in docs.glob("reasoning*")} == before

@@ -22,6 +22,7 @@ import shlex
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from ._runs import REPO, eval_curve, first_at, log_path, read_metrics, test_accuracy, train
@@ -60,9 +61,45 @@ DEFAULT_SEEDS = [42, 1, 2]
 DEFAULT_EVAL_STEPS = 25
 
 
-def run_one(arm: str, seed: int, args) -> Path:
+@dataclass(frozen=True)
+class Study:
+    """A study of train_grpo.py flags on the addition task: its arms and where its files go. The exploration study is
+    one; the sample-efficiency study (sample_efficiency.py) is another with its own arms, run by this module's code."""
+
+    name: str  # module under tinygrpo.studies, and the stem of its files: NAME.json, NAME.md, NAME.png
+    title: str
+    arms: dict[str, tuple[list[str], str]]
+    eval_steps: int = DEFAULT_EVAL_STEPS
+    completions_at: float = 0.95  # the accuracy whose completions the table gives
+    intro: str = ""  # a paragraph after the command line in NAME.md
+    per_seed_at: float | None = None  # if set, NAME.md also gives each seed's seconds and completions to it
+
+
+def per_seed_table(results: dict, at: float) -> list[str]:
+    """Each run's training seconds and completions to its first validation evaluation at or above `at`, and the
+    median over seeds with a run that never got there counted as infinitely late (as a goal "median of 3 seeds"
+    reads it)."""
+    lines = [
+        f"| arm | training s to {at:.0%} (per seed) | median | completions to {at:.0%} (per seed) | median |",
+        "|---|---|---|---|---|",
+    ]
+    for arm, runs in results.items():
+        cells = []
+        for col, fmt in ((1, "{:.1f}"), (2, "{:,.0f}")):
+            got = [first_at(r["eval"], at, col) for r in runs]
+            med = statistics.median(float("inf") if g is None else g for g in got)
+            cells.append(" / ".join("-" if g is None else fmt.format(g) for g in got))
+            cells.append("not reached" if med == float("inf") else fmt.format(med))
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return lines
+
+
+EXPLORATION = Study("exploration", "Exploration study", ARMS)
+
+
+def run_one(study: Study, arm: str, seed: int, args) -> Path:
     out = Path(args.output_dir) / f"{arm}-seed{seed}"
-    flags = [*ARMS[arm][0], *(["--max_steps", str(args.max_steps)] if args.max_steps else [])]
+    flags = [*study.arms[arm][0], *(["--max_steps", str(args.max_steps)] if args.max_steps else [])]
     rc = train(out, seed, args.eval_steps, args.model_name_or_path, flags)
     if rc != 0:
         raise SystemExit(f"error: {arm} seed {seed} failed (exit {rc}); see {log_path(out)}")
@@ -83,14 +120,14 @@ def curves(run_dir: Path) -> dict:
     }
 
 
-def summarise(results: dict) -> list[dict]:
+def summarise(results: dict, study: Study = EXPLORATION) -> list[dict]:
     rows = []
     for arm, runs in results.items():
         finals = [r["eval"][-1][3] for r in runs]
         tests = [r["test"] for r in runs]
         row = {
             "arm": arm,
-            "what": ARMS[arm][1],
+            "what": study.arms[arm][1],
             "val_final": finals,
             "test_final": tests,
             "signal_last": statistics.median(statistics.mean(s[1] for s in r["signal"][-10:]) for r in runs),
@@ -99,6 +136,7 @@ def summarise(results: dict) -> list[dict]:
                 statistics.mean(s[2] for s in r["signal"][-10:]) for r in runs
             ),
             "seconds": statistics.median(r["eval"][-1][1] for r in runs),
+            "completions": statistics.median(r["eval"][-1][2] for r in runs),
         }
         for t in THRESHOLDS:  # medians over the runs that got there (how many did is reported beside)
             got = [g for g in (first_at(r["eval"], t, 1) for r in runs) if g is not None]
@@ -114,10 +152,11 @@ def pct(xs: list[float]) -> str:
     return " / ".join(f"{x:.1%}" for x in xs)
 
 
-def write_markdown(rows: list[dict], results: dict, args, path: Path) -> None:
+def write_markdown(rows: list[dict], results: dict, args, path: Path, study: Study = EXPLORATION) -> None:
+    at = round(study.completions_at * 100)
     head = (
         "| arm | validation, final (per seed) | test, final (per seed) | training s to 95 / 98 / 99 % on validation "
-        "(median of the runs that got there; how many) | completions to 95 % | samples with signal: whole run / last 50 steps | zero-std groups, last "
+        f"(median of the runs that got there; how many) | completions to {at} % | samples with signal: whole run / last 50 steps | zero-std groups, last "
         "50 steps |"
     )
     lines = [head, "|" + "---|" * 7]
@@ -126,7 +165,7 @@ def write_markdown(rows: list[dict], results: dict, args, path: Path) -> None:
             (f"{r[f's_to_{t}']:.0f}" if r[f"s_to_{t}"] is not None else "-") + f" ({r[f'reached_{t}']})"
             for t in (95, 98, 99)
         )
-        n = f"{r['n_to_95'] / 1e6:.2f} M ({r['reached_95']})" if r["n_to_95"] is not None else "-"
+        n = f"{r[f'n_to_{at}'] / 1e6:.2f} M ({r[f'reached_{at}']})" if r[f"n_to_{at}"] is not None else "-"
         lines.append(
             f"| {r['arm']} | {pct(r['val_final'])} | {pct(r['test_final'])} | {s} | {n} | "
             f"{r['signal_mean']:.1%} / {r['signal_last']:.1%} | {r['zero_std_last']:.1%} |"
@@ -148,25 +187,32 @@ def write_markdown(rows: list[dict], results: dict, args, path: Path) -> None:
     what = "\n".join(f"- **{r['arm']}**: {r['what']}" for r in rows)
     # The flags that shape the results (where the runs and the docs go do not).
     cmd = ["--jobs", str(args.jobs)]
-    if args.arms != list(ARMS):
+    if args.arms != list(study.arms):
         cmd += ["--arms", *args.arms]
     if args.seeds != DEFAULT_SEEDS:
         cmd += ["--seeds", *map(str, args.seeds)]
     if args.max_steps:
         cmd += ["--max_steps", str(args.max_steps)]
-    if args.eval_steps != DEFAULT_EVAL_STEPS:
+    if args.eval_steps != study.eval_steps:
         cmd += ["--eval_steps", str(args.eval_steps)]
     cmd = shlex.join([*cmd, "--docs", "docs"])
     steps = args.max_steps or "each arm's own"
+    intro = f"{study.intro}\n\n" if study.intro else ""
     path.write_text(
-        f"# Exploration study\n\nGenerated by `python -m tinygrpo.studies.exploration {cmd}`"
+        f"# {study.title}\n\nGenerated by `python -m tinygrpo.studies.{study.name} {cmd}`"
         f" ({steps} steps, seeds {', '.join(map(str, args.seeds))}, one thread, "
         f"{args.jobs} run(s) at a time). Trained on `train_without_validation`, curves and every choice on "
-        f"`validation`; `test` evaluated once at the end, for reporting.\n\n{what}\n\n"
+        f"`validation`; `test` evaluated once at the end, for reporting.\n\n{intro}{what}\n\n"
         + "\n".join(lines)
+        + (
+            f"\n\nEach seed, on validation (evaluated every {args.eval_steps} steps):\n\n"
+            + "\n".join(per_seed_table(results, study.per_seed_at))
+            if study.per_seed_at
+            else ""
+        )
         + "\n\nValidation accuracy by problem kind at the end (median over seeds):\n\n"
         + "\n".join(kinds)
-        + "\n\n![exploration](exploration.png)\n"
+        + f"\n\n![{study.name}]({study.name}.png)\n"
     )
 
 
@@ -201,20 +247,27 @@ def plot(rows: list[dict], results: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_study(EXPLORATION, __doc__, argv)
+
+
+def run_study(study: Study, doc: str, argv: list[str] | None = None) -> int:
+    """The command line of a study: run its arms x seeds (or reuse them), then its JSON, table and figure."""
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__,
+        description=doc.split("\n\n")[0],
+        epilog=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="Arms to run (default all)."
-    )
+    arms = list(study.arms)
+    p.add_argument("--arms", nargs="+", default=arms, choices=arms, help="Arms to run (default all).")
     p.add_argument("--seeds", nargs="+", type=int, default=DEFAULT_SEEDS, help="Run seeds (default 42 1 2).")
     p.add_argument(
-        "--max_steps", type=int, default=None, help="Steps of every run (default: each arm's, 1000 or 300)."
+        "--max_steps", type=int, default=None, help="Steps of every run (default: each arm's own)."
     )
     p.add_argument(
-        "--eval_steps", type=int, default=25, help="Validation evaluation every N steps (default 25)."
+        "--eval_steps",
+        type=int,
+        default=study.eval_steps,
+        help=f"Validation evaluation every N steps (default {study.eval_steps}).",
     )
     p.add_argument(
         "--model_name_or_path",
@@ -223,14 +276,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--jobs", type=int, default=1, help="Runs at once (default 1: seconds are uncontended).")
     p.add_argument(
-        "--output_dir", default="runs/exploration", help="Where the runs go (default runs/exploration)."
+        "--output_dir",
+        default=f"runs/{study.name}",
+        help=f"Where the runs go (default runs/{study.name}).",
     )
-    p.add_argument("--docs", default=None, help="Write exploration.md and exploration.png here (e.g. docs).")
+    p.add_argument(
+        "--docs", default=None, help=f"Write {study.name}.md and {study.name}.png here (e.g. docs)."
+    )
     p.add_argument("--reuse", action="store_true", help="Keep runs already finished in OUTPUT_DIR.")
     p.add_argument(
         "--rewrite_docs",
         action="store_true",
-        help="Run nothing: write the docs again from OUTPUT_DIR/exploration.json (with --docs).",
+        help=f"Run nothing: write the docs again from OUTPUT_DIR/{study.name}.json (with --docs).",
     )
     args = p.parse_args(argv)
     if args.jobs < 1 or (args.max_steps is not None and args.max_steps < 1) or args.eval_steps < 1:
@@ -238,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     out = Path(args.output_dir)
     if args.rewrite_docs:
-        results = json.loads((out / "exploration.json").read_text())["runs"]
-        write_docs(summarise(results), results, args)
+        results = json.loads((out / f"{study.name}.json").read_text())["runs"]
+        write_docs(study, summarise(results, study), results, args)
         return 0
     if not (Path(args.model_name_or_path) / "config.json").is_file():
         print(
@@ -256,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.reuse and (out / "final" / "config.json").is_file():
             return out
         print(f"{arm} seed {seed} ...", flush=True)
-        return run_one(arm, seed, args)
+        return run_one(study, arm, seed, args)
 
     with ThreadPoolExecutor(args.jobs) as pool:
         dirs = list(pool.map(job, todo))
@@ -265,24 +322,25 @@ def main(argv: list[str] | None = None) -> int:
         c = curves(d)
         c["test"] = test_accuracy(d)
         results.setdefault(arm, []).append(c)
-    rows = summarise(results)
-    (out / "exploration.json").write_text(json.dumps({"rows": rows, "runs": results}, indent=1))
+    rows = summarise(results, study)
+    (out / f"{study.name}.json").write_text(json.dumps({"rows": rows, "runs": results}, indent=1))
     for r in rows:
         print(
             f"{r['arm']:>22}: validation {pct(r['val_final'])}  test {pct(r['test_final'])}  "
             f"s to 95/98/99 % {r['s_to_95']}/{r['s_to_98']}/{r['s_to_99']}  signal {r['signal_last']:.1%}"
         )
-    write_docs(rows, results, args)
+    write_docs(study, rows, results, args)
     return 0
 
 
-def write_docs(rows: list[dict], results: dict, args) -> None:
+def write_docs(study: Study, rows: list[dict], results: dict, args) -> None:
     if args.docs:
         docs = Path(args.docs)
         docs.mkdir(parents=True, exist_ok=True)
-        write_markdown(rows, results, args, docs / "exploration.md")
-        plot(rows, results, docs / "exploration.png")
-        print(f"wrote {docs / 'exploration.md'} and {docs / 'exploration.png'}")
+        md, png = docs / f"{study.name}.md", docs / f"{study.name}.png"
+        write_markdown(rows, results, args, md, study)
+        plot(rows, results, png)
+        print(f"wrote {md} and {png}")
 
 
 if __name__ == "__main__":

@@ -322,10 +322,16 @@ def main(argv: list[str] | None = None) -> None:
         "--summarize", action="store_true", help="only write the table and figure of the runs there"
     )
     p.add_argument(
-        "--docs", type=Path, default=REPO / "docs", help="where reasoning_table.md and reasoning.png go"
+        "--docs",
+        type=Path,
+        default=None,
+        help="where reasoning_table.md and the figures go (default: docs/ for the test split; beside the runs, "
+        "in --out, for a choice on validation, so that it never overwrites the published ones)",
     )
     p.add_argument("flags", nargs="*", help="after --: more train_grpo.py flags for the GRPO arms")
     args = p.parse_args(argv)
+    if args.docs is None:
+        args.docs = REPO / "docs" if args.eval_split == "test" else args.out
     if not args.summarize:
         for task in {GRPO_ARMS[a][0] for a in args.arms if a in GRPO_ARMS} | {MIXED}:
             ensure_reference(task)
