@@ -368,3 +368,30 @@ def test_exploration_study_runs_its_arms_and_writes_a_table_of_their_numbers(see
     (docs / "exploration.md").unlink()
     assert exploration.main([*argv, "--rewrite_docs"]) == 0
     assert (docs / "exploration.md").read_text() == text
+
+
+def test_study_per_seed_table_counts_a_seed_that_never_gets_there_as_infinitely_late():
+    from tinygrpo.studies.exploration import per_seed_table
+
+    # [step, seconds, completions, accuracy]; seed 2 never reaches 99 %, seed 1 reaches it, then falls back
+    runs = [
+        {"eval": [[0, 0.0, 0, 0.9], [10, 1.5, 100, 0.995], [20, 3.0, 200, 0.97]]},
+        {"eval": [[0, 0.0, 0, 0.9], [10, 2.0, 150, 0.98], [20, 4.0, 300, 0.985]]},
+        {"eval": [[0, 0.0, 0, 0.9], [10, 2.5, 130, 0.99], [20, 5.0, 260, 0.999]]},
+    ]
+    table = per_seed_table({"arm": runs}, 0.99)
+    assert table[2] == "| arm | 1.5 / - / 2.5 | 2.5 | 100 / - / 130 | 130 |"
+    # two seeds of three that never get there: the median is not reached
+    table = per_seed_table({"arm": [runs[1], runs[1], runs[2]]}, 0.99)
+    assert table[2] == "| arm | - / - / 2.5 | not reached | - / - / 130 | not reached |"
+
+
+def test_sample_efficiency_study_arms_each_change_one_setting_of_the_default():
+    from tinygrpo.config import parse_config
+    from tinygrpo.studies.sample_efficiency import ARMS
+
+    default = parse_config([])
+    for arm, (flags, what) in ARMS.items():
+        changed = {k for k, v in vars(parse_config(flags)).items() if v != getattr(default, k)}
+        assert len(changed) == (0 if arm == "default" else 1), (arm, changed)
+        assert what

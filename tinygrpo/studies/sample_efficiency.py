@@ -35,6 +35,14 @@ ARMS: dict[str, tuple[list[str], str]] = {
         "--max_dynamic_sampling_rounds 1".split(),
         "dynamic sampling (DAPO, Yu et al. 2025) refills the batch at most once a step instead of three times",
     ),
+    "32 prompts": (
+        "--per_device_train_batch_size 256".split(),
+        "32 prompts x 8 a step instead of 64 x 8: twice the updates for the same samples",
+    ),
+    "lr 3e-3": (
+        "--learning_rate 3e-3".split(),
+        "a peak rate of 3e-3 instead of 2e-3",
+    ),
     "600 steps": (
         "--max_steps 600".split(),
         "the cosine schedule over 600 steps instead of 1000: the rate falls sooner",
