@@ -159,7 +159,8 @@ def test_reasoning_study_table_reads_finished_runs(tmp_path):
 
 
 def test_reasoning_length_figure_draws_each_loss_from_its_runs(tmp_path):
-    """The Dr. GRPO figure: drawn from the sampled rows of the finished runs of each loss arm; nothing without runs."""
+    """The Dr. GRPO figure: drawn from the sampled rows of the finished runs of each loss arm; nothing without runs of
+    two of them."""
     from tinygrpo.studies import reasoning as study
 
     assert not study.length_figure(tmp_path, [42], tmp_path / "none.png")
@@ -180,6 +181,11 @@ def test_reasoning_length_figure_draws_each_loss_from_its_runs(tmp_path):
         ]
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert [r["wrong"] for r in study.sampled(study.run_dir(tmp_path, "mixed", 42))] == [21.0, 22.0, 23.0]
+    # one normaliser alone is no comparison: nothing drawn (a study of other arms keeps the published figure)
+    (study.run_dir(tmp_path, "mixed_dr_grpo", 42) / "summary.json").rename(tmp_path / "aside.json")
+    assert not study.length_figure(tmp_path, [42], tmp_path / "one.png")
+    assert not (tmp_path / "one.png").exists()
+    (tmp_path / "aside.json").rename(study.run_dir(tmp_path, "mixed_dr_grpo", 42) / "summary.json")
     assert study.length_figure(tmp_path, [42], tmp_path / "length.png")
     assert (tmp_path / "length.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -281,19 +281,20 @@ def binned(runs: list[list[dict]], key: str) -> dict[int, float]:
 def length_figure(out: Path, seeds: list[int], path: Path) -> bool:
     """Dr. GRPO's length question: the mean length of the right and of the wrong sampled completions, and the
     scratchpad's share of the samples, for each loss normaliser (windows of BIN steps: binned).
-    False when no run of these arms has finished."""
+    False, and nothing written, unless runs of at least two normalisers have finished: a comparison needs two (a
+    study of the other arms leaves the published figure alone)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    drawn = False
+    drawn = 0
     for arm, loss in LOSSES.items():
         runs = [sampled(run_dir(out, arm, s)) for s, _ in finished(out, arm, seeds)]
         if not runs:
             continue
-        drawn = True
+        drawn += 1
         for ax, key in zip(axes, ("right", "wrong", "share"), strict=True):
             pts = [(w * BIN + BIN / 2, v) for w, v in sorted(binned(runs, key).items())]
             ax.plot(*zip(*pts, strict=True), label=f"{loss} ({len(runs)} seeds, median)")
@@ -305,10 +306,10 @@ def length_figure(out: Path, seeds: list[int], path: Path) -> bool:
     axes[0].set_ylabel("tokens (sampled, EOS included)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    if drawn:
+    if drawn >= 2:
         fig.savefig(path, dpi=90)
     plt.close(fig)
-    return drawn
+    return drawn >= 2
 
 
 def main(argv: list[str] | None = None) -> None:

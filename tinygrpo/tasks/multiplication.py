@@ -61,7 +61,7 @@ def completion_format(completion: str) -> str:
 FORMATS = Formats(("direct", "scratchpad", "other"), completion_format)
 
 
-def _task(name: str, summary: str, column: str, **mix) -> Task:
+def _task(name: str, summary: str, column: str, max_steps: int = 2000, **mix) -> Task:
     """One format: they differ in the column their reference imitates (and so where it is saved); `mix` gives a
     share of the problems the other column."""
     return register_task(
@@ -83,7 +83,7 @@ def _task(name: str, summary: str, column: str, **mix) -> Task:
                 "n_embd": 96,
                 "n_head": 4,
                 "n_positions": 56,
-                "max_steps": 2000,
+                "max_steps": max_steps,
                 "learning_rate": 3e-3,
             },
             kinds=kinds,
@@ -100,11 +100,13 @@ SCRATCHPAD = _task(
 )
 # The reasoning experiment's (docs/reasoning.md): one problem in four worked, the rest direct, nothing in the prompt
 # to say which. Does GRPO, rewarded for the answer only, move the policy to the format that gets it right? The share
-# is the smallest at which the worked format is better than the direct one (chosen on validation, docs/reasoning.md).
+# is the smallest at which the worked format is better than the direct one, and 4000 steps (not 2000) make the worked
+# format right often enough for RL to gain from it (both chosen on validation, docs/reasoning.md).
 MIXED = _task(
     "multiplication_mixed",
     "the same products; the reference saw three direct answers for each worked one",
     "answer",
+    max_steps=4000,
     mix_column="worked",
     mix_share=0.25,
     threads=1,
