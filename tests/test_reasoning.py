@@ -263,3 +263,24 @@ def test_reasoning_study_on_validation_writes_beside_its_runs_never_over_the_pub
     assert "`mixed` (GRPO)" in (tmp_path / "reasoning_table.md").read_text()
     assert (tmp_path / "reasoning.png").stat().st_size > 0
     assert {p.name: p.read_bytes() for p in docs.glob("reasoning*")} == before
+
+
+def test_more_sft_row_gives_the_minutes_its_extra_steps_buy_at_the_references_rate(tmp_path, monkeypatch):
+    """The control's extra minutes are its extra steps at the reference's own seconds per step (what it was sized
+    by), not its wall seconds, which depend on what else ran beside it."""
+    from tinygrpo.studies import reasoning as study
+
+    monkeypatch.setattr(study, "REPO", tmp_path)
+    ref = tmp_path / "checkpoints" / study.MIXED
+    ref.mkdir(parents=True)
+    (ref / "sft_summary.json").write_text(json.dumps({"steps": 4000, "train_seconds": 800.0}))
+    for seed, acc in ((42, 0.3), (1, 0.2)):
+        d = study.run_dir(tmp_path, "more_sft", seed)
+        d.mkdir(parents=True)
+        summary = {"steps": 7000, "train_seconds": 5000.0 + seed, "eval_accuracy": acc}
+        summary["eval_formats"] = {"scratchpad": 0.1, "direct": 0.9, "other": 0.0}
+        (d / "sft_summary.json").write_text(json.dumps(summary))
+    row = study.table(tmp_path, [42, 1]).splitlines()[-1]
+    assert row.startswith("| `more_sft` (no RL: 7000 SFT steps, not 4000) |")
+    assert "**25.0%** (30.0% / 20.0%; seeds 42, 1)" in row
+    assert row.endswith(f"| {3000 * 800 / 4000 / 60:.1f} more of SFT (at the reference's rate) |")
