@@ -136,7 +136,6 @@ def summarise(results: dict, study: Study = EXPLORATION) -> list[dict]:
                 statistics.mean(s[2] for s in r["signal"][-10:]) for r in runs
             ),
             "seconds": statistics.median(r["eval"][-1][1] for r in runs),
-            "completions": statistics.median(r["eval"][-1][2] for r in runs),
         }
         for t in THRESHOLDS:  # medians over the runs that got there (how many did is reported beside)
             got = [g for g in (first_at(r["eval"], t, 1) for r in runs) if g is not None]

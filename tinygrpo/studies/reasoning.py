@@ -77,10 +77,15 @@ def grpo(arm: str, seed: int, out: Path, eval_split: str, flags: list[str]) -> i
     return run_logged(cmd, d)
 
 
+def reference_sft() -> tuple[dict, float]:
+    """The mixed reference's SFT summary and its seconds per step: the rate the more-SFT control is sized by."""
+    summary = json.loads((REPO / "checkpoints" / MIXED / "sft_summary.json").read_text())
+    return summary, summary["train_seconds"] / summary["steps"]
+
+
 def more_sft(seed: int, out: Path, eval_split: str, seconds: float) -> int:
     """The mixed reference's recipe at `seed`, with as many more steps as `seconds` of its SFT buy (one thread)."""
-    summary = json.loads((REPO / "checkpoints" / MIXED / "sft_summary.json").read_text())
-    per_step = summary["train_seconds"] / summary["steps"]
+    summary, per_step = reference_sft()
     steps = summary["steps"] + round(seconds / per_step)
     d = run_dir(out, "more_sft", seed)
     cmd = [sys.executable, "train_sft.py", "--task", MIXED, "--seed", str(seed), "--max_steps", str(steps)]
@@ -138,8 +143,7 @@ def sft_results(out: Path, seeds: list[int]) -> list[tuple[int, dict]]:
 def extra_sft_minutes(sft: list[tuple[int, dict]]) -> tuple[dict, list[float]]:
     """The reference's SFT summary, and the minutes each more-SFT run's extra steps buy at the reference's own SFT
     rate (what the control was sized by; its wall seconds depend on what else ran beside it)."""
-    ref = json.loads((REPO / "checkpoints" / MIXED / "sft_summary.json").read_text())
-    rate = ref["train_seconds"] / ref["steps"]
+    ref, rate = reference_sft()
     return ref, [(s["steps"] - ref["steps"]) * rate / 60 for _, s in sft]
 
 
