@@ -51,6 +51,21 @@ ARMS: dict[str, tuple[list[str], str]] = {
         "--max_steps 400".split(),
         "the cosine schedule over 400 steps",
     ),
+    "floor 0.2": (
+        "--prompt_sampler_floor 0.2".split(),
+        "the other way: a solved prompt is drawn four times as often as under the default, so that the sampler "
+        "sees sooner a prompt the policy has forgotten",
+    ),
+    "G 16": (
+        "--num_generations 16".split(),
+        "16 samples of each of 32 prompts a step instead of 8 of 64 (the same 512): more groups with signal among "
+        "the prompts solved rarely, the case Knapsack RL (Li et al. 2025) gives more samples",
+    ),
+    "2 iterations": (
+        "--num_iterations 2".split(),
+        "two clipped updates per generated batch instead of one (GRPO's mu, Shao et al. 2024): twice the updates "
+        "for the same samples, the second off-policy by one update",
+    ),
 }
 
 STUDY = Study(
