@@ -26,9 +26,9 @@ decoding of the test split, or its first --eval_limit problems, scored by the st
   ours  train s = the summed time/step of metrics.jsonl (--logging_steps 1: a row per step): generation, rewards,
         advantages, update. Not on it: the step's metrics (computed after time/step is taken), logging, evaluation
         (every --eval_steps, default 5), checkpoints.
-  TRL   a TrainerCallback evaluates at step 0 and in on_step_end every --eval_steps (default 25) and at the end, and
-        keeps its seconds off the clock: train s = wall seconds since the clock started (after the step-0
-        evaluation, before the first step's data loading) minus the evaluations' seconds since. On it: everything
+  TRL   a TrainerCallback evaluates at step 0 and in on_step_end every --eval_steps (default 5, as ours) and at
+        the end, and keeps its seconds off the clock: train s = wall seconds since the clock started (after the
+        step-0 evaluation, before the first step's data loading) minus the evaluations' seconds since. On it: everything
         else TRL's Trainer loop does (data loading, its per-step metrics, its logs every 10 steps, callbacks).
   wall s  ours: since the step-0 evaluation row appeared in metrics.jsonl (polled every 0.1 s); TRL: since its
         clock started. Both include the evaluations (and ours its logging and checkpoints).

@@ -124,7 +124,8 @@ def test_time_to_accuracy_peers_dry_run(tmp_path, capsys):
     cmds = [line for line in out.splitlines() if line.startswith(sys.executable)]
     assert len(cmds) == 6  # each peer runs each seed
     trl, plain, default = cmds[:2], cmds[2:4], cmds[4:]
-    assert all("--trl_run_json" in c and "--eval_steps 25" in c and c.endswith("-- --beta 0.0") for c in trl)
+    # every peer evaluated at the same steps: a first crossing of a noisy curve depends on how often it is read
+    assert all("--trl_run_json" in c and "--eval_steps 5" in c and c.endswith("-- --beta 0.0") for c in trl)
     assert all("--prompt_sampler uniform --explore_rounds 0 --dynamic_sampling false" in c for c in plain)
     assert not any("--prompt_sampler" in c for c in default)
     assert all("--eval_steps 5" in c and "--max_steps 3" in c and "eval_subset" in c for c in plain + default)
