@@ -386,12 +386,20 @@ def test_study_per_seed_table_counts_a_seed_that_never_gets_there_as_infinitely_
     assert table[2] == "| arm | - / - / 2.5 | not reached | - / - / 130 | not reached |"
 
 
-def test_sample_efficiency_study_arms_each_change_one_setting_of_the_default():
+def test_sample_efficiency_study_arms_each_change_one_setting_of_the_default_or_combine_two_arms():
     from tinygrpo.config import parse_config
     from tinygrpo.studies.sample_efficiency import ARMS
 
     default = parse_config([])
+
+    def changed(flags: list[str]) -> dict:
+        return {k: v for k, v in vars(parse_config(flags)).items() if v != getattr(default, k)}
+
     for arm, (flags, what) in ARMS.items():
-        changed = {k for k, v in vars(parse_config(flags)).items() if v != getattr(default, k)}
-        assert len(changed) == (0 if arm == "default" else 1), (arm, changed)
+        if " + " in arm:  # a combination: exactly the changes of the arms it names
+            parts = arm.split(" + ")
+            assert len(parts) == 2 and all(p in ARMS and " + " not in p for p in parts), arm
+            assert changed(flags) == changed(ARMS[parts[0]][0]) | changed(ARMS[parts[1]][0]), arm
+        else:
+            assert len(changed(flags)) == (0 if arm == "default" else 1), (arm, changed(flags))
         assert what
