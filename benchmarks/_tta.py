@@ -25,8 +25,9 @@ THRESHOLDS = (0.90, 0.95, 0.98, 0.99)
 PEERS = ("trl", "ours_plain", "ours_default")
 ALIASES = {"plain": "ours_plain", "default": "ours_default"}
 # Every peer is evaluated at the same steps. "First evaluation at or above X" reads a noisy curve (500 problems:
-# +-0.5 points near 99 %), so a peer evaluated less often gets fewer chances to cross early: TRL evaluated every 25
-# steps against our 5 put its crossings up to 24 steps late. A held-out evaluation costs ~0.03 s, off the clock.
+# +-0.5 points near 99 %), so a peer evaluated less often gets fewer chances to cross early (TRL used to be read every
+# 25 steps: its crossings could come up to 20 steps later than if read as often). An evaluation costs ~0.03 s, off
+# the clock.
 DEFAULT_EVAL_STEPS = {"trl": 5, "ours_plain": 5, "ours_default": 5}
 # Our trainer doing TRL's algorithm: every step the next prompts of a shuffled pass, one round of G samples each.
 PLAIN_FLAGS = ("--prompt_sampler", "uniform", "--explore_rounds", "0", "--dynamic_sampling", "false")

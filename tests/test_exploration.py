@@ -396,10 +396,13 @@ def test_sample_efficiency_study_arms_each_change_one_setting_of_the_default_or_
         return {k: v for k, v in vars(parse_config(flags)).items() if v != getattr(default, k)}
 
     for arm, (flags, what) in ARMS.items():
-        if " + " in arm:  # a combination: exactly the changes of the arms it names
+        # a combination: exactly the changes of two other single-change arms, which do not overlap
+        if " + " in arm:
             parts = arm.split(" + ")
-            assert len(parts) == 2 and all(p in ARMS and " + " not in p for p in parts), arm
-            assert changed(flags) == changed(ARMS[parts[0]][0]) | changed(ARMS[parts[1]][0]), arm
+            assert len(parts) == 2 and all(p in ARMS for p in parts), arm
+            a, b = (changed(ARMS[p][0]) for p in parts)
+            assert len(a) == len(b) == 1 and a.keys().isdisjoint(b), arm
+            assert changed(flags) == a | b, arm
         else:
             assert len(changed(flags)) == (0 if arm == "default" else 1), (arm, changed(flags))
         assert what

@@ -1,4 +1,4 @@
-"""Sample efficiency: fewer samples on prompts that stay solved, a shorter schedule; how soon the default reaches 99 %.
+"""Sample efficiency: where the samples go, how many updates they feed, the schedule; how soon the default reaches 99 %.
 
     python -m tinygrpo.studies.sample_efficiency --docs docs            # every arm, 3 seeds, one run at a time
     python -m tinygrpo.studies.sample_efficiency --seeds 42 --arms default "600 steps"   # a screen on one seed
