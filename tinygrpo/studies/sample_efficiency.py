@@ -66,6 +66,11 @@ ARMS: dict[str, tuple[list[str], str]] = {
         "two clipped updates per generated batch instead of one (GRPO's mu, Shao et al. 2024): twice the updates "
         "for the same samples, the second off-policy by one update",
     ),
+    "5 explore rounds": (
+        "--explore_rounds 5".split(),
+        "a prompt whose samples all failed is sampled again up to five times instead of three (the last three at "
+        "T = 4): more chances to find the right answer of a prompt the policy fails (Reinforce-Ada, Xiong et al. 2025)",
+    ),
     # A combination: the two arms that edged the default at 3 seeds, together.
     "floor 0.01 + 2 iterations": (
         "--prompt_sampler_floor 0.01 --num_iterations 2".split(),
