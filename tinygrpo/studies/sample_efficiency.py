@@ -71,12 +71,16 @@ ARMS: dict[str, tuple[list[str], str]] = {
         "a prompt whose samples all failed is sampled again up to five times instead of three (the last three at "
         "T = 4): more chances to find the right answer of a prompt the policy fails (Reinforce-Ada, Xiong et al. 2025)",
     ),
-    # A combination: the two arms that edged the default at 3 seeds, together.
-    "floor 0.01 + 2 iterations": (
-        "--prompt_sampler_floor 0.01 --num_iterations 2".split(),
+}
+# Combinations "a + b": arms a's and b's flags together (here the two that edged the default at 3 seeds).
+PAIRS = [
+    (
+        "floor 0.01",
+        "2 iterations",
         "the two changes above together: more of the samples where the signal is, and two updates from each batch",
     ),
-}
+]
+ARMS |= {f"{a} + {b}": (ARMS[a][0] + ARMS[b][0], what) for a, b, what in PAIRS}
 
 STUDY = Study(
     name="sample_efficiency",
