@@ -110,7 +110,7 @@ def build_table_policy(tokenizer: PreTrainedTokenizerFast, table: torch.Tensor) 
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
-    model = TablePolicy(cfg)
+    model = TablePolicy(cfg).to(table.dtype)  # (a float64 table stays float64: no rounding on the copy)
     with torch.no_grad():
         model.table.copy_(table)
     return model

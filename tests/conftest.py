@@ -54,3 +54,12 @@ def model():
 
     torch.manual_seed(0)
     return TinyLMForCausalLM(TinyLMConfig(initializer_range=0.3)).eval()
+
+
+@pytest.fixture(scope="module")
+def model64(model):
+    """The same random model in float64, for tests that compare two computation orders of the same math
+    (tests/_numerics.py says why: float32's last bits differ from CPU to CPU)."""
+    import copy
+
+    return copy.deepcopy(model).double()

@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 from _lm import encode
+from _numerics import assert_same_math
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from rewards import accuracy
@@ -106,12 +107,14 @@ def test_completion_counts():
 
 @pytest.mark.parametrize("backend", [GenericBackend, GroupedBackend])
 def test_probabilities_sum_to_one_and_match_the_scorer(tok, backend):
-    model = make_model(0)
+    model = make_model(
+        0, torch.float64
+    )  # the prefix tree against row by row: two orders (tests/_numerics.py)
     ids, mask = encode(tok, PROMPTS)
     space = completion_space(V, EOS, PAD, 3)
     N = space.completion_ids.size(0)
     res = exact_objective(model, ids, mask, space, torch.zeros(2, N), 1.3, grad=False, backend=backend())
-    assert torch.allclose(res.probs.sum(-1), torch.ones(2, dtype=torch.float64), atol=1e-5)
+    assert_same_math(res.probs.sum(-1), torch.ones(2, dtype=torch.float64))
     assert res.probs.min() > 0
     # A few completions of each length, scored one by one with the trainer's scorer.
     pick = torch.tensor([0, 1, 5, 13, 14, 100, 182, 183, 1000, N - 1])
@@ -125,7 +128,7 @@ def test_probabilities_sum_to_one_and_match_the_scorer(tok, backend):
             len(pick),
             1.3,
         )
-        assert torch.allclose(res.logprobs[p, pick], direct, atol=1e-5)
+        assert_same_math(res.logprobs[p, pick], direct)
 
 
 def test_missing_token_is_an_error(tok):
@@ -168,16 +171,16 @@ def test_monte_carlo_reward_and_kl(tok):
 
 def test_kl_is_the_kl_of_the_completion_distributions(tok):
     # E[sum over positions of the per-position KL] (the oracle) = sum_y pi(y) log(pi(y) / pi_ref(y)) (chain rule).
-    model, ref = make_model(0), make_model(1)
+    model, ref = make_model(0, torch.float64), make_model(1, torch.float64)  # two orders: float64
     ids, mask = encode(tok, PROMPTS)
     space = completion_space(V, EOS, PAD, 3)
     zeros = torch.zeros(2, space.completion_ids.size(0))
     res = exact_objective(model, ids, mask, space, zeros, 0.7, ref_model=ref, grad=False)
     q = exact_objective(ref, ids, mask, space, zeros, 0.7, grad=False)
     seq_kl = (res.probs * (res.logprobs - q.logprobs)).sum(-1)
-    assert torch.allclose(res.kl, seq_kl, rtol=1e-6)
+    assert_same_math(res.kl, seq_kl)
     lengths = space.completion_mask.sum(-1).double()
-    assert torch.allclose(res.kl_per_token, seq_kl / (res.probs * lengths).sum(-1), rtol=1e-6)
+    assert_same_math(res.kl_per_token, seq_kl / (res.probs * lengths).sum(-1))
 
 
 # ---------------------------------------------------------------- gradient

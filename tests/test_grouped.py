@@ -2,7 +2,8 @@
 
 The oracle is `TinyLMForCausalLM.forward` with a DynamicCache (tinygrpo's `GenericBackend`), itself checked against
 one-row-at-a-time forwards in test_rollout.py. Models are random with a large init range, prompts have
-different lengths (left padding), completions end at different places.
+different lengths (left padding), completions end at different places. The two paths sum in different orders, so
+they are compared in float64 (tests/_numerics.py): the module's `model` is the shared random model in float64.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _lm import encode
+from _numerics import assert_same_math
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tiny_lm.grouped_layout import FrameCache
@@ -20,6 +22,12 @@ BACKENDS = {True: GroupedBackend, False: GenericBackend}
 
 PROMPTS = ["1+2=", "37+48=", "5+55=", "9+0=", "0+0="]
 EOS, PAD, V = 1, 0, 14
+
+
+@pytest.fixture(scope="module")
+def model(model64):
+    """The shared random model in float64: every comparison here is of two orders of the same sums."""
+    return model64
 
 
 def completions_with_eos(P: int, G: int, Tc: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,10 +70,10 @@ def test_grouped_logits_equal_the_generic_forward(model, tok, P, G, Tc, max_grou
     )
     want = completion_logits(model, ids, pmask, comp, G, backend=GenericBackend())
     full = completion_logits(model, ids, pmask, comp, G, backend=grouped)  # no mask: every position
-    torch.testing.assert_close(full, want, atol=1e-5, rtol=0)
+    assert_same_math(full, want)
     packed = completion_logits(model, ids, pmask, comp, G, cmask, backend=grouped)
     m = cmask[..., None].bool()
-    torch.testing.assert_close(packed[m.expand_as(packed)], want[m.expand_as(want)], atol=1e-5, rtol=0)
+    assert_same_math(packed[m.expand_as(packed)], want[m.expand_as(want)])
     assert packed[~m.expand_as(packed)].abs().sum() == 0  # positions the mask leaves out are not computed
 
 
@@ -83,7 +91,7 @@ def test_a_large_group_attends_per_sample_with_memory_linear_in_G(model, tok):
         want = completion_logits(model, ids, pmask, comp, G, backend=GenericBackend())
         got = model.grouped_logits(layout)
         keep = cmask[..., None].bool().expand_as(got)
-        torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=0)
+        assert_same_math(got[keep], want[keep])
     assert shapes[16] == shapes[64] == (P, 1, ids.size(1) + Tc - 1, ids.size(1) + Tc - 1)
     comp, cmask = completions_with_eos(P, 2, Tc, seed=0)
     small = model.grouped_layout(ids, pmask, comp, 2, cmask)
@@ -127,7 +135,7 @@ def test_grouped_gradients_equal_the_generic_forward(model, tok, max_group_seque
     P, G, Tc = 5, 3, 5
     ids, pmask = encode(tok, PROMPTS)
     comp, cmask = completions_with_eos(P, G, Tc, seed=3)
-    w = torch.randn(P * G, Tc, generator=torch.Generator().manual_seed(4))
+    w = torch.randn(P * G, Tc, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     params = list(model.parameters())
     grads = []
     model.train()
@@ -140,9 +148,7 @@ def test_grouped_gradients_equal_the_generic_forward(model, tok, max_group_seque
     finally:
         model.eval()
     for (name, _), a, b in zip(model.named_parameters(), *grads, strict=True):
-        # float32 sums of ~40-sized terms: compare relative to the scale
-        scale = max(1.0, float(b.abs().max()))
-        torch.testing.assert_close(a, b, atol=1e-5 * scale, rtol=1e-4, msg=name)
+        assert_same_math(a, b, msg=name)
     assert any(g.abs().sum() > 0 for g in grads[0])
 
 
@@ -152,7 +158,7 @@ def test_decoder_steps_and_keep_equal_the_cache_decoder(model, tok):
     ids, pmask = encode(tok, PROMPTS)
     comp, _ = completions_with_eos(len(PROMPTS), G, 4, seed=5)
     fast, slow = model.grouped_decoder(ids, pmask, G), CacheDecoder(model, ids, pmask, G)
-    torch.testing.assert_close(fast.logits, slow.logits, atol=1e-5, rtol=0)
+    assert_same_math(fast.logits, slow.logits)
     live = torch.arange(comp.size(0))
     for t in range(3):
         if t == 1:  # drop every third row; the rest keep their order
@@ -162,7 +168,7 @@ def test_decoder_steps_and_keep_equal_the_cache_decoder(model, tok):
             live = live[keep]
         a, b = fast.step(comp[live, t]), slow.step(comp[live, t])
         assert a.shape == (live.numel(), V)
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+        assert_same_math(a, b)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0, 2.5])
@@ -219,14 +225,12 @@ def test_one_layout_serves_every_forward_and_follows_its_inputs(model, tok, max_
     assert again.mask is layout.mask  # the frame was reused
     want = completion_logits(model, ids, pmask, comp, 2, backend=GenericBackend())
     torch.manual_seed(1)
-    other = TinyLMForCausalLM(
-        TinyLMConfig(initializer_range=0.3)
-    ).eval()  # e.g. a reference of the same config
+    other = TinyLMForCausalLM(TinyLMConfig(initializer_range=0.3)).eval().double()  # e.g. a reference
     for m in (model, other):
         got = m.grouped_logits(layout)
         ref = want if m is model else completion_logits(other, ids, pmask, comp, 2, backend=GenericBackend())
         keep = cmask[..., None].bool().expand_as(got)
-        torch.testing.assert_close(got[keep], ref[keep], atol=1e-5, rtol=0)
+        assert_same_math(got[keep], ref[keep])
         assert got[~keep].abs().sum() == 0
     shorter = cmask.clone()
     shorter[:, 2:] = 0  # a different mask: a new layout, and the logits follow it
@@ -234,7 +238,7 @@ def test_one_layout_serves_every_forward_and_follows_its_inputs(model, tok, max_
         model.grouped_layout(ids, pmask, comp, 2, shorter, frames, max_group_sequence=max_group_sequence)
     )
     keep = shorter[..., None].bool().expand_as(got)
-    torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=0)
+    assert_same_math(got[keep], want[keep])
     assert got[~keep].abs().sum() == 0
 
 
@@ -264,9 +268,9 @@ def test_generic_backend_under_activation_checkpointing_gives_the_same_logits_an
         (logits.log_softmax(-1).gather(-1, comp[..., None])[..., 0] * cmask).sum().backward()
         outs.append((logits.detach(), [p.grad for p in m.parameters()]))
         saved.append(count[0])
-    torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-5, rtol=0)
+    assert_same_math(outs[0][0], outs[1][0])
     for a, b in zip(outs[0][1], outs[1][1], strict=True):  # (float sums in another order: a cached forward's)
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+        assert_same_math(a, b)
     assert saved[1] < saved[0] / 2  # checkpointing was on: the blocks kept far fewer activations for backward
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _lm import encode
+from _numerics import assert_same_math
 
 from tinygrpo.backend import GenericBackend, GroupedBackend, select_backend
 from tinygrpo.rollout import (
@@ -135,7 +136,9 @@ def full_forward_logits(model, tok, prompts, completion_ids, G):
         (2, 2, 1),  # a one-token completion: only the prompt forward is used
     ],
 )
-def test_completion_logits_match_full_forward(model, tok, P, G, Tc, backend):
+def test_completion_logits_match_full_forward(model64, tok, P, G, Tc, backend):
+    # Two orders of the same sums: compared in float64 (tests/_numerics.py).
+    model = model64
     prompts = PROMPTS[:P]
     ids, mask = encode(tok, prompts)
     g = torch.Generator().manual_seed(P * 100 + G * 10 + Tc)
@@ -145,14 +148,14 @@ def test_completion_logits_match_full_forward(model, tok, P, G, Tc, backend):
         got = completion_logits(model, ids, mask, comp, G, backend=backend())
         want = full_forward_logits(model, tok, prompts, comp, G)
         assert got.shape == want.shape == (P * G, Tc, 14)
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+        assert_same_math(got, want)
 
-        w = torch.randn(got.shape, generator=g)
+        w = torch.randn(got.shape, generator=g, dtype=torch.float64)
         params = [p for p in model.parameters() if p.requires_grad]
         grads_got = torch.autograd.grad((got * w).sum(), params)
         grads_want = torch.autograd.grad((want * w).sum(), params)
         for a, b in zip(grads_got, grads_want, strict=True):
-            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+            assert_same_math(a, b)
     finally:
         model.eval()
 
@@ -306,7 +309,7 @@ def test_generic_backend_runs_a_plain_transformers_model(tok, checkpointing):
     each row's completion logits equal a plain forward over its prompt alone (no padding) + its completion, with or
     without activation checkpointing (another code path), and greedy samples equal generate(). GPT-2's forward
     numbers positions from the first column, pads included, unless given position ids: the backend passes them."""
-    gpt2 = _random_gpt2()
+    gpt2 = _random_gpt2().double()  # two orders of the same sums: float64 (tests/_numerics.py)
     assert isinstance(select_backend(gpt2), GenericBackend)
     ids, mask = encode(tok, PROMPTS)
     assert not bool(mask.all())  # left padding
@@ -321,7 +324,7 @@ def test_generic_backend_runs_a_plain_transformers_model(tok, checkpointing):
     for r in range(len(PROMPTS) * G):
         alone = ids[r // G][mask[r // G].bool()]  # the prompt without its padding
         want = gpt2(torch.cat([alone, comp[r, :-1]])[None]).logits[0, alone.numel() - 1 :]
-        torch.testing.assert_close(got[r], want, atol=1e-5, rtol=0)
+        assert_same_math(got[r], want)
     ro = sample_completions(gpt2, ids, mask, 1, SamplingParams.greedy(6), eos_token_id=EOS, pad_token_id=PAD)
     ref = gpt2.generate(
         input_ids=ids,

@@ -15,14 +15,13 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from _numerics import assert_same_math
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import DynamicCache
 
 import tiny_lm
 from tiny_lm import EOS_TOKEN, PAD_TOKEN, TinyLMConfig, TinyLMForCausalLM, check_text
 from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS
-
-ATOL = 1e-5
 
 
 def make_model(seed: int = 0, **kw) -> TinyLMForCausalLM:
@@ -126,13 +125,13 @@ def test_tokenizer_save_load(tok, tmp_path):
 # ---------------------------------------------------------------- model
 
 
-def test_output_shapes(model):
+def test_output_shapes(model64):
     ids = torch.randint(2, 14, (3, 7))
-    out = model(ids)
+    out = model64(ids)
     assert out.logits.shape == (3, 7, 14)
-    out2 = model(ids, logits_to_keep=2)
+    out2 = model64(ids, logits_to_keep=2)
     assert out2.logits.shape == (3, 2, 14)
-    torch.testing.assert_close(out2.logits, out.logits[:, -2:], atol=ATOL, rtol=0)
+    assert_same_math(out2.logits, out.logits[:, -2:])
 
 
 def test_parameter_count_and_tied_embeddings():
@@ -151,18 +150,19 @@ def test_config_rejects_bad_heads():
         TinyLMConfig(n_embd=64, n_head=5)
 
 
-def test_causality(model):
+def test_causality(model64):
     torch.manual_seed(1)
     ids = torch.randint(2, 14, (2, 10))
     t = 6
     ids2 = ids.clone()
     ids2[:, t] = (ids[:, t] - 2 + 1) % 12 + 2  # a different token at position t
-    a, b = model(ids).logits, model(ids2).logits
-    torch.testing.assert_close(a[:, :t], b[:, :t], atol=1e-6, rtol=0)
+    a, b = model64(ids).logits, model64(ids2).logits
+    assert_same_math(a[:, :t], b[:, :t])
     assert (a[:, t:] - b[:, t:]).abs().amax() > 1e-3  # and the change does reach position t onwards
 
 
-def test_left_padded_batch_matches_unpadded(model, tok):
+def test_left_padded_batch_matches_unpadded(model64, tok):
+    model = model64
     texts = ["1+2=", "37+48=85", "9+9=18", "5"]  # different lengths: 4, 8, 6, 1
     enc = tok(texts, padding=True, return_tensors="pt")
     batch = model(**enc).logits
@@ -171,11 +171,12 @@ def test_left_padded_batch_matches_unpadded(model, tok):
         ids = tok(text, return_tensors="pt")["input_ids"]
         single = model(ids).logits[0]
         n = ids.size(1)
-        torch.testing.assert_close(batch[i, T - n :], single, atol=ATOL, rtol=0)
+        assert_same_math(batch[i, T - n :], single)
         assert torch.isfinite(batch[i]).all()  # padded queries must not produce NaN
 
 
-def test_incremental_decoding_matches_full_forward(model):
+def test_incremental_decoding_matches_full_forward(model64):
+    model = model64
     torch.manual_seed(2)
     ids = torch.randint(2, 14, (2, 9))
     full = model(ids, use_cache=False).logits
@@ -185,10 +186,11 @@ def test_incremental_decoding_matches_full_forward(model):
         out = model(ids[:, t : t + 1], cache=cache, use_cache=True)
         steps.append(out.logits)
     assert cache.get_seq_length() == ids.size(1)
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=ATOL, rtol=0)
+    assert_same_math(torch.cat(steps, 1), full)
 
 
-def test_incremental_decoding_left_padded(model, tok):
+def test_incremental_decoding_left_padded(model64, tok):
+    model = model64
     # Prompt in one go (left-padded), then one token at a time with a growing mask, as generate() does.
     texts = ["1+2=3<eos>", "37+48=85<eos>"]
     enc = tok(texts, padding=True, return_tensors="pt")
@@ -201,7 +203,7 @@ def test_incremental_decoding_left_padded(model, tok):
         parts.append(model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], cache=cache).logits)
     inc = torch.cat(parts, 1)
     real = mask.bool()
-    torch.testing.assert_close(inc[real], full[real], atol=ATOL, rtol=0)
+    assert_same_math(inc[real], full[real])
 
 
 @pytest.mark.parametrize("seed", [0, 1])  # two random models: greedy paths differ
@@ -336,8 +338,9 @@ def test_backbone_gives_the_hidden_states_the_head_scores(model):
 def test_activation_checkpointing_gives_the_same_gradients(tok):
     # Trainers turn it on (TRL's GRPOTrainer by default): the blocks are recomputed in backward, same math.
     torch.manual_seed(0)
-    a = TinyLMForCausalLM(tiny_lm.TinyLMConfig(initializer_range=0.3)).train()
-    b = TinyLMForCausalLM(a.config).train()
+    # (float64: two orders of the same sums, tests/_numerics.py)
+    a = TinyLMForCausalLM(tiny_lm.TinyLMConfig(initializer_range=0.3)).train().double()
+    b = TinyLMForCausalLM(a.config).train().double()
     b.load_state_dict(a.state_dict())
     # (transformers 5 renamed it; 4.x has only the old name)
     (getattr(b, "activation_checkpointing_enable", None) or b.gradient_checkpointing_enable)()
@@ -357,7 +360,7 @@ def test_activation_checkpointing_gives_the_same_gradients(tok):
         saved.append(count[0])
     assert saved[1] < saved[0] / 2  # the blocks kept far fewer activations: checkpointing was on
     for ga, gb in zip(*grads, strict=True):
-        torch.testing.assert_close(ga, gb, atol=1e-6, rtol=1e-5)
+        assert_same_math(ga, gb)
 
 
 def test_saved_model_loads_with_remote_code_in_a_process_that_never_imported_tiny_lm(model, tok, tmp_path):

@@ -314,8 +314,9 @@ class TinyLMForCausalLM(TinyLMPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             # Causal LM convention: labels are the inputs; position t predicts token t + 1. -100 is ignored.
+            flat = logits[:, :-1].reshape(-1, logits.size(-1))
             loss = F.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.size(-1)).float(),
+                flat if flat.dtype == torch.float64 else flat.float(),  # half precision up; float64 stays
                 labels[:, 1:].reshape(-1),
                 ignore_index=-100,
             )

@@ -104,6 +104,7 @@ CHOICES: dict[str, Collection[str]] = {
     "lr_scheduler_type": ("constant", "linear", "cosine"),
     "report_to": ("none", "tensorboard"),
     "on_nonfinite": ("stop", "skip"),
+    "dtype": ("float32", "float64"),
 }
 
 
@@ -283,6 +284,17 @@ class GRPOConfig:
             "help": "Run the forwards (sampling, reference, policy) under torch.autocast in bfloat16, as TRL's bf16 "
             "(mixed precision: weights, gradients and AdamW stay float32; log-probs are taken in float32). "
             "BFLOAT16 training: Kalamkar et al. 2019. For GPUs; on a CPU it is slower at these sizes."
+        },
+    )
+    dtype: str = field(
+        default="float32",
+        metadata={
+            "help": "The policy's and the reference's weights, and so every forward, backward and AdamW step: "
+            "float32 or float64 (TRL's ModelConfig.dtype; bf16 above is the mixed-precision one). float64 is for "
+            "checking the math: two computation orders of the same sums (the grouped and the generic forward, one "
+            "process and two) agree to ~1e-12 in it, where float32's last bits differ from one CPU's kernels to "
+            "another's (Goldberg 1991, What Every Computer Scientist Should Know About Floating-Point Arithmetic). "
+            "Sampling and rewards are float32 either way."
         },
     )
     skip_zero_advantage_groups: bool = field(
@@ -498,6 +510,11 @@ class GRPOConfig:
         if self.report_to == "tensorboard" and not is_tensorboard_available():
             raise ConfigError("report_to=tensorboard needs the tensorboard package (pip install tensorboard)")
         # Rules that tie fields together (each field is in range by now).
+        if self.bf16 and self.dtype != "float32":
+            raise ConfigError(
+                f"bf16 autocasts float32 weights to bfloat16; dtype={self.dtype} asks for {self.dtype} weights: "
+                "set one of them"
+            )
         # Advantages are computed within a group, so a process must hold whole groups.
         if self.per_device_train_batch_size < 1 or self.per_device_train_batch_size % self.num_generations:
             raise ConfigError(

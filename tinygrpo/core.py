@@ -137,6 +137,11 @@ def group_advantages(
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def at_least_float32(t: Tensor) -> Tensor:
+    """Half-precision tensors (autocast's logits) as float32; float32 and float64 ones as they are."""
+    return t.float() if t.dtype in _LOW_PRECISION else t
+
+
 def selective_log_softmax(logits: Tensor, index: Tensor, temperature: float = 1.0) -> Tensor:
     """log pi(index) under softmax(logits / temperature): (..., V), (...) long -> (...).
 
@@ -170,7 +175,7 @@ def entropy_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
     _check_temperature(temperature)
     if temperature != 1.0:
         logits = logits / temperature
-    logp = torch.log_softmax(logits.float() if logits.dtype in _LOW_PRECISION else logits, dim=-1)  # (..., V)
+    logp = torch.log_softmax(at_least_float32(logits), dim=-1)  # (..., V)
     return -(logp.exp() * logp).sum(-1)
 
 

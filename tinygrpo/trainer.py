@@ -125,8 +125,11 @@ class GRPOTrainer:
             self.prompt_stats,
         )
         set_seed(cfg.seed)
-        self.model = model
-        self.ref_model = ref_model if cfg.beta > 0 else None  # beta == 0: no reference is built or kept
+        dtype = getattr(torch, cfg.dtype)
+        self.model = model = model.to(dtype)  # (float32: the model itself, unchanged)
+        self.ref_model = (
+            ref_model.to(dtype) if ref_model is not None and cfg.beta > 0 else None
+        )  # beta 0: none
         if self.ref_model is not None:
             self.ref_model.eval().requires_grad_(False).to(self.acc.device)
         # One way of running the models, decided once: FSDP shards the parameters the grouped fast path reads.

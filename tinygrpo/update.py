@@ -20,7 +20,7 @@ import torch.nn as nn
 from .backend import Backend
 from .batch import Batch
 from .config import GRPOConfig
-from .core import selective_log_softmax
+from .core import at_least_float32, selective_log_softmax
 from .distributed import Processes
 from .loss import EntropyCoefficient, LossInputs, LossStats, grpo_loss
 from .loss_config import LossConfig
@@ -221,7 +221,7 @@ class PolicyUpdate:
             logits = self.backend.logits(self.ref_model, layout)
             ref_logps = selective_log_softmax(logits, train.completion_ids, cfg.temperature)
             if cfg.kl_estimator == "full":
-                ref_logits = logits.float()
+                ref_logits = at_least_float32(logits)  # (a float64 run's stay float64)
         if cfg.needs_old_logps:
             logits = self.backend.logits(self.model, layout)
             old_logps = selective_log_softmax(logits, train.completion_ids, cfg.temperature)
