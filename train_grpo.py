@@ -139,9 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = GRPOTrainer(cfg, model, tokenizer, train, evald, ref_model=ref_model, accelerator=acc)
         if acc.is_main_process:
             write_atomic(out / "config.json", json.dumps(cfg.__dict__, indent=2))
-        summary = trainer.train(resume_from)
-        if acc.is_main_process:  # (while the output directory is still locked)
-            write_atomic(out / "summary.json", json.dumps(summary, indent=2))
+        summary = trainer.train(resume_from)  # (summary.json too, while the output directory is still locked)
     except ConfigError as e:
         if str(e):  # (empty on the other processes when the main one reported the problem)
             print(f"error: {e}", file=sys.stderr)

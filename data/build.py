@@ -1,6 +1,8 @@
 """Rebuild the committed problem files: `python data/build.py` (every task; deterministic, see tinygrpo/tasks/).
 
 `python data/build.py --task countdown` rebuilds one task's set; `--out DIR` writes under DIR instead of data/.
+Each split is written under a temporary name and renamed when complete, and each set's manifest.json (its splits'
+rows and hashes) last: a build stopped midway is seen as unfinished, and a split changed since is refused on load.
 """
 
 import argparse
@@ -9,16 +11,39 @@ from pathlib import Path
 
 from tinygrpo.problems import DATA_DIR
 from tinygrpo.task import build_data, get_task
+from tinygrpo.writes import describe_write_error
 
-if __name__ == "__main__":
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--task", action="append", default=None, help="a task to build (repeatable; default: all)")
     p.add_argument("--out", type=Path, default=DATA_DIR, help="the directory the task directories go under")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     try:
         for name in args.task or []:
             get_task(name)  # (an unknown task is one error line, before anything is written)
+        existing = next(d for d in (args.out, *args.out.absolute().parents) if d.exists())
+        if not existing.is_dir():
+            raise ValueError(
+                f"--out {args.out}: {existing} is not a directory (the task directories go under it)"
+            )
     except ValueError as e:
-        sys.exit(f"error: {e}")
-    for path in build_data(args.task, args.out):
-        print(path)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    try:
+        for path in build_data(args.task, args.out):
+            print(path)
+    except OSError as e:  # a full disk, a read-only place, a file where a directory goes
+        print(
+            f"error: {describe_write_error(e, 'no split is half-written (each is renamed into place when whole)')}",
+            file=sys.stderr,
+        )
+        return 1
+    except ValueError as e:  # a generator's own refusal (a family's task with too few problems)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -124,13 +124,31 @@ def _run_awaitables(awaitables: list[Awaitable[Any]]) -> list[Any]:
         return pool.submit(asyncio.run, _gather(awaitables)).result()
 
 
+class _Changed:
+    """Marks a reward that changed a list it was given (its own copy: the others and the trainer keep theirs)."""
+
+    def __init__(self, key: str, before: int, after: int) -> None:
+        self.key, self.before, self.after = key, before, after
+
+
+def _changed(given: Mapping[str, list], available: Mapping[str, Any]) -> _Changed | None:
+    for key, copy in given.items():
+        if copy != available[key]:
+            return _Changed(key, len(available[key]), len(copy))
+    return None
+
+
 def _call_all(funcs: Sequence[RewardFunc], names: Sequence[str], available: Mapping[str, Any]) -> list[Any]:
-    """Call every function; sync ones in order, then all awaitables together."""
+    """Call every function; sync ones in order, then all awaitables together. Each gets its own copy of every list
+    argument, checked after the call: a reward that changes one (completions.clear()) is told so, and the next
+    reward and the trainer still see the batch."""
     results: list[Any] = [None] * len(funcs)
     pending: dict[int, Awaitable[Any]] = {}
+    given: dict[int, dict[str, list]] = {}
     try:
         for i, (fn, name) in enumerate(zip(funcs, names, strict=True)):
-            args, kwargs = _bind(fn, name, available)
+            given[i] = {k: list(v) for k, v in available.items() if isinstance(v, list)}
+            args, kwargs = _bind(fn, name, {**available, **given[i]})
             try:
                 out = fn(*args, **kwargs)
             except Exception as exc:
@@ -139,7 +157,7 @@ def _call_all(funcs: Sequence[RewardFunc], names: Sequence[str], available: Mapp
             if inspect.isawaitable(out):
                 pending[i] = out
             else:
-                results[i] = out
+                results[i] = _changed(given[i], available) or out
     except BaseException:
         for aw in pending.values():  # avoid "coroutine was never awaited" warnings
             if inspect.iscoroutine(aw):
@@ -147,7 +165,9 @@ def _call_all(funcs: Sequence[RewardFunc], names: Sequence[str], available: Mapp
         raise
     if pending:
         for i, out in zip(pending, _run_awaitables(list(pending.values())), strict=True):
-            results[i] = _Raised(out) if isinstance(out, BaseException) else out
+            results[i] = (
+                _Raised(out) if isinstance(out, BaseException) else _changed(given[i], available) or out
+            )
     return results
 
 
@@ -256,6 +276,11 @@ def compute_rewards(
             exc = out.exc
             first = str(exc).splitlines()[0] if str(exc) else ""
             raise RewardError(f"reward {name!r} raised {type(exc).__name__}: {first}") from exc
+        if isinstance(out, _Changed):
+            raise RewardError(
+                f"reward {name!r} changed the list {out.key!r} it was given ({out.before} items before the call, "
+                f"{out.after} after): a reward must not change its arguments (copy a list before changing it)"
+            )
         per_func[:, i] = _to_row(out, name, completions)
     return per_func
 

@@ -319,6 +319,74 @@ def test_a_signal_stops_at_a_step_boundary_saves_and_resumes(seed_reference, str
     assert_same_run(out, straight_run)
 
 
+END_FILES = ("final", "report.html", "summary.json", "plots.png")
+
+
+@pytest.mark.parametrize("moment", ["mid_run", "at_the_last_step", "during_the_end_writes"])
+def test_sigterm_at_any_moment_up_to_the_last_write_ends_whole(seed_reference, tmp_path, moment):
+    """A SIGTERM mid-run stops at a step boundary with a checkpoint (exit 130); one after the last step is taken
+    while the end-of-run writes are finished first, and said (exit 0): final/, the plots, the report and
+    summary.json are all there either way the run ends, and a run that exits 0 has all of them. The moment after
+    the last step is drawn at random, repeated."""
+    rng = random.Random({"mid_run": 1, "at_the_last_step": 2, "during_the_end_writes": 3}[moment])
+    steps = 12
+    for attempt in range(2 if moment == "mid_run" else 3):
+        out = tmp_path / f"{moment}{attempt}"
+        flags = (
+            "--max_steps",
+            str(steps),
+            "--logging_steps",
+            "1",
+            "--eval_steps",
+            "4",
+            "--make_plots",
+            "true",
+        )
+        proc = start(seed_reference, out, *flags, tag="t")
+        target = rng.randint(2, steps - 3) if moment == "mid_run" else steps
+        wait_for(lambda t=target, o=out: last_step(o) >= t, proc, f"step {target}")
+        if moment == "during_the_end_writes":
+            time.sleep(rng.uniform(0.0, 0.4))  # the checkpoint, final/, plots, report, summary: ~0.5-2 s
+        os.kill(proc.pid, signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+        err = stderr_of(out, "t")
+        assert "Traceback" not in err, err
+        if moment == "mid_run":
+            assert rc == 130 and "--resume_from_checkpoint" in err, (rc, err)
+            assert_checkpoints_sound(out)
+            assert not (out / "final").exists() and (out / "report.html").exists()
+            continue
+        # After the last step: the run is whole. (A SIGTERM that lands after its last write, while Python exits,
+        # may still end it with -15: by then there is nothing left to write.)
+        assert rc in (0, -signal.SIGTERM), (rc, err)
+        assert all((out / f).exists() for f in END_FILES), sorted(p.name for p in out.iterdir())
+        assert json.loads((out / "summary.json").read_text())["steps"] == steps
+        if rc == 0 and "the end-of-run writes were finished first" not in err:
+            assert (
+                "outputs in" in (out.parent / f"{out.name}.t.out").read_text()
+            )  # it ended before the signal
+
+
+def test_a_second_ctrl_c_during_the_end_writes_names_what_is_missing(seed_reference, tmp_path, monkeypatch, capfd):
+    """Only a second Ctrl-C stops the end-of-run writes: the line names the files not written, the checkpoint kept,
+    and the command that writes the report from the run's logs (which then works)."""
+    from tinygrpo import trainer
+
+    def interrupted(run_dir):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "write_report", interrupted)
+    out = tmp_path / "r"
+    assert run_inproc(seed_reference, out, "--max_steps", "3", "--make_plots", "false") == 130
+    err = capfd.readouterr().err
+    assert "interrupted during the end-of-run writes: report.html, summary.json not written" in err, err
+    assert f"python -m tinygrpo.report {out}" in err and "checkpoint-3" in err
+    assert (out / "final").is_dir() and not (out / "summary.json").exists()
+    from tinygrpo.report import main as report_main
+
+    assert report_main([str(out)]) == 0 and (out / "report.html").exists()
+
+
 # ================================================================================================ 4. numerical faults
 # A reliable non-finite loss: rewards are checked to be finite, but a finite 1e38 / 3e38 is allowed. With
 # advantage_mode=reinforce the advantage IS the reward (no baseline, no scaling), and the dapo loss sums

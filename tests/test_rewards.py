@@ -626,3 +626,52 @@ def test_check_binary_admits_0_1_and_none_and_names_what_is_not():
         "pass@k needs rewards of 0 or 1 (or None), but the weighted sum 1 x 'acc' + 1 x 'fmt' gave 2 for sample 1 "
         "(completion 'b')"
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a reward that changes what it was given
+
+
+MUTATIONS = {
+    "clear": lambda xs: xs.clear(),
+    "pop": lambda xs: xs.pop(),
+    "append": lambda xs: xs.append(xs[0]),
+    "sort": lambda xs: xs.sort(reverse=True),
+    "assign": lambda xs: xs.__setitem__(0, xs[-1]),
+    "reverse": lambda xs: xs.reverse(),
+}
+
+
+@pytest.mark.parametrize("how", sorted(MUTATIONS))
+@pytest.mark.parametrize("arg", ["prompts", "completions", "completion_ids", "answer"])
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_reward_that_changes_a_list_it_was_given_is_told_so_and_the_others_see_the_batch(
+    how, arg, is_async
+):
+    prompts = ["1+2=", "3+4=", "5+6="]
+    completions = ["3<eos>", "8<eos>", "11<eos>"]
+    ids = [[5, 1], [10, 1], [3, 3, 1]]
+    answers = ["3", "7", "11"]
+    seen = {}
+
+    def mutate(prompts, completions, completion_ids, answer, **kw):
+        MUTATIONS[how]({"prompts": prompts, "completions": completions, "completion_ids": completion_ids,
+                        "answer": answer}[arg])  # fmt: skip
+        return [0.0, 1.0, 0.0]
+
+    async def mutate_async(prompts, completions, completion_ids, answer, **kw):
+        return mutate(prompts, completions, completion_ids, answer)
+
+    def after(prompts, completions, completion_ids, answer, **kw):
+        seen.update(prompts=prompts, completions=completions, completion_ids=completion_ids, answer=answer)
+        return [1.0] * len(completions)
+
+    fn = mutate_async if is_async else mutate
+    with pytest.raises(RewardError) as e:
+        compute_rewards([fn, after], ["mutates", "after"], prompts, completions, ids, {"answer": answers})
+    message = str(e.value)
+    assert message.startswith(f"reward 'mutates' changed the list '{arg}' it was given"), message
+    # The trainer's lists, and what the next reward was given, are the batch as it was.
+    assert prompts == ["1+2=", "3+4=", "5+6="] and completions == ["3<eos>", "8<eos>", "11<eos>"]
+    assert ids == [[5, 1], [10, 1], [3, 3, 1]] and answers == ["3", "7", "11"]
+    assert seen == {"prompts": prompts, "completions": completions, "completion_ids": ids, "answer": answers}

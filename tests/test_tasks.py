@@ -352,6 +352,7 @@ def test_build_script_refuses_an_unknown_task(tmp_path):
     assert r.stderr.count("\n") == 1 and not any(tmp_path.iterdir())
     r = _run("data/build.py", "--task", "reverse", "--out", str(tmp_path))
     assert r.returncode == 0 and sorted(p.name for p in (tmp_path / "reverse").iterdir()) == [
+        "manifest.json",
         "test.jsonl",
         "train.jsonl",
         "validation.jsonl",

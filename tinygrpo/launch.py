@@ -26,6 +26,7 @@ from .writes import writing
 RUN_FILES = (
     "metrics.jsonl",
     "completions.jsonl",
+    "warnings.jsonl",
     "prompt_stats.jsonl",
     "eval_failures.jsonl",
     "beliefs.jsonl",

@@ -8,21 +8,68 @@ by path with `datasets.load_dataset("json", data_files=...)`.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .progress import progress
 
 if TYPE_CHECKING:  # (datasets is imported where a split is loaded: the builders stay cheap to import)
     from datasets import Dataset, DatasetDict
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+# What a build wrote, beside its splits: {"task": name, "splits": {split: {"rows": n, "sha256": hex}}}, written last. A directory
+# with one is checked against it on every load: a split cut short or changed since is refused, never trained on.
+MANIFEST = "manifest.json"
+LARGE_BYTES = 4 << 20  # a problem set this large takes seconds to load and check: a line says so
 
 
-def write_jsonl(rows: list[dict], path: Path) -> None:
+def jsonl_bytes(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def write_jsonl(rows: list[dict], path: Path) -> dict[str, int | str]:
+    """`rows` as one JSON object a line, written whole or not at all (a temporary name, renamed when complete);
+    returns what the manifest records of it."""
+    from .writes import write_atomic
+
+    data = jsonl_bytes(rows)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    write_atomic(path, data)
+    return {"rows": len(rows), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def write_manifest(directory: Path, task: str, splits: dict[str, dict[str, int | str]]) -> None:
+    from .writes import write_atomic
+
+    write_atomic(directory / MANIFEST, json.dumps({"task": task, "splits": splits}, indent=1) + "\n")
+
+
+def build_mismatch(directory: Path) -> str | None:
+    """None when every split the manifest of `directory` lists is there with its rows and hash (or there is no
+    manifest: a directory of the user's own); else what differs, for one line."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        splits = json.loads(path.read_text(encoding="utf-8-sig"))["splits"]
+        wanted = {str(k): (int(v["rows"]), str(v["sha256"])) for k, v in splits.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"{path} is not a manifest this version wrote (a JSON object with 'splits')"
+    for split, (rows, digest) in sorted(wanted.items()):
+        f = Path(directory) / f"{split}.jsonl"
+        if not f.is_file():
+            return f"{f} is missing (its build wrote {rows:,} rows)"
+        data = f.read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            have = data.count(b"\n") + (not data.endswith(b"\n") and bool(data))
+            if have == rows:
+                return f"{f} is not what its build wrote (the {rows:,} rows are there, their bytes differ)"
+            return f"{f} holds {have:,} lines, not the {rows:,} rows its build wrote (cut short or changed)"
+    return None
 
 
 def dataset_dir(name_or_path: str) -> Path:
@@ -43,6 +90,20 @@ def load_problems(name_or_path: str) -> DatasetDict:
     files = {p.stem: str(p) for p in sorted(path.glob("*.jsonl"))}
     if not files:
         raise ValueError(f"dataset {name_or_path!r}: no <split>.jsonl files in {path}")
+    if (why := build_mismatch(path)) is not None:
+        task = json.loads((path / MANIFEST).read_text(encoding="utf-8-sig")).get("task")
+        rebuild = (
+            f"python data/build.py --task {task}" if isinstance(task, str) else "the build that wrote it"
+        )
+        raise ValueError(
+            f"dataset {name_or_path!r}: {why}: rebuild it ({rebuild}), or delete {path / MANIFEST} to use the "
+            "files as they are"
+        )
+    size = sum(Path(f).stat().st_size for f in files.values())
+    if size > LARGE_BYTES and os.environ.get("RANK", "0") == "0":  # (seconds of work: say what it is)
+        print(
+            f"loading {path} ({', '.join(files)}: {size / 2**20:,.0f} MB), every row checked", file=sys.stderr
+        )
     columns = {split: check_rows(Path(f)) for split, f in files.items()}
     first, cols = next(iter(columns.items()))
     for split, other in columns.items():
@@ -68,8 +129,10 @@ def check_rows(path: Path) -> dict[str, str]:
     types: dict[str, str] = {}
     rows = 0
     try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
+        # utf-8-sig: a byte-order mark at the start (Windows editors write one; RFC 8259 lets a reader skip it)
+        with open(path, encoding="utf-8-sig") as f:
+            lines = progress(f, _count_lines(path), f"checking {path.name}")
+            for n, line in enumerate(lines, 1):
                 if not line.strip():
                     continue
                 try:
@@ -101,6 +164,11 @@ def check_rows(path: Path) -> dict[str, str]:
     if rows == 0:
         raise ValueError(f"{path}: no rows (an empty split)")
     return types
+
+
+def _count_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
 
 
 def _json_type(value) -> str:

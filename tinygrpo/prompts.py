@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .progress import chunks, progress
 from .prompt_stats import PromptStats, selection_weights
 
 
@@ -28,7 +29,13 @@ class PromptSource:
         table = dataset.to_dict()  # plain lists: a `datasets` column indexed row by row is slow
         self.texts: list[str] = table["prompt"]
         self.columns = {c: v for c, v in table.items() if c != "prompt"}
-        self.token_ids: list[list[int]] = tokenizer(self.texts)["input_ids"]
+        self.token_ids: list[list[int]] = [
+            ids
+            for lo, hi in progress(
+                chunks(len(self.texts)), len(chunks(len(self.texts))), "tokenizing", "blocks"
+            )
+            for ids in tokenizer(self.texts[lo:hi])["input_ids"]
+        ]
         self.pad_id = tokenizer.pad_token_id
         self.seed = seed
         self.cursor = 0  # global prompts handed out so far

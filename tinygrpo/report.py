@@ -84,6 +84,7 @@ LOGS = {
     ),
     "prompt_stats.jsonl": Shape({"step": INT, "pass_rate": list_of(NUM_OR_NULL)}, same_length="pass_rate"),
     "eval_failures.jsonl": Shape({"step": INT, "total": INT, "failures": list_of(_TRIPLES)}),
+    "warnings.jsonl": Shape({"step": INT, "warning": STR}),
     "beliefs.jsonl": Shape(
         {"step": INT, "probs": _TABLE} | dict.fromkeys(("questions", "answers", "gold"), list_of(STR))
     ),
@@ -155,7 +156,7 @@ def reproduce_command(config: dict) -> str:
     return shlex.join(["accelerate", "launch", "train_grpo.py", *argv])
 
 
-def section_run(run: Path, config: dict, metrics: list[dict]) -> str:
+def section_run(run: Path, config: dict, metrics: list[dict], warnings: list[dict] = ()) -> str:
     evals = [r for r in metrics if "eval/accuracy" in r]
     steps = [r for r in metrics if "reward" in r]
     last = steps[-1] if steps else {}
@@ -177,6 +178,7 @@ def section_run(run: Path, config: dict, metrics: list[dict]) -> str:
             f"{last['time/elapsed']:.1f}" if "time/elapsed" in last else "n/a",
         ),
     ]
+    rows += [(f"step {w['step']}", w["warning"]) for w in warnings]  # what the run said it could not learn
     table = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     settings = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in sorted(config.items()))
     cmd = reproduce_command(config) if config else "(no config.json)"
@@ -480,7 +482,7 @@ def build_report(run_dir: str | Path) -> str:
     metrics = read_log(run, "metrics.jsonl")
     completions = read_log(run, "completions.jsonl")
     parts = [
-        section_run(run, config, metrics),
+        section_run(run, config, metrics, read_log(run, "warnings.jsonl")),
         section_curves(metrics),
         section_groups(completions),
         section_tokens(completions),

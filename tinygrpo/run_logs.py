@@ -1,4 +1,4 @@
-"""A run's JSONL logs, written by the main process: metrics.jsonl, completions.jsonl, and what the report
+"""A run's JSONL logs, written by the main process: metrics.jsonl, completions.jsonl, warnings.jsonl, and what the report
 (tinygrpo/report.py) shows beside the metrics, written at every evaluation (prompt_stats.jsonl,
 eval_failures.jsonl, beliefs.jsonl). Each file is listed in launch.RUN_FILES and truncated on resume.
 
@@ -9,6 +9,7 @@ one no-grad forward of the policy on the logged rows before the update and one a
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +109,7 @@ def _sig(x: float) -> float:
 class RunLogs:
     def __init__(self, out: Path, enabled: bool) -> None:
         self.out = out
-        self.names = ("metrics", "completions", *DETAIL_FILES)
+        self.names = ("metrics", "completions", "warnings", *DETAIL_FILES)
         self.files = {name: JsonlWriter(out / f"{name}.jsonl", enabled=enabled) for name in self.names}
 
     def truncate_after(self, step: int) -> None:
@@ -118,6 +119,10 @@ class RunLogs:
 
     def metrics(self, step: int, metrics: dict) -> None:
         self.files["metrics"].write({"step": step, **metrics})
+
+    def warning(self, step: int, line: str) -> None:
+        """A line the run said about itself (tinygrpo/watch.py): the report shows it beside the summary."""
+        self.files["warnings"].write({"step": step, "warning": line})
 
     def completions(
         self,
@@ -203,6 +208,10 @@ class ProgressBar:
     def __init__(self, total: int, initial: int, enabled: bool) -> None:
         self.bar = tqdm(total=total, initial=initial, disable=not enabled, desc="grpo", dynamic_ncols=True)
         self.held_out: float | None = None
+
+    def say(self, line: str) -> None:
+        """A line on stderr that the bar redraws below."""
+        self.bar.write(line, file=sys.stderr)
 
     def update(self, metrics: dict) -> None:
         self.held_out = metrics.get("eval/accuracy", self.held_out)

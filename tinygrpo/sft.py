@@ -28,7 +28,7 @@ from .checks import Bound, ConfigError, check_fields, check_threads
 from .config import BOUNDS
 from .evaluation import Verifier, format_counts, format_metrics, greedy_accuracy
 from .launch import Input, check_apart
-from .problems import dataset_dir, load_split
+from .problems import MANIFEST, dataset_dir, load_split
 from .update import NonFiniteError, nonfinite_weight
 from .validation import ModelShape, gigabytes, memory_budget
 from .writes import save_model_files
@@ -120,7 +120,6 @@ def task_recipe(name: str) -> dict:
     from .task import get_task
 
     task = get_task(name)
-    task.ensure_data()  # (a family's problems are written on first use)
     if task.reference is None:
         raise ValueError(
             f"task {name!r} has no reference recipe of its own: its GRPO recipe ({task.config}) starts from the "
@@ -207,6 +206,15 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     tokenizer = build_tokenizer(cfg.chars)
+    if cfg.task:
+        from .task import get_task
+
+        task = get_task(cfg.task)
+        if not (task.data_dir / MANIFEST).is_file():
+            # A family's problems are written on first use: not for a model that would be refused anyway (its
+            # longest example is at most n_positions tokens).
+            check_memory(cfg, len(tokenizer), cfg.n_positions)
+        task.ensure_data()
     train = load_split(cfg.dataset, cfg.train_split)
     if cfg.train_size and cfg.train_size < len(train):
         train = train.shuffle(seed=cfg.seed).select(range(cfg.train_size))

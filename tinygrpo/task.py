@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .problems import DATA_DIR, write_jsonl
+from .problems import DATA_DIR, MANIFEST, write_jsonl, write_manifest
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
@@ -63,18 +63,31 @@ class Task:
     def data_dir(self) -> Path:
         return DATA_DIR / self.dataset
 
-    def ensure_data(self) -> None:
-        """Write the task's problem files under data/ if they are not there (a family's tasks are not committed)."""
-        if not any(self.data_dir.glob("*.jsonl")):
+    def ensure_data(self, say: Callable[[str], None] = print) -> None:
+        """Write the task's problem files under data/ if they are not there (a family's tasks are not committed), or
+        if a family's build never finished (its splits without the manifest a build writes last). A committed task's
+        files without a manifest are the user's, and used as they are."""
+        exists = any(self.data_dir.glob("*.jsonl"))
+        unfinished = exists and ":" in self.name and not (self.data_dir / MANIFEST).is_file()
+        if not exists or unfinished:
+            if unfinished:
+                say(f"{self.data_dir}: an unfinished build (no {MANIFEST}): writing it again")
             self.write()
 
-    def write(self, out_dir: Path = DATA_DIR) -> list[Path]:
-        """Write the task's splits as `<out_dir>/<dataset>/<split>.jsonl`; returns the paths."""
-        paths = []
-        for split, rows in self.build().items():
-            path = Path(out_dir) / self.dataset / f"{split}.jsonl"
-            write_jsonl(rows, path)
+    def write(self, out_dir: Path | None = None) -> list[Path]:
+        """Write the task's splits as `<out_dir>/<dataset>/<split>.jsonl`, each whole or not at all, then the
+        manifest of what was written (a build stopped before it ends is seen as unfinished); returns the paths."""
+        directory = Path(out_dir if out_dir is not None else DATA_DIR) / self.dataset
+        splits = self.build()  # (before anything is touched: a generator that fails leaves the old build)
+        (directory / MANIFEST).unlink(
+            missing_ok=True
+        )  # the old build's, if any: from here on it is unfinished
+        paths, written = [], {}
+        for split, rows in splits.items():
+            path = directory / f"{split}.jsonl"
+            written[split] = write_jsonl(rows, path)
             paths.append(path)
+        write_manifest(directory, self.name, written)
         return paths
 
 
@@ -153,7 +166,7 @@ def task_of_reference(path: str) -> Task | None:
     return None
 
 
-def build_data(names: Sequence[str] | None = None, out_dir: Path = DATA_DIR) -> list[Path]:
+def build_data(names: Sequence[str] | None = None, out_dir: Path | None = None) -> list[Path]:
     """Write the committed problem files of the named tasks (default: every built-in task, not a family's, whose
     data are made on first use); returns the paths. Tasks that share a dataset write it once."""
     written: list[Path] = []

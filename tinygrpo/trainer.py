@@ -14,7 +14,9 @@ the gradients.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -51,7 +53,8 @@ from .run_logs import (
 )
 from .update import NonFiniteError, PolicyUpdate, nonfinite_weight
 from .validation import check_inputs
-from .writes import save_model_files
+from .watch import LearningWatch
+from .writes import save_model_files, write_atomic
 
 __all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerState"]
 
@@ -151,6 +154,9 @@ class GRPOTrainer:
         self.update = PolicyUpdate(cfg, policy, model, loss_ref, self.backend, self.optim, procs)
         self.state = TrainerState()
         self.logs = RunLogs(self.out, enabled=procs.is_main)
+        answers = [len(str(a)) for a in self.prompts.columns.get("answer") or []]
+        lengths = (min(answers), max(answers)) if answers else None
+        self.watch = LearningWatch(cfg.max_completion_length, cfg.num_generations, lengths)
 
     @property
     def step(self) -> int:
@@ -318,18 +324,23 @@ class GRPOTrainer:
                 "num_iterations=1, one mini-batch: the ratio is exactly 1, so the clip never acts and the "
                 "gradient is the policy gradient; the loss value itself hovers near 0 (see README)."
             )
-        first_eval = self.evaluate() if self.step == 0 else {}
-        if first_eval:
-            self.log({**first_eval, "num_completions": 0, "time/elapsed": 0.0})
-            self.log_evaluation_details()
-        summary = {"eval_before": first_eval}
         bar = ProgressBar(cfg.max_steps, self.step, enabled=not cfg.disable_tqdm and self.procs.is_main)
-        m: dict = {}
+        # A signal from the first evaluation to the last file written asks for a stop at the next step boundary;
+        # after the last step there is none left, and the end-of-run writes are finished first.
         with launch.StopOnSignal(self.procs.is_main) as stop:
+            first_eval = self.evaluate() if self.step == 0 else {}
+            if first_eval:
+                self.log({**first_eval, "num_completions": 0, "time/elapsed": 0.0})
+                self.log_evaluation_details()
+            m: dict = {}
             try:
                 while self.step < cfg.max_steps:
                     out = self.training_step()
                     m = out.metrics
+                    for line in self.watch.observe(self.step, m):  # a run that cannot learn says so
+                        if self.procs.is_main:
+                            bar.say(line)
+                            self.logs.warning(self.step, line)
                     if self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps:
                         m.update(self.evaluate())
                         self.log_evaluation_details()
@@ -350,13 +361,36 @@ class GRPOTrainer:
                                 out.tokens,
                             )
                     bar.update(m)
-                    if self.procs.any(stop.requested):  # every process stops at the same step
+                    if self.step < cfg.max_steps and self.procs.any(stop.requested):  # all at the same step
                         break
                     if cfg.save_steps and self.step % cfg.save_steps == 0 and self.step < cfg.max_steps:
                         self.save_checkpoint()
             finally:
                 bar.close()
-        wall = time.perf_counter() - t_start
+            summary = {
+                "eval_before": first_eval,
+                "eval_after": {k: v for k, v in m.items() if k.startswith("eval/")},
+                "steps": self.step,
+                "wall_seconds": time.perf_counter() - t_start,
+                "num_completions": self.state.total_completions,
+                "nonfinite_skipped_steps": self.state.nonfinite_steps,
+            }
+            self.finish(summary, stop.name)
+            if stop.requested and self.procs.is_main:
+                print(
+                    f"{stop.name} after the last step: the end-of-run writes were finished first",
+                    file=sys.stderr,
+                )
+        if cfg.report_to != "none":
+            self.acc.end_training()
+        self.procs.wait()
+        return summary
+
+    def finish(self, summary: dict, signal_name: str) -> None:
+        """The end of a run: its last checkpoint, then, when it reached max_steps, final/, plots.png, report.html
+        and summary.json (main process); a run stopped earlier writes its report and says how to resume. A second
+        Ctrl-C among these names what was not written and how to make it."""
+        cfg = self.cfg
         skipped = self.state.nonfinite_steps
         if skipped and self.step == cfg.max_steps:
             # Every step skipped: the weights are still the ones the run started with: say so, save nothing.
@@ -368,31 +402,29 @@ class GRPOTrainer:
             self.acc.print(
                 f"on_nonfinite=skip: {skipped} of {self.step} steps were skipped (a NaN or infinite loss or gradient)"
             )
-        self.save_checkpoint()
-        if self.step < cfg.max_steps:
-            if cfg.make_report and self.procs.is_main:
-                write_report(self.out)
+        try:
+            self.save_checkpoint()
+            if self.step < cfg.max_steps:
+                if cfg.make_report and self.procs.is_main:
+                    write_report(self.out)
+                raise KeyboardInterrupt(
+                    f"{signal_name}: stopped after step {self.step}; checkpoint saved in {self.out}. Resume with the "
+                    f"same command plus --resume_from_checkpoint latest"
+                )
+            if self.procs.is_main:
+                save_model_files(self.out / "final", [self.model, self.tokenizer])
+                if cfg.make_plots:
+                    plot_metrics(self.out / "metrics.jsonl", self.out / "plots.png")
+                if cfg.make_report:
+                    write_report(self.out)
+                write_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
+        except KeyboardInterrupt as e:
+            if str(e):
+                raise
+            wanted = ["final/", *(["plots.png"] if cfg.make_plots else []), "report.html", "summary.json"]
+            missing = [f for f in wanted if not (self.out / f.rstrip("/")).exists()]
             raise KeyboardInterrupt(
-                f"{stop.name}: stopped after step {self.step}; checkpoint saved in {self.out}. Resume with the same "
-                f"command plus --resume_from_checkpoint latest"
-            )
-        eval_after = {k: v for k, v in m.items() if k.startswith("eval/")}
-        summary.update(
-            {
-                "eval_after": eval_after,
-                "steps": self.step,
-                "wall_seconds": wall,
-                "num_completions": self.state.total_completions,
-                "nonfinite_skipped_steps": skipped,
-            }
-        )
-        if self.procs.is_main:
-            save_model_files(self.out / "final", [self.model, self.tokenizer])
-            if cfg.make_plots:
-                plot_metrics(self.out / "metrics.jsonl", self.out / "plots.png")
-            if cfg.make_report:
-                write_report(self.out)
-        if cfg.report_to != "none":
-            self.acc.end_training()
-        self.procs.wait()
-        return summary
+                f"interrupted during the end-of-run writes: {', '.join(missing) or 'nothing'} not written; "
+                f"{ckpt.last_checkpoint(self.out, resume=True)}; `python -m tinygrpo.report {self.out}` writes the "
+                "report from the run's logs"
+            ) from None

@@ -13,6 +13,7 @@ from rewards import EOS, check_binary, compute_rewards, rewards_float32
 
 from .advantage_estimators import needs_binary_rewards
 from .config import ConfigError, GRPOConfig
+from .progress import chunks, progress
 
 if TYPE_CHECKING:  # (generation.py imports the model side; the checks need only the type)
     from .generation import RewardSpec
@@ -148,7 +149,8 @@ def check_inputs(
             continue
         if "prompt" not in ds.column_names:
             raise ConfigError(f"{split} dataset has no 'prompt' column")
-        for i, p in enumerate(ds["prompt"]):
+        prompts = ds.select_columns(["prompt"]).to_dict()["prompt"]  # (a Column iterated row by row is slow)
+        for i, p in enumerate(prompts):
             bad = set(p) - known
             if bad:
                 ch = sorted(bad)[0]
@@ -156,7 +158,7 @@ def check_inputs(
                     f"{split} dataset row {i + 1}: prompt {p!r} has character {ch!r} outside the tokenizer's "
                     f"vocabulary {''.join(sorted(known))!r}"
                 )
-        longest = max(len(p) for p in ds["prompt"])  # one token per character
+        longest = max(len(p) for p in prompts)  # one token per character
         if n_pos and longest + cfg.max_completion_length > n_pos:
             raise ConfigError(
                 f"{split} prompts of {longest} tokens + max_completion_length={cfg.max_completion_length} "
@@ -205,8 +207,10 @@ def probe(
         if binary:
             check_binary(total, per_func, weights, names, completions, binary)
 
+    blocks = chunks(n)  # (a bar past a few seconds: 200,000 rows take that long)
     try:
-        rewards(0, n)
+        for lo, hi in progress(blocks, len(blocks), f"checking {where} with the rewards", "blocks"):
+            rewards(lo, hi)
     except ValueError as whole:
         lo, hi = 0, n  # a row in [lo, hi) fails: find the first one
         while hi - lo > 1:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from functools import lru_cache
 
 from ..task import Task, register_task_family
@@ -51,7 +52,14 @@ def _common_affixes(texts: list[str]) -> tuple[int, int]:
 @lru_cache(maxsize=8)
 def build_for(name: str) -> dict[str, list[dict]]:
     rg = _require()
-    entries = list(rg.create_dataset(name, size=DRAWN, seed=SEED))
+    from tqdm.auto import tqdm
+
+    # (minutes for some datasets: a line first, and a bar once it takes more than a few seconds)
+    print(
+        f"reasoning_gym:{name}: drawing {DRAWN:,} problems with reasoning-gym (seed {SEED})", file=sys.stderr
+    )
+    drawn = rg.create_dataset(name, size=DRAWN, seed=SEED)
+    entries = list(tqdm(drawn, total=DRAWN, desc=f"reasoning_gym:{name}", delay=3, file=sys.stderr))
     seen: dict[str, dict] = {}
     for e in entries:
         seen.setdefault(e["question"], e)
@@ -111,9 +119,10 @@ def make(name: str) -> Task:
 
 
 def _data_exists(dataset: str) -> bool:
-    from ..problems import DATA_DIR
+    """A finished build is there (its manifest is written last)."""
+    from ..problems import DATA_DIR, MANIFEST
 
-    return any((DATA_DIR / dataset).glob("*.jsonl"))
+    return (DATA_DIR / dataset / MANIFEST).is_file()
 
 
 def _read(dataset: str) -> dict[str, list[dict]]:

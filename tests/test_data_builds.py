@@ -1,0 +1,261 @@
+"""Data builds that are whole or absent (tinygrpo/problems.py, tinygrpo/task.py, data/build.py), by fault class:
+a build killed at a random moment, a write that fails (ENOSPC, EROFS) at each of its sites, a split cut after the
+build at a line boundary or mid-line, or changed; a byte-order mark; a family's build that never finished; a task
+refused before its problems are written; and --out that is not a directory."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import train_sft
+from tinygrpo import problems, task
+from tinygrpo.problems import MANIFEST, build_mismatch, load_problems, load_split
+from tinygrpo.task import Task, get_task, register_task_family
+
+REPO = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def build(out: Path, name: str = "countdown") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "data/build.py", "--task", name, "--out", str(out)],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def countdown_splits() -> dict[str, bytes]:
+    """The bytes each split of a complete build holds."""
+    rows = get_task("countdown").build()
+    return {split: problems.jsonl_bytes(r) for split, r in rows.items()}
+
+
+def assert_whole_or_unfinished(directory: Path, splits: dict[str, bytes]) -> str:
+    """After anything: no temporary file; every split there is a complete one; the manifest, if written, verifies
+    (a finished build) and without it the build reads as unfinished. Returns which."""
+    names = {p.name for p in directory.iterdir()} if directory.is_dir() else set()
+    assert not {n for n in names if n.endswith(".tmp")}, names
+    for name in names - {MANIFEST}:
+        assert (directory / name).read_bytes() == splits[name.removesuffix(".jsonl")], name
+    if MANIFEST in names:
+        assert build_mismatch(directory) is None
+        assert names == {MANIFEST, *(f"{s}.jsonl" for s in splits)}
+        return "finished"
+    return "unfinished"
+
+
+# ================================================================================================ kill
+
+
+def test_a_build_killed_at_random_moments_leaves_whole_splits_and_no_manifest(tmp_path, countdown_splits):
+    rng = random.Random(0)
+    seen = set()
+    for attempt in range(6):
+        out = tmp_path / str(attempt)
+        proc = subprocess.Popen(
+            [sys.executable, "data/build.py", "--task", "countdown", "--out", str(out)],
+            cwd=REPO,
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        # wait for the first split to appear, then a random moment of the writes (or none: the kill may land after)
+        deadline = time.monotonic() + 120
+        while not (out / "countdown").is_dir() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0 if attempt == 0 else rng.uniform(0, 0.05))  # (the first at once: mid-build for sure)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        seen.add(assert_whole_or_unfinished(out / "countdown", countdown_splits))
+    assert "unfinished" in seen  # the kills did land mid-build
+
+
+# ================================================================================================ failed writes
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+@pytest.mark.parametrize("site", ["validation.jsonl", "train.jsonl", MANIFEST])
+def test_a_failed_write_is_one_line_and_leaves_no_half_file(
+    tmp_path, monkeypatch, capsys, countdown_splits, code, site
+):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_script", REPO / "data" / "build.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    real_replace = os.replace
+
+    def failing_replace(src, dst, *a, **kw):  # the rename that publishes a file (writes.write_atomic)
+        if Path(dst).name == site:
+            raise OSError(code, os.strerror(code), str(dst))
+        return real_replace(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    assert script.main(["--task", "countdown", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and site in err and os.strerror(code) in err, (
+        err
+    )
+    assert assert_whole_or_unfinished(tmp_path / "countdown", countdown_splits) == "unfinished"
+
+
+# ================================================================================================ after the build
+
+
+@pytest.fixture
+def built(tmp_path) -> Path:
+    assert build(tmp_path, "reverse").returncode == 0
+    return tmp_path / "reverse"
+
+
+@pytest.mark.parametrize(
+    "cut",
+    ["line_boundary", "mid_line", "a_row_changed", "a_row_added", "removed"],
+)
+def test_a_split_changed_after_its_build_is_refused_naming_it(built, cut):
+    path = built / "train.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    if cut == "line_boundary":
+        path.write_bytes(b"".join(lines[: len(lines) * 3 // 10]))
+    elif cut == "mid_line":
+        path.write_bytes(b"".join(lines[:100]) + lines[100][:7])
+    elif cut == "a_row_changed":
+        row = json.loads(lines[5])
+        row["answer"] = row["answer"] + "x"
+        path.write_bytes(b"".join([*lines[:5], (json.dumps(row) + "\n").encode(), *lines[6:]]))
+    elif cut == "a_row_added":
+        path.write_bytes(b"".join([*lines, lines[0]]))
+    else:
+        path.unlink()
+    with pytest.raises(ValueError) as e:
+        load_problems(str(built))
+    message = str(e.value)
+    assert "train.jsonl" in message and "python data/build.py --task reverse" in message, message
+    assert "\n" not in message
+
+
+def test_an_entry_point_refuses_a_cut_split_with_one_line(built, tmp_path):
+    path = built / "train.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:300]))
+    r = subprocess.run(
+        [sys.executable, "train_sft.py", "--dataset", str(built), "--output_dir", str(tmp_path / "ref"),
+         "--max_steps", "1", "--eval_split", ""],
+        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 1 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert "300 lines" in r.stderr and not (tmp_path / "ref").exists()
+
+
+def test_a_build_is_whole_and_deleting_its_manifest_uses_the_files_as_they_are(built):
+    assert build_mismatch(built) is None
+    manifest = json.loads((built / MANIFEST).read_text())
+    assert manifest["task"] == "reverse"
+    assert {s: v["rows"] for s, v in manifest["splits"].items()} == {
+        s: len(load_split(str(built), s)) for s in ("train", "validation", "test")
+    }
+    path = built / "train.jsonl"
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:50]))
+    (built / MANIFEST).unlink()
+    assert len(load_split(str(built), "train")) == 50  # the user's own now
+
+
+def test_the_committed_data_match_their_manifests():
+    for directory in sorted(p.parent for p in problems.DATA_DIR.glob(f"*/{MANIFEST}")):
+        assert build_mismatch(directory) is None, directory
+    assert len(list(problems.DATA_DIR.glob(f"*/{MANIFEST}"))) >= 6
+
+
+# ================================================================================================ encodings
+
+
+def test_a_split_that_starts_with_a_byte_order_mark_is_read(tmp_path):
+    rows = [{"prompt": "1+2=", "answer": "3"}, {"prompt": "4+5=", "answer": "9"}]
+    (tmp_path / "train.jsonl").write_bytes(b"\xef\xbb\xbf" + problems.jsonl_bytes(rows))
+    assert load_split(str(tmp_path), "train").to_list() == rows
+
+
+# ================================================================================================ a family's build
+
+
+@pytest.fixture
+def toy_family(tmp_path, monkeypatch):
+    """A task family writing under a temporary data/: `toy:<n>` has n-character prompts (`toy:huge` is a model too
+    large for any machine)."""
+    monkeypatch.setattr(problems, "DATA_DIR", tmp_path / "data")
+    monkeypatch.setattr(task, "DATA_DIR", tmp_path / "data")
+    calls = []
+
+    def make(name: str) -> Task:
+        def rows() -> dict[str, list[dict]]:
+            calls.append(name)
+            mk = [{"prompt": f"{i:03d}=", "answer": str(i % 7)} for i in range(300)]
+            return {"validation": mk[:50], "test": mk[50:100], "train": mk[100:]}
+
+        positions = 10**7 if name == "huge" else 16
+        return Task(
+            name=f"toy:{name}",
+            summary="toy",
+            build=rows,
+            chars="0123456789=",
+            config="configs/default.yaml",
+            dataset=f"toy_{name}",
+            reference={"output_dir": str(tmp_path / f"ref_{name}"), "n_positions": positions, "max_steps": 2,
+                       "train_size": 0, "eval_split": ""},
+        )  # fmt: skip
+
+    register_task_family("toy", make)
+    yield calls
+    task.TASK_FAMILIES.pop("toy", None)
+    for name in [n for n in task.TASKS if n.startswith("toy:")]:
+        task.TASKS.pop(name)
+
+
+def test_a_family_build_that_never_finished_is_written_again_and_said(toy_family, capsys):
+    t = get_task("toy:a")
+    t.ensure_data()
+    assert toy_family == ["a"] and (t.data_dir / MANIFEST).is_file()
+    t.ensure_data()  # finished: nothing to do
+    assert toy_family == ["a"]
+    (t.data_dir / MANIFEST).unlink()  # as a build killed before its last write leaves it
+    (t.data_dir / "train.jsonl").write_text('{"prompt": "1=", "answer": "1"}\n')
+    t.ensure_data()
+    assert toy_family == ["a", "a"] and "unfinished build" in capsys.readouterr().out
+    assert build_mismatch(t.data_dir) is None and len(load_split(str(t.data_dir), "train")) == 200
+
+
+def test_a_task_whose_reference_is_refused_writes_no_data(toy_family, tmp_path, capsys):
+    assert train_sft.main(["--task", "toy:huge"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "n_positions=10000000" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "data" / "toy_huge").exists()  # refused before its problems were written
+    assert train_sft.main(["--task", "toy:b"]) == 0  # a size the machine can hold: written, then trained
+    assert build_mismatch(tmp_path / "data" / "toy_b") is None
+
+
+# ================================================================================================ build.py's arguments
+
+
+def test_build_out_that_is_not_a_directory_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("mine\n")
+    for out in (tmp_path / "file", tmp_path / "file" / "below"):
+        r = build(out, "seed_bank")
+        assert r.returncode == 1 and r.stderr.startswith("error: --out ") and r.stderr.count("\n") == 1, (
+            r.stderr
+        )
+        assert "not a directory" in r.stderr
+    assert (tmp_path / "file").read_text() == "mine\n"
