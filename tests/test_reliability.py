@@ -367,7 +367,9 @@ def test_sigterm_at_any_moment_up_to_the_last_write_ends_whole(seed_reference, t
             )  # it ended before the signal
 
 
-def test_a_second_ctrl_c_during_the_end_writes_names_what_is_missing(seed_reference, tmp_path, monkeypatch, capfd):
+def test_a_second_ctrl_c_during_the_end_writes_names_what_is_missing(
+    seed_reference, tmp_path, monkeypatch, capfd
+):
     """Only a second Ctrl-C stops the end-of-run writes: the line names the files not written, the checkpoint kept,
     and the command that writes the report from the run's logs (which then works)."""
     from tinygrpo import trainer
