@@ -16,8 +16,8 @@ import torch.nn as nn
 from _numerics import float32_tolerance
 from torch.distributions import Categorical
 
+from studies import bandit as bandit_study
 from tinygrpo import bandit
-from tinygrpo.studies import bandit as bandit_study
 
 # ---- transcription of demo.py ----
 N_A, N_B = 6, 6

@@ -1,4 +1,4 @@
-"""`python -m tinygrpo.studies.compare --quick`: every output exists, comparison.md says what results.json says, the
+"""`python -m studies.compare --quick`: every output exists, comparison.md says what results.json says, the
 format-only reference is near chance, and the tabular rows match `tinygrpo.bandit.run_demo` recomputed here."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 import numpy as np
 import pytest
 
+from studies.compare import cli, settings
 from tinygrpo import bandit
-from tinygrpo.studies.compare import cli, settings
 
 pytestmark = pytest.mark.slow  # ~20-40 s: trains 4 tiny references and 8 short token-level runs
 

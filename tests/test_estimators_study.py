@@ -11,7 +11,7 @@ import pytest
 import torch
 from _numerics import F32_EPS, F64_EPS, ORDER_TERMS, assert_same_math
 
-from tinygrpo.studies import estimators as est
+from studies import estimators as est
 
 # ================================================================================================ the metrics
 

@@ -350,7 +350,7 @@ def test_bad_exploration_settings_are_one_line_errors(flag, value, message):
 
 @pytest.mark.slow
 def test_exploration_study_runs_its_arms_and_writes_a_table_of_their_numbers(seed_reference, tmp_path):
-    from tinygrpo.studies import exploration
+    from studies import exploration
 
     out, docs = tmp_path / "study", tmp_path / "docs"
     argv = ["--arms", "default", "uniform", "--seeds", "1", "--max_steps", "4", "--eval_steps", "2"]
@@ -374,7 +374,7 @@ def test_exploration_study_runs_its_arms_and_writes_a_table_of_their_numbers(see
 
 
 def test_study_per_seed_table_counts_a_seed_that_never_gets_there_as_infinitely_late():
-    from tinygrpo.studies.exploration import per_seed_table
+    from studies.exploration import per_seed_table
 
     # [step, seconds, completions, accuracy]; seed 2 never reaches 99 %, seed 1 reaches it, then falls back
     runs = [
@@ -390,8 +390,8 @@ def test_study_per_seed_table_counts_a_seed_that_never_gets_there_as_infinitely_
 
 
 def test_sample_efficiency_study_arms_each_change_one_setting_of_the_default_or_combine_two_arms():
+    from studies.sample_efficiency import ARMS
     from tinygrpo.config import parse_config
-    from tinygrpo.studies.sample_efficiency import ARMS
 
     default = parse_config([])
 

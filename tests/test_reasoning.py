@@ -135,9 +135,9 @@ def test_held_out_metrics_report_formats_and_length_of_the_greedy_completions():
 
 
 def test_reasoning_study_table_reads_finished_runs(tmp_path):
-    """tinygrpo.studies.reasoning: one row per GRPO arm from its runs (the median over seeds of the first and last
+    """studies.reasoning: one row per GRPO arm from its runs (the median over seeds of the first and last
     evaluation), and the more-SFT control's row from its sft_summary.json."""
-    from tinygrpo.studies import reasoning as study
+    from studies import reasoning as study
 
     for arm, shares in (("mixed", (0.8, 0.9, 0.85)), ("direct", (0.0, 0.0, 0.0))):
         for seed, share in zip((42, 1, 2), shares, strict=True):
@@ -161,7 +161,7 @@ def test_reasoning_study_table_reads_finished_runs(tmp_path):
 def test_reasoning_length_figure_draws_each_loss_from_its_runs(tmp_path):
     """The Dr. GRPO figure: drawn from the sampled rows of the finished runs of each loss arm; nothing without runs of
     two of them."""
-    from tinygrpo.studies import reasoning as study
+    from studies import reasoning as study
 
     assert not study.length_figure(tmp_path, [42], tmp_path / "none.png")
     assert not (tmp_path / "none.png").exists()
@@ -191,7 +191,7 @@ def test_reasoning_length_figure_draws_each_loss_from_its_runs(tmp_path):
 
 
 def test_each_grpo_arm_starts_from_its_reference_with_its_flags(tmp_path, monkeypatch):
-    from tinygrpo.studies import reasoning as study
+    from studies import reasoning as study
 
     seen = {}
     monkeypatch.setattr(study, "run_logged", lambda cmd, d: seen.setdefault(d.parent.name, cmd) and 0)
@@ -214,7 +214,7 @@ def test_each_grpo_arm_starts_from_its_reference_with_its_flags(tmp_path, monkey
 
 
 def test_binned_compares_runs_logged_at_different_steps_window_by_window():
-    from tinygrpo.studies.reasoning import BIN, binned
+    from studies.reasoning import BIN, binned
 
     every = [{"step": s, "wrong": float(s)} for s in range(1, 2 * BIN + 1)]  # means 5.5 and 15.5
     tenth = [{"step": s, "wrong": float(s)} for s in (BIN, 2 * BIN)] + [{"step": 3 * BIN, "wrong": None}]
@@ -226,7 +226,7 @@ def test_binned_compares_runs_logged_at_different_steps_window_by_window():
 
 
 def test_token_moves_averages_each_kind_of_token(tmp_path):
-    from tinygrpo.studies.reasoning import token_moves
+    from studies.reasoning import token_moves
 
     assert token_moves(tmp_path) == ""  # no completions logged
     row = {
@@ -249,7 +249,7 @@ def test_token_moves_averages_each_kind_of_token(tmp_path):
 def test_reasoning_study_on_validation_writes_beside_its_runs_never_over_the_published_docs(tmp_path):
     """A choice made on validation (`--eval_split validation`) writes its table and figures into --out; only the
     test split's runs write docs/ by default."""
-    from tinygrpo.studies import reasoning as study
+    from studies import reasoning as study
 
     docs = study.REPO / "docs"
     before = {p.name: p.read_bytes() for p in docs.glob("reasoning*")}
@@ -268,7 +268,7 @@ def test_reasoning_study_on_validation_writes_beside_its_runs_never_over_the_pub
 def test_more_sft_row_gives_the_minutes_its_extra_steps_buy_at_the_references_rate(tmp_path, monkeypatch):
     """The control's extra minutes are its extra steps at the reference's own seconds per step (what it was sized
     by), not its wall seconds, which depend on what else ran beside it."""
-    from tinygrpo.studies import reasoning as study
+    from studies import reasoning as study
 
     monkeypatch.setattr(study, "REPO", tmp_path)
     ref = tmp_path / "checkpoints" / study.MIXED

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from studies import _runs, sweep
 from tinygrpo.metrics_io import read_jsonl
-from tinygrpo.studies import _runs, sweep
 
 # ================================================================================================ synthetic runs
 
@@ -97,7 +97,7 @@ def test_table_shows_mean_std_or_how_many_seeds_reached(results):
 
 def test_docs_name_the_command_flags_and_failures_and_plot_the_mean_curve(results, tmp_path):
     data = {
-        "command": "python -m tinygrpo.studies.sweep --variants grpo rloo",
+        "command": "python -m studies.sweep --variants grpo rloo",
         "model": "checkpoints/reference",
         "base_flags": sweep.BASE_FLAGS,
         "extra": [],
@@ -113,7 +113,7 @@ def test_docs_name_the_command_flags_and_failures_and_plot_the_mean_curve(result
     }
     sweep.write_docs(data, tmp_path / "docs")
     text = (tmp_path / "docs" / "sweep.md").read_text()
-    assert "`python -m tinygrpo.studies.sweep --variants grpo rloo`" in text
+    assert "`python -m studies.sweep --variants grpo rloo`" in text
     assert "`--num_mini_batches 4`" in text and "OMP_NUM_THREADS=1" in text and "2 CPU cores" in text
     assert "The reference: 60.0 % on validation" in text
     assert "- cispo seed 2: exit 1: error: boom" in text

@@ -324,9 +324,9 @@ def test_train_sft_task_errors(argv, message, tmp_path):
 
 
 def test_tasks_study_table_reads_finished_runs(tmp_path):
-    """tinygrpo.studies.tasks: a row from finished runs (summary.json, metrics.jsonl), the median over seeds, and no
+    """studies.tasks: a row from finished runs (summary.json, metrics.jsonl), the median over seeds, and no
     row for a task without one."""
-    from tinygrpo.studies import tasks as study
+    from studies import tasks as study
 
     for seed, after, secs in ((42, 0.70, 60.0), (1, 0.74, 66.0), (2, 0.60, 90.0)):
         d = study.run_dir(tmp_path, "reverse", seed)

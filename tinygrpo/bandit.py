@@ -1,6 +1,6 @@
 """The tabular oracle: GRPO on a policy that is one row of logits per question, built on `tinygrpo.core`.
 
-Two setups from the seed tutorials (the command-line runs and plots are in `tinygrpo.studies.bandit`):
+Two setups from the seed tutorials (the command-line runs and plots are in `studies.bandit`):
 
   `train_demo`: the "demo.py" GRPO-vs-REINFORCE demo, reproduced exactly (same RNG call order, same numbers): 36
       questions a + b with a, b in 0..5 (q = a * 6 + b), 13 answers 0..12, a zero table, G = 8, one random question

@@ -459,7 +459,7 @@ def section_beliefs(beliefs: list[dict]) -> str:
         head
         + "<p>P(answer + &lt;eos&gt; | question) under the policy at the first, middle and last evaluation; the "
         "red box is the gold answer. The tabular oracle of the seed tutorials holds one such row per question "
-        "(<code>python -m tinygrpo.studies.compare</code> shows the table's beside the GPT's).</p>"
+        "(<code>python -m studies.compare</code> shows the table's beside the GPT's).</p>"
         + _png(fig)
         + "</section>"
     )

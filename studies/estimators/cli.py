@@ -1,4 +1,4 @@
-"""The command line of the estimators study (python -m tinygrpo.studies.estimators); see the package docstring."""
+"""The command line of the estimators study (python -m studies.estimators); see the package docstring."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from .variants import (
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m tinygrpo.studies.estimators",
+        prog="python -m studies.estimators",
         description=DOC.split("\n\n")[0],
         epilog=DOC,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         write_docs(json.loads((out / "estimators.json").read_text()), Path(args.docs))
         return 0
-    torch.set_num_threads(1)  # why: tinygrpo/studies/_runs.py (one thread per run)
+    torch.set_num_threads(1)  # why: studies/_runs.py (one thread per run)
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     if args.model_name_or_path:
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         f"every completion enumerated) is in [{lo}, {hi}], chosen for each policy separately."
     )
     res: dict[str, Any] = {
-        "command": "python -m tinygrpo.studies.estimators" + (" " + shlex.join(raw) if raw else ""),
+        "command": "python -m studies.estimators" + (" " + shlex.join(raw) if raw else ""),
         "setup": {
             "G": args.G,
             "batches": args.batches,
@@ -133,7 +133,7 @@ def describe_policies(paths: dict[str, Path], args: argparse.Namespace) -> str:
         if name == "mid" and not args.model_name_or_path:
             said.append(
                 f"`mid` = {args.mid_steps} steps of `train_grpo.py`'s default recipe from the reference, as the "
-                "studies run it (tinygrpo/studies/_runs.py: one thread, `train_without_validation`, seed 42), its "
+                "studies run it (studies/_runs.py: one thread, `train_without_validation`, seed 42), its "
                 "`final` policy"
             )
         else:

@@ -1,8 +1,8 @@
 """The reasoning experiment: does GRPO, rewarded for the final answer alone, teach a tiny model to show its work?
 
-    python -m tinygrpo.studies.reasoning                                # the references, then every arm, 3 seeds
-    python -m tinygrpo.studies.reasoning --eval_split validation --seeds 42 --arms mixed   # a choice, on validation
-    python -m tinygrpo.studies.reasoning --summarize                    # the table and figure of the runs there
+    python -m studies.reasoning                                # the references, then every arm, 3 seeds
+    python -m studies.reasoning --eval_split validation --seeds 42 --arms mixed   # a choice, on validation
+    python -m studies.reasoning --summarize                    # the table and figure of the runs there
 
 The reference (`python train_sft.py --task multiplication_mixed`) imitated the worked product on one training
 problem in four and the answer alone on the others; nothing in the prompt says which. The arms:
@@ -57,7 +57,7 @@ def run_dir(out: Path, arm: str, seed: int) -> Path:
 
 def grpo(arm: str, seed: int, out: Path, eval_split: str, flags: list[str]) -> int:
     """One GRPO run of the experiment's recipe (one thread), from the arm's reference."""
-    from ..task import get_task
+    from tinygrpo.task import get_task
 
     d = run_dir(out, arm, seed)
     task, arm_flags = GRPO_ARMS[arm]
@@ -236,7 +236,7 @@ def token_moves(d: Path) -> str:
     """A markdown table of what the steps did to each kind of token, over a run's logged completions (their token
     columns): the first token (the format's choice), the other digits, the work's syntax; the mean |ratio - 1| and
     the mean entropy at the token's position. '' when the run logged no token columns."""
-    from ..metrics_io import read_jsonl
+    from tinygrpo.metrics_io import read_jsonl
 
     kinds: dict[str, list[tuple[float, float]]] = {"the first": [], "the other digits": [], "the syntax": []}
     rows = [r for r in read_jsonl(d / "completions.jsonl") if "tokens" in r]

@@ -16,9 +16,9 @@ from torch import Tensor
 from .variants import MAX_COMPLETION_LENGTH, VARIANTS
 
 if TYPE_CHECKING:
-    from ...config import GRPOConfig
-    from ...distributed import Processes
-    from ...exact import CompletionSpace, ExactResult
+    from tinygrpo.config import GRPOConfig
+    from tinygrpo.distributed import Processes
+    from tinygrpo.exact import CompletionSpace, ExactResult
 
 SCAN_CHUNK = 32  # prompts per exact-accuracy forward while looking for prompts with signal
 
@@ -36,7 +36,7 @@ def load_policy(path: str | Path) -> tuple[nn.Module, Any]:
 
 
 def encode(tok: Any, prompts: list[str]) -> tuple[Tensor, Tensor]:
-    from ...prompts import left_pad
+    from tinygrpo.prompts import left_pad
 
     return left_pad(tok(prompts)["input_ids"], tok.pad_token_id)
 
@@ -45,7 +45,7 @@ def exact_result(
     model: nn.Module, tok: Any, space: CompletionSpace, prompts: list[str], answers: list[str], grad: bool
 ) -> ExactResult:
     """tinygrpo.exact's J (and gradient) for these prompts under the `accuracy` reward, scored as the trainer does."""
-    from ...exact import exact_objective, score_completions
+    from tinygrpo.exact import exact_objective, score_completions
 
     R = score_completions(tok, prompts, space, ["accuracy"], columns={"answer": answers})
     if not bool(torch.isfinite(R).all()):
@@ -120,8 +120,7 @@ class Sampler:
 
     def __init__(self, model: nn.Module, tok: Any, prompts: list[str], answers: list[str], T: int) -> None:
         from rewards import EOS, resolve_rewards
-
-        from ...backend import select_backend
+        from tinygrpo.backend import select_backend
 
         self.model, self.tok, self.T = model, tok, T
         self.backend = select_backend(model)  # the trainer's choice: the grouped fast path for tiny_lm
@@ -133,8 +132,7 @@ class Sampler:
 
     def draw(self, G: int, generator: torch.Generator) -> Draw:
         from rewards import combine_rewards, compute_rewards
-
-        from ...rollout import SamplingParams, decode_rows, sample_completions
+        from tinygrpo.rollout import SamplingParams, decode_rows, sample_completions
 
         tok = self.tok
         ro = sample_completions(
@@ -165,7 +163,7 @@ class Sampler:
 
 def variant_config(name: str, G: int, P: int, T: int = MAX_COMPLETION_LENGTH) -> GRPOConfig:
     """The GRPOConfig of a variant for P prompts x G completions in one on-policy mini-batch."""
-    from ...config import GRPOConfig
+    from tinygrpo.config import GRPOConfig
 
     return GRPOConfig(
         num_generations=G,
@@ -181,7 +179,7 @@ def one_process() -> Processes:
     """tinygrpo.distributed.Processes for this process alone (every collective is the identity)."""
     from accelerate import Accelerator
 
-    from ...distributed import Processes
+    from tinygrpo.distributed import Processes
 
     return Processes(Accelerator(cpu=True))
 
@@ -190,8 +188,8 @@ class Estimator:
     """A variant's gradient estimate of a batch, through the trainer's own PolicyUpdate (prepare, then loss)."""
 
     def __init__(self, cfg: GRPOConfig, model: nn.Module, sampler: Sampler, processes: Processes) -> None:
-        from ...backend import PolicyForward
-        from ...update import PolicyUpdate
+        from tinygrpo.backend import PolicyForward
+        from tinygrpo.update import PolicyUpdate
 
         self.cfg, self.sampler = cfg, sampler
         self.params = list(model.parameters())
@@ -202,8 +200,8 @@ class Estimator:
 
     def batch(self, draw: Draw):
         """The trainer's Batch of a draw, with this variant's advantages (over the whole batch, as the trainer's)."""
-        from ...advantage_estimators import advantages
-        from ...batch import Batch
+        from tinygrpo.advantage_estimators import advantages
+        from tinygrpo.batch import Batch
 
         cfg = self.cfg
         adv, _ = advantages(

@@ -1,4 +1,4 @@
-"""The command line of the comparison study (python -m tinygrpo.studies.compare); see the package docstring."""
+"""The command line of the comparison study (python -m studies.compare); see the package docstring."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .settings import Settings, quick_settings
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tinygrpo.studies.compare", description=DOC.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m studies.compare", description=DOC.split("\n")[0])
     p.add_argument("--output-dir", type=Path, default=Path("runs/compare"))
     p.add_argument("--seeds", type=int, default=None, help="seeds per method (default 5; 2 with --quick)")
     p.add_argument(

@@ -1,10 +1,10 @@
 """GRPO variants side by side: loss aggregations, baselines, importance ratios and entropy terms, seeds x variants.
 
-    python -m tinygrpo.studies.sweep --docs docs      # every variant, 3 seeds, 2 at once: ~25 min on 2 cores
-    python -m tinygrpo.studies.sweep --variants grpo rloo --seeds 1 --max_steps 50    # a quick look
-    python -m tinygrpo.studies.sweep --variants "dapo (default)" cispo --extra "--learning_rate 1e-3"
+    python -m studies.sweep --docs docs      # every variant, 3 seeds, 2 at once: ~25 min on 2 cores
+    python -m studies.sweep --variants grpo rloo --seeds 1 --max_steps 50    # a quick look
+    python -m studies.sweep --variants "dapo (default)" cispo --extra "--learning_rate 1e-3"
 
-Every run is `train_grpo.py` as the studies run it (tinygrpo/studies/_runs.py: from checkpoints/reference, one
+Every run is `train_grpo.py` as the studies run it (studies/_runs.py: from checkpoints/reference, one
 thread, trained on `train_without_validation`, evaluated every EVAL_STEPS on `validation`; the `test` split is
 evaluated once per run, at the end, for reporting only), then BASE_FLAGS, then the variant's flags, then --extra
 (later flags win). The default set is DEFAULT_VARIANTS; `--variants` picks any of VARIANTS.
@@ -151,7 +151,7 @@ def unknown_variants(names: list[str]) -> str | None:
 def rejected(flags: list[str]) -> str | None:
     """train_grpo.py's own complaint about these flags (an option or a value it does not have yet), or None: checked
     here, in a second, rather than from a run's log after it started."""
-    from ..config import ConfigError, parse_config
+    from tinygrpo.config import ConfigError, parse_config
 
     try:
         parse_config(flags)
@@ -304,7 +304,7 @@ def shown_path(path: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(
-        prog="python -m tinygrpo.studies.sweep",
+        prog="python -m studies.sweep",
         description=__doc__.split("\n\n")[0],
         epilog=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # a finished run we cannot read is one failure, not the end of the sweep
             fail(variant, seed, f"cannot read the finished run {run_dir}: {type(e).__name__}: {e}")
     data = {
-        "command": shlex.join(["python", "-m", "tinygrpo.studies.sweep", *argv]),
+        "command": shlex.join(["python", "-m", "studies.sweep", *argv]),
         "model": shown_path(args.model_name_or_path),
         "base_flags": BASE_FLAGS,
         "extra": extra,

@@ -46,7 +46,7 @@ def write_markdown(res: dict, path: Path) -> None:
         f"K = {s['batches']} batches per (policy, G), every variant on the same batches; completions of at most "
         f"{s['max_completion_length']} tokens at temperature 1; reward `accuracy`; one on-policy mini-batch (the "
         "trainer's first: the ratio is exactly 1); no dynamic sampling, no explore rounds. "
-        "`tinygrpo/studies/estimators/` says how each number is computed.",
+        "`studies/estimators/` says how each number is computed.",
         "",
         f"Policies: {s['policies']}",
         "",

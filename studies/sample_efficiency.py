@@ -1,9 +1,9 @@
 """Sample efficiency: where the samples go, how many updates they feed, the schedule; how soon the default reaches 99 %.
 
-    python -m tinygrpo.studies.sample_efficiency --docs docs            # every arm, 3 seeds, one run at a time
-    python -m tinygrpo.studies.sample_efficiency --seeds 42 --arms default "600 steps"   # a screen on one seed
+    python -m studies.sample_efficiency --docs docs            # every arm, 3 seeds, one run at a time
+    python -m studies.sample_efficiency --seeds 42 --arms default "600 steps"   # a screen on one seed
 
-The exploration study's runner (tinygrpo/studies/exploration.py) with other arms: every run is `train_grpo.py` from
+The exploration study's runner (studies/exploration.py) with other arms: every run is `train_grpo.py` from
 checkpoints/reference, one thread, trained on `train_without_validation` (9,000 problems) and evaluated every 10 steps
 on `validation` (500 problems carved from the training problems): every choice is made on validation, the test split
 is evaluated once per run at the end, for reporting. The question is the issue's goal of 99 % held-out within 30 s of

@@ -1,4 +1,4 @@
-"""python -m tinygrpo.studies.estimators"""
+"""python -m studies.estimators"""
 
 import sys
 

@@ -1,9 +1,9 @@
 """What each estimator estimates: the sampled gradient of every GRPO variant against the exact gradient of J.
 
-    python -m tinygrpo.studies.estimators --docs docs    # both policies, every variant, G = 2..32, K = 200 (~6 min)
-    python -m tinygrpo.studies.estimators --policies reference --variants grpo dr_grpo --G 4 --batches 50  # a look
-    python -m tinygrpo.studies.estimators --model_name_or_path DIR --prompts 1+2= 3+4= --G 2 --batches 8  # any model
-    python -m tinygrpo.studies.estimators --docs docs --rewrite_docs      # the docs again from the JSON, no run
+    python -m studies.estimators --docs docs    # both policies, every variant, G = 2..32, K = 200 (~6 min)
+    python -m studies.estimators --policies reference --variants grpo dr_grpo --G 4 --batches 50  # a look
+    python -m studies.estimators --model_name_or_path DIR --prompts 1+2= 3+4= --G 2 --batches 8  # any model
+    python -m studies.estimators --docs docs --rewrite_docs      # the docs again from the JSON, no run
 
 Why. GRPO climbs J(theta) = mean over prompts x of sum_y pi(y | x) R(x, y). On this task every completion can be
 listed (tinygrpo/exact.py), so for a batch of prompts J's gradient g* is known exactly, and so is each prompt's. One

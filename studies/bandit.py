@@ -1,10 +1,10 @@
 """The seed tutorials' tabular runs from the command line, with their outputs and plots.
 
-python -m tinygrpo.studies.bandit demo [--steps 120] [--output-dir runs/bandit_demo]
+python -m studies.bandit demo [--steps 120] [--output-dir runs/bandit_demo]
     The seed demo, GRPO vs REINFORCE on 36 a+b questions (`tinygrpo.bandit.train_demo`); writes config.json,
     metrics.jsonl, summary.json and bandit_demo.png (accuracy; GRPO's cumulative skipped fraction).
 
-python -m tinygrpo.studies.bandit chapter --epochs 40 --group-size 4 [--output-dir runs/bandit_chapter] [--seed 42]
+python -m studies.bandit chapter --epochs 40 --group-size 4 [--output-dir runs/bandit_chapter] [--seed 42]
     The "GRPO bandit" chapter, 3 prompts x 3 actions (`tinygrpo.bandit.train_chapter`).
 """
 
@@ -146,9 +146,7 @@ def main_chapter(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m tinygrpo.studies.bandit", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m studies.bandit", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the seed demo: GRPO vs REINFORCE on 36 a+b questions")
     demo.add_argument("--steps", type=int, default=DEMO_STEPS)

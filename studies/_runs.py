@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 # One thread per run: two single-threaded runs on two cores are faster than one run on two threads, and their
 # seconds stay comparable (intra-op threads on a shared machine oversubscribe it).
 ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -93,10 +93,9 @@ def test_accuracy(run_dir: Path) -> float:
     """Greedy accuracy of the run's final policy on the test split (reporting only)."""
     import torch
 
+    from tinygrpo.evaluation import greedy_accuracy
+    from tinygrpo.problems import load_split
     from train_grpo import load_model_and_tokenizer
-
-    from ..evaluation import greedy_accuracy
-    from ..problems import load_split
 
     torch.set_num_threads(1)
     model, tok = load_model_and_tokenizer(str(run_dir / "final"), "final")

@@ -14,7 +14,7 @@ G = bandit.DEMO_GROUP  # 8: the same group size everywhere
 N_ANSWERS = bandit.N_ANSWERS  # 13 answers 0..12
 N_QUESTIONS = bandit.N_QUESTIONS  # 36
 TOKEN_SEED_BASE = 42
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ADDITION_REFERENCE = "checkpoints/reference"
 
 # method key -> (family, advantage, reference, label); the table's row order

@@ -1,6 +1,6 @@
 """Tabular GRPO/REINFORCE (the seed demo) against token-level GRPO/REINFORCE on the tiny char GPT, same questions.
 
-    python -m tinygrpo.studies.compare --output-dir runs/compare [--seeds 5] [--quick]
+    python -m studies.compare --output-dir runs/compare [--seeds 5] [--quick]
 
 On the seed demo's 36 questions a + b (a, b in 0..5, answers 0..12), every method samples groups of G = 8 answers
 and is scored by greedy accuracy on the same 36 questions against the number of completions it has sampled:

@@ -1,8 +1,8 @@
 """The tasks table: each task's reference and its GRPO recipe, over seeds, on the test split.
 
-    python -m tinygrpo.studies.tasks                                   # every built-in task but addition, 3 seeds
-    python -m tinygrpo.studies.tasks --tasks reverse countdown --seeds 42 1 2
-    python -m tinygrpo.studies.tasks --summarize                       # the table from the runs already there
+    python -m studies.tasks                                   # every built-in task but addition, 3 seeds
+    python -m studies.tasks --tasks reverse countdown --seeds 42 1 2
+    python -m studies.tasks --summarize                       # the table from the runs already there
 
 For each task: its reference (`python train_sft.py --task NAME` into checkpoints/NAME, trained first if missing),
 then `python train_grpo.py --config configs/NAME.yaml --seed S` per seed, two runs side by side at one thread each
@@ -28,7 +28,7 @@ DEFAULT_TASKS = ("reverse", "countdown", "multiplication", "multiplication_scrat
 
 
 def ensure_reference(name: str) -> Path:
-    from ..task import get_task
+    from tinygrpo.task import get_task
 
     path = REPO / get_task(name).reference["output_dir"]
     if not (path / "config.json").is_file():
@@ -43,7 +43,7 @@ def run_dir(out: Path, name: str, seed: int) -> Path:
 
 def grpo(name: str, seed: int, out: Path) -> int:
     """One GRPO run of the task's recipe (one thread); its output beside its directory."""
-    from ..task import get_task
+    from tinygrpo.task import get_task
 
     d = run_dir(out, name, seed)
     cmd = [sys.executable, "train_grpo.py", "--config", get_task(name).config, "--seed", str(seed)]
@@ -54,7 +54,7 @@ def grpo(name: str, seed: int, out: Path) -> int:
 
 def row(name: str, seeds: list[int], out: Path) -> list[str] | None:
     """The table's row of a task from its finished runs (None when none finished)."""
-    from ..task import get_task
+    from tinygrpo.task import get_task
 
     task = get_task(name)
     runs = []
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--summarize", action="store_true", help="only print the table of the runs already there")
     p.add_argument("--table", type=Path, default=REPO / "docs" / "tasks_table.md")
     args = p.parse_args(argv)
-    from ..task import get_task
+    from tinygrpo.task import get_task
 
     for name in args.tasks:
         get_task(name)  # an unknown task fails here, before any run

@@ -1,0 +1,5 @@
+"""python -m studies.compare"""
+
+from .cli import main
+
+main()

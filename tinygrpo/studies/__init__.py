@@ -1,5 +1,0 @@
-"""Studies built on the library: runs, reports and figures (the library never imports them).
-
-python -m tinygrpo.studies.bandit demo | chapter     the seed tutorials' tabular runs
-python -m tinygrpo.studies.compare                   tabular vs token-level GRPO on the seed bank
-"""

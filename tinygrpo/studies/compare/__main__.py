@@ -1,5 +1,0 @@
-"""python -m tinygrpo.studies.compare"""
-
-from .cli import main
-
-main()
