@@ -7,9 +7,9 @@
 For each task: its reference (`python train_sft.py --task NAME` into checkpoints/NAME, trained first if missing),
 then `python train_grpo.py --config configs/NAME.yaml --seed S` per seed, two runs side by side at one thread each
 (runs/tasks/NAME/seed<S>). The recipes were chosen on the validation split (docs/tasks.md); these runs evaluate on
-the test split, for reporting. The table (docs/tasks_table.md, printed too): an example problem, the mean length of
-the reference's sampled completions, the reference's held-out greedy accuracy, the accuracy after GRPO (median and
-each seed), and the training time.
+the test split, for reporting. The results (docs/results/tasks.json) and the table drawn from them (in docs/tasks.md,
+printed too): an example problem, the mean length of the reference's sampled completions, the reference's held-out
+greedy accuracy, the accuracy after GRPO (median and each seed), and the training time.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ._runs import REPO, read_metrics, run_logged
+from .results import RESULTS, each, markdown, measurement, median, pct, save
 
 DEFAULT_TASKS = ("reverse", "countdown", "multiplication", "multiplication_scratchpad", "addition_long")
 
@@ -52,38 +53,41 @@ def grpo(name: str, seed: int, out: Path) -> int:
     return run_logged(cmd, d)
 
 
-def row(name: str, seeds: list[int], out: Path) -> list[str] | None:
-    """The table's row of a task from its finished runs (None when none finished)."""
+def summarize(names: list[str], seeds: list[int], out: Path, command: str) -> dict:
+    """What the table shows of each task with finished runs, from its runs: an example, the reference's held-out
+    accuracy, each seed's after GRPO, and the medians over seeds of the reference's mean sampled length and of the
+    training seconds."""
     from tinygrpo.task import get_task
 
-    task = get_task(name)
-    runs = []
-    for s in seeds:
-        d = run_dir(out, name, s)
-        if (d / "summary.json").is_file():
-            runs.append((s, json.loads((d / "summary.json").read_text()), read_metrics(d)))
-    if not runs:
-        return None
-    test = json.loads((task.data_dir / "test.jsonl").read_text().splitlines()[0])
-    column = (task.reference or {}).get("completion_column", "answer")
-    example = f"`{test['prompt']}` -> `{test[column]}<eos>`"
-    before = runs[0][1]["eval_before"]["eval/accuracy"]
-    after = [r[1]["eval_after"]["eval/accuracy"] for r in runs]
-    lengths = [
-        next(m["completions/mean_length"] for m in r[2] if "completions/mean_length" in m) for r in runs
-    ]
-    seconds = [next(m["time/elapsed"] for m in reversed(r[2]) if "time/elapsed" in m) for r in runs]
-    each = " / ".join(f"{a:.1%}" for a in after)
-    return [
-        f"`{name}`",
-        example,
-        f"{statistics.median(lengths):.1f}",
-        f"{before:.1%}",
-        f"**{statistics.median(after):.1%}** ({each}; seeds {', '.join(str(r[0]) for r in runs)})",
-        f"{statistics.median(after) - before:+.1%}".replace("%", " points"),
-        f"{statistics.median(seconds) / 60:.1f}",
-        f"`python train_sft.py --task {name}`, then `accelerate launch train_grpo.py --config {task.config}`",
-    ]
+    tasks = []
+    for name in names:
+        task = get_task(name)
+        runs = []
+        for s in seeds:
+            d = run_dir(out, name, s)
+            if (d / "summary.json").is_file():
+                runs.append((s, json.loads((d / "summary.json").read_text()), read_metrics(d)))
+        if not runs:
+            continue
+        test = json.loads((task.data_dir / "test.jsonl").read_text().splitlines()[0])
+        column = (task.reference or {}).get("completion_column", "answer")
+        lengths = [
+            next(m["completions/mean_length"] for m in r[2] if "completions/mean_length" in m) for r in runs
+        ]
+        seconds = [next(m["time/elapsed"] for m in reversed(r[2]) if "time/elapsed" in m) for r in runs]
+        tasks.append(
+            {
+                "task": name,
+                "prompt": test["prompt"],
+                "completion": f"{test[column]}<eos>",
+                "config": task.config,
+                "reference": runs[0][1]["eval_before"]["eval/accuracy"],
+                "after": {str(r[0]): r[1]["eval_after"]["eval/accuracy"] for r in runs},
+                "mean_length": statistics.median(lengths),
+                "minutes": statistics.median(seconds) / 60,
+            }
+        )
+    return {"measurement": measurement(command, threads=1, side_by_side=2), "tasks": tasks}
 
 
 HEAD = [
@@ -98,11 +102,26 @@ HEAD = [
 ]
 
 
-def table(names: list[str], seeds: list[int], out: Path) -> str:
-    rows = [r for r in (row(n, seeds, out) for n in names) if r is not None]
-    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+def table(results: dict) -> str:
+    """docs/tasks.md's table (markdown) from docs/results/tasks.json."""
+    rows = []
+    for t in results["tasks"]:
+        after = list(t["after"].values())
+        mid = median(after)
+        rows.append(
+            [
+                f"`{t['task']}`",
+                f"`{t['prompt']}` -> `{t['completion']}`",
+                f"{t['mean_length']:.1f}",
+                pct(t["reference"]),
+                f"**{pct(mid)}** ({each(after)}; seeds {', '.join(t['after'])})",
+                f"{100 * (mid - t['reference']):+.1f} points",
+                f"{t['minutes']:.1f}",
+                f"`python train_sft.py --task {t['task']}`, then `accelerate launch train_grpo.py --config "
+                f"{t['config']}`",
+            ]
+        )
+    return markdown(HEAD, rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -111,8 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[42, 1, 2])
     p.add_argument("--out", type=Path, default=REPO / "runs" / "tasks")
     p.add_argument("--parallel", type=int, default=2, help="runs side by side (one thread each; default 2)")
-    p.add_argument("--summarize", action="store_true", help="only print the table of the runs already there")
-    p.add_argument("--table", type=Path, default=REPO / "docs" / "tasks_table.md")
+    p.add_argument("--summarize", action="store_true", help="only summarize the runs already there")
+    p.add_argument("--results", type=Path, default=RESULTS / "tasks.json", help="where the results go")
     args = p.parse_args(argv)
     from tinygrpo.task import get_task
 
@@ -127,9 +146,16 @@ def main(argv: list[str] | None = None) -> None:
         failed = [f"{n} seed {s}" for (n, s), c in zip(jobs, codes, strict=True) if c != 0]
         if failed:
             print(f"failed: {', '.join(failed)} (see their logs under {args.out})", file=sys.stderr)
-    text = table(args.tasks, args.seeds, args.out)
-    print(text)
-    args.table.write_text(text + "\n")
+    command = (
+        "python -m studies.tasks --tasks "
+        + " ".join(args.tasks)
+        + " --seeds "
+        + " ".join(map(str, args.seeds))
+    )
+    results = summarize(args.tasks, args.seeds, args.out, command)
+    save(args.results, results)
+    print(table(results))
+    print(f"wrote {args.results}; python -m studies.results renders the docs' tables from it")
 
 
 if __name__ == "__main__":

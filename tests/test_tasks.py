@@ -324,8 +324,9 @@ def test_train_sft_task_errors(argv, message, tmp_path):
 
 
 def test_tasks_study_table_reads_finished_runs(tmp_path):
-    """studies.tasks: a row from finished runs (summary.json, metrics.jsonl), the median over seeds, and no
-    row for a task without one."""
+    """studies.tasks: a row from finished runs (summary.json, metrics.jsonl), the median over seeds (not the mean:
+    the seeds differ so that the two differ in every column), the training seconds of the LAST logged row (an
+    earlier row logs fewer), and no row for a task without one."""
     from studies import tasks as study
 
     for seed, after, secs in ((42, 0.70, 60.0), (1, 0.74, 66.0), (2, 0.60, 90.0)):
@@ -334,9 +335,12 @@ def test_tasks_study_table_reads_finished_runs(tmp_path):
         summary = {"eval_before": {"eval/accuracy": 0.46}, "eval_after": {"eval/accuracy": after}}
         (d / "summary.json").write_text(json.dumps(summary))
         rows = [{"step": 0, "eval/accuracy": 0.46}, {"step": 1, "completions/mean_length": 9.0 + seed % 2}]
+        rows.append({"step": 5, "time/elapsed": 5.0, "completions/mean_length": 30.0})
         rows.append({"step": 300, "time/elapsed": secs, "eval/accuracy": after})
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    text = study.table(["reverse", "countdown"], [42, 1, 2], tmp_path)
+    results = study.summarize(["reverse", "countdown"], [42, 1, 2], tmp_path, "python -m studies.tasks")
+    assert [t["task"] for t in results["tasks"]] == ["reverse"] and results["measurement"]["machine"]["cpu"]
+    text = study.table(json.loads(json.dumps(results)))  # (as read back from docs/results/tasks.json)
     lines = text.splitlines()
     assert len(lines) == 3 and lines[2].startswith("| `reverse` | `")
     cells = [c.strip() for c in lines[2].split("|")[1:-1]]

@@ -1,0 +1,60 @@
+"""One source for every number (studies/results.py): every table of the README and the docs that shows results is
+drawn from a committed results file, and drawing it again gives what the doc holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from studies import results
+
+# Tables that list things rather than results (a reference to read, not a measurement).
+REFERENCE_TABLES = {
+    "| room | what lives there |",
+    "| component | its state | in a checkpoint |",
+    "| you want | touch | and |",
+    "| task | problems | completion | verifier (held-out accuracy) | other rewards |",
+    "| script | measures |",
+}
+
+
+def marked() -> list[tuple[str, str, str, str]]:
+    return [
+        (str(path.relative_to(results.REPO)), m["fn"], m["data"], m["body"])
+        for path in results.DOCS
+        for m in results.MARKER.finditer(path.read_text())
+    ]
+
+
+@pytest.mark.parametrize("doc, fn, data, body", marked(), ids=lambda v: v if "\n" not in v else "")
+def test_every_marked_table_is_drawn_again_from_its_results(doc, fn, data, body):
+    assert results.render(fn, data) == body.strip("\n"), (
+        f"{doc}: the table of {fn} is not what {data} draws: run python -m studies.results"
+    )
+
+
+def test_no_results_table_outside_markers():
+    stray = {
+        str(path.relative_to(results.REPO)): [
+            t for t in results.unmarked_tables(path.read_text()) if t not in REFERENCE_TABLES
+        ]
+        for path in results.DOCS
+    }
+    assert not {k: v for k, v in stray.items() if v}, stray
+
+
+def test_each_results_file_says_how_it_was_measured():
+    files = sorted(results.RESULTS.glob("*.json"))
+    assert files
+    for f in files:
+        m = results.load(f)["measurement"]
+        assert m["command"] and m["machine"]["cpu"], f
+
+
+def test_a_marker_is_rendered_in_place_and_nothing_else_changes(tmp_path):
+    doc = tmp_path / "doc.md"
+    head = "text before\n\n<!-- results studies.tasks:table docs/results/tasks.json -->\n"
+    doc.write_text(head + "| stale |\n<!-- /results -->\n\ntext after\n")
+    assert results.write_docs([doc]) == [doc]
+    text = doc.read_text()
+    assert text.startswith(head) and text.endswith("<!-- /results -->\n\ntext after\n") and "stale" not in text
+    assert results.write_docs([doc]) == []  # rendered: idempotent
