@@ -115,6 +115,24 @@ def mean_std(xs: Sequence[float], fmt: str = "{:.1f}", scale: float = 1.0, unit:
 # ------------------------------------------------------------------------------------------------ the docs
 
 
+def shown(path: Path) -> str:
+    """A results file as a marker names it: from the repository root when it is inside, else absolute."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def block(fn: str, data: Path) -> str:
+    """A marked block: what `fn` draws from the results file `data`, between the markers that name them."""
+    return f"<!-- results {fn} {shown(data)} -->\n{render(fn, shown(data))}\n<!-- /results -->"
+
+
+def write_page(path: Path, fn: str, data: Path) -> Path:
+    """A page a study generates whole: one marked block (so that tests/test_results.py checks it too)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(block(fn, data) + "\n")
+    return Path(path)
+
+
 def render(fn: str, data: str) -> str:
     """The table `fn` ('module:function') draws from the results file `data`."""
     module, name = fn.split(":")

@@ -93,7 +93,14 @@ class SFTConfig:
     n_layer: int = field(default=2, metadata={"help": "Transformer blocks."})
     n_embd: int = field(default=64, metadata={"help": "Model width."})
     n_head: int = field(default=4, metadata={"help": "Attention heads."})
-    threads: int = field(default=0, metadata={"help": "torch threads (0 = torch's default)."})
+    threads: int = field(
+        default=1,
+        metadata={
+            "help": "torch threads (0 = torch's default). 1 by default: the float sums' order, and so the "
+            "reference's weights, are then the same whether `python train_sft.py`, `python train_grpo.py` or "
+            "`accelerate launch train_grpo.py` (one thread a process) trains it; at this size one thread is as fast."
+        },
+    )
     n_positions: int = field(default=32, metadata={"help": "Context length (prompt + completion)."})
     chars: str = field(default=DEFAULT_CHARS, metadata={"help": "Tokenizer characters (plus <pad>, <eos>)."})
     seed: int = field(default=0, metadata={"help": "Seed for the sample of problems, init and batches."})

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .._runs import REPO
+from ..results import measurement
 from . import __doc__ as DOC
 from .report import write_docs
 from .sampling import SCAN_CHUNK, one_process
@@ -98,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         f"of {SCAN_CHUNK}; the first P = {args.num_prompts} prompts whose exact expected accuracy (tinygrpo/exact.py, "
         f"every completion enumerated) is in [{lo}, {hi}], chosen for each policy separately."
     )
+    command = "python -m studies.estimators" + (" " + shlex.join(raw) if raw else "")
     res: dict[str, Any] = {
-        "command": "python -m studies.estimators" + (" " + shlex.join(raw) if raw else ""),
+        "measurement": measurement(command, threads=1),
+        "command": command,
         "setup": {
             "G": args.G,
             "batches": args.batches,

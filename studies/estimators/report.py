@@ -36,7 +36,8 @@ def _bias_cell(m: dict) -> str:
     return f"< {math.sqrt(max(b2 + 2 * se, 0.0)):.2f}"
 
 
-def write_markdown(res: dict, path: Path) -> None:
+def markdown(res: dict) -> str:
+    """docs/estimators.md from the study's results (docs/results/estimators.json) alone."""
     s = res["setup"]
     Gmax = str(s["G"][-1])
     lines = [
@@ -121,7 +122,11 @@ def write_markdown(res: dict, path: Path) -> None:
             f"Check: the mean reward of the sampled batches ({checks}) against the exact J = {pol['J']:.4f}.",
             "",
         ]
-    path.write_text("\n".join(lines))
+    return "\n".join(lines)
+
+
+def write_markdown(res: dict, path: Path) -> None:
+    path.write_text(markdown(res))
 
 
 def plot(res: dict, path: Path) -> None:
@@ -200,7 +205,11 @@ def plot(res: dict, path: Path) -> None:
 
 
 def write_docs(res: dict, docs: Path) -> None:
-    docs.mkdir(parents=True, exist_ok=True)
-    write_markdown(res, docs / "estimators.md")
+    """DOCS/results/estimators.json (the results, with how they were measured), DOCS/estimators.md drawn from it
+    (one marked block: tests/test_results.py draws it again) and the figure."""
+    from ..results import save, write_page
+
+    data = save(docs / "results" / "estimators.json", res)
+    write_page(docs / "estimators.md", "studies.estimators.report:markdown", data)
     plot(res, docs / "estimators.png")
-    print(f"wrote {docs / 'estimators.md'} and {docs / 'estimators.png'}")
+    print(f"wrote {data}, {docs / 'estimators.md'} and {docs / 'estimators.png'}")
