@@ -372,12 +372,12 @@ def test_a_second_ctrl_c_during_the_end_writes_names_what_is_missing(
 ):
     """Only a second Ctrl-C stops the end-of-run writes: the line names the files not written, the checkpoint kept,
     and the command that writes the report from the run's logs (which then works)."""
-    from tinygrpo import trainer
+    from tinygrpo import run_end
 
     def interrupted(run_dir):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trainer, "write_report", interrupted)
+    monkeypatch.setattr(run_end, "write_report", interrupted)
     out = tmp_path / "r"
     assert run_inproc(seed_reference, out, "--max_steps", "3", "--make_plots", "false") == 130
     err = capfd.readouterr().err

@@ -14,11 +14,10 @@ the gradients.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -37,11 +36,10 @@ from .distributed import Processes
 from .evaluation import HeldOutEvaluator
 from .generation import BatchGenerator, RewardFailure, ScoredBatch, reward_spec
 from .metrics import StepTimes, step_metrics, verified_metrics
-from .metrics_io import plot_metrics
 from .optim import OptimizerStep, build_optimizer
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
-from .report import write_report
+from .run_end import write_run_end
 from .run_logs import (
     ProgressBar,
     RunLogs,
@@ -51,42 +49,12 @@ from .run_logs import (
     token_probs,
     token_texts,
 )
+from .state import StepOutput, TrainerState
 from .update import NonFiniteError, PolicyUpdate, nonfinite_weight
 from .validation import check_inputs
 from .watch import LearningWatch
-from .writes import save_model_files, write_atomic
 
 __all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerState"]
-
-
-@dataclass
-class StepOutput:
-    """What one training step returns: its metrics (global), what it sampled, and (main process, at a step that logs
-    completions) what its update did to the logged completions' tokens."""
-
-    metrics: dict[str, float]
-    scored: ScoredBatch
-    tokens: StepTokens | None = None
-
-
-@dataclass
-class TrainerState:
-    """The loop's own counters (the components' state is theirs: see GRPOTrainer.checkpoint_parts)."""
-
-    step: int = 0
-    total_completions: int = 0  # sampled in every round, over all processes
-    nonfinite_skipped: int = 0  # updates skipped for a NaN/inf loss or gradient (on_nonfinite="skip")
-    nonfinite_steps: int = (
-        0  # steps that made no update, every one of theirs being NaN/inf (on_nonfinite="skip")
-    )
-    elapsed_seconds: float = 0.0  # wall-clock seconds in training steps (evaluation and checkpoints excluded)
-
-    def state_dict(self) -> dict:
-        return asdict(self)
-
-    def load_state_dict(self, state: dict) -> None:
-        for key, value in state.items():
-            setattr(self, key, value)
 
 
 class GRPOTrainer:
@@ -387,9 +355,7 @@ class GRPOTrainer:
         return summary
 
     def finish(self, summary: dict, signal_name: str) -> None:
-        """The end of a run: its last checkpoint, then, when it reached max_steps, final/, plots.png, report.html
-        and summary.json (main process); a run stopped earlier writes its report and says how to resume. A second
-        Ctrl-C among these names what was not written and how to make it."""
+        """The end of a run: a run whose every step was skipped fails; then its files (run_end.py)."""
         cfg = self.cfg
         skipped = self.state.nonfinite_steps
         if skipped and self.step == cfg.max_steps:
@@ -402,29 +368,16 @@ class GRPOTrainer:
             self.acc.print(
                 f"on_nonfinite=skip: {skipped} of {self.step} steps were skipped (a NaN or infinite loss or gradient)"
             )
-        try:
-            self.save_checkpoint()
-            if self.step < cfg.max_steps:
-                if cfg.make_report and self.procs.is_main:
-                    write_report(self.out)
-                raise KeyboardInterrupt(
-                    f"{signal_name}: stopped after step {self.step}; checkpoint saved in {self.out}. Resume with the "
-                    f"same command plus --resume_from_checkpoint latest"
-                )
-            if self.procs.is_main:
-                save_model_files(self.out / "final", [self.model, self.tokenizer])
-                if cfg.make_plots:
-                    plot_metrics(self.out / "metrics.jsonl", self.out / "plots.png")
-                if cfg.make_report:
-                    write_report(self.out)
-                write_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
-        except KeyboardInterrupt as e:
-            if str(e):
-                raise
-            wanted = ["final/", *(["plots.png"] if cfg.make_plots else []), "report.html", "summary.json"]
-            missing = [f for f in wanted if not (self.out / f.rstrip("/")).exists()]
-            raise KeyboardInterrupt(
-                f"interrupted during the end-of-run writes: {', '.join(missing) or 'nothing'} not written; "
-                f"{ckpt.last_checkpoint(self.out, resume=True)}; `python -m tinygrpo.report {self.out}` writes the "
-                "report from the run's logs"
-            ) from None
+        write_run_end(
+            self.out,
+            finished=self.step == cfg.max_steps,
+            step=self.step,
+            save_checkpoint=self.save_checkpoint,
+            model=self.model,
+            tokenizer=self.tokenizer,
+            summary=summary,
+            is_main=self.procs.is_main,
+            make_plots=cfg.make_plots,
+            make_report=cfg.make_report,
+            signal_name=signal_name,
+        )

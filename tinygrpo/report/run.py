@@ -1,0 +1,80 @@
+"""The report's first sections: the run (summary, warnings, settings, the command that reproduces it) and its curves."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from ..metrics_io import (
+    CURVES_DPI,
+    curves_figure,
+)
+from .html import _e, _missing, _pct, _png
+
+
+def reproduce_command(config: dict) -> str:
+    """`accelerate launch train_grpo.py` with the settings that differ from today's defaults (every setting the
+    config holds that this version does not know is passed as it is)."""
+    from dataclasses import MISSING, fields
+
+    from ..config import GRPOConfig
+
+    defaults = {}
+    for f in fields(GRPOConfig):
+        if f.default is not MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            defaults[f.name] = f.default_factory()
+    argv = []
+    for k, v in config.items():
+        if k in defaults and defaults[k] == v:
+            continue
+        if isinstance(v, list):
+            argv += [f"--{k}", *map(str, v)]
+        elif v is None:
+            argv += [f"--{k}", ""]
+        else:
+            argv += [f"--{k}", str(v).lower() if isinstance(v, bool) else str(v)]
+    return shlex.join(["accelerate", "launch", "train_grpo.py", *argv])
+
+
+def section_run(run: Path, config: dict, metrics: list[dict], warnings: list[dict] = ()) -> str:
+    evals = [r for r in metrics if "eval/accuracy" in r]
+    steps = [r for r in metrics if "reward" in r]
+    last = steps[-1] if steps else {}
+    rows = [
+        (
+            "held-out greedy accuracy",
+            f"{_pct(evals[0]['eval/accuracy'])} -> {_pct(evals[-1]['eval/accuracy'])}"
+            if evals
+            else "not evaluated",
+        ),
+        (
+            "steps",
+            f"{last.get('step', 0)} of {config.get('max_steps', '?')}"
+            + ("" if last.get("step") == config.get("max_steps") else " (stopped early, or still running)"),
+        ),
+        ("completions sampled", f"{last.get('num_completions', 0):,}"),
+        (
+            "training seconds (evaluation excluded)",
+            f"{last['time/elapsed']:.1f}" if "time/elapsed" in last else "n/a",
+        ),
+    ]
+    rows += [(f"step {w['step']}", w["warning"]) for w in warnings]  # what the run said it could not learn
+    table = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    settings = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in sorted(config.items()))
+    cmd = reproduce_command(config) if config else "(no config.json)"
+    return (
+        f'<section id="run"><h2>The run</h2><p>{_e(run)}</p><table>{table}</table>'
+        f"<p>Reproduce it (from the repository root):</p><pre>{_e(cmd)}</pre>"
+        f"<details><summary>All settings</summary><table>{settings}</table></details></section>"
+    )
+
+
+def section_curves(metrics: list[dict]) -> str:
+    steps = [r for r in metrics if "reward" in r]
+    evals = [r for r in metrics if "eval/accuracy" in r]
+    if not steps and not evals:
+        return '<section id="curves"><h2>Curves</h2>' + _missing("metrics.jsonl has no step") + "</section>"
+    # plots.png's figure (metrics_io.plot_metrics), at its resolution: the same picture in both places
+    return f'<section id="curves"><h2>Curves</h2>{_png(curves_figure(metrics), dpi=CURVES_DPI)}</section>'
