@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # `python benchmarks/x.py` from anywhere: the repo's modules import
+# `python benchmarks/x.py` from anywhere (this module then imported as `_common`): the repo's modules import; as
+# benchmarks._common the repository is on the path already
+if not __package__ and str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 DEFAULT_BENCH_DIR = REPO_ROOT / "runs" / "bench"  # runs/ is git-ignored
@@ -433,3 +435,33 @@ def sync(device: str) -> None:
         import torch
 
         torch.cuda.synchronize()
+
+
+def command_line(script: str, argv: list[str] | None) -> str:
+    """The command a results file records: `python benchmarks/SCRIPT ARGS`."""
+    import shlex
+
+    return shlex.join(["python", f"benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
+
+
+def merge_rows(
+    path: str | Path, rows: list[dict], key: Sequence[str], measured: dict, field: str = "rows"
+) -> dict:
+    """Write `rows` into the results file at `path` (docs/results/NAME.json) and return what it then holds.
+
+    A table of the docs may draw on several runs of one script (other shapes, starting points, lengths): each row
+    keeps the command that measured it, and a run replaces the rows with its own values of the `key` fields, in
+    place, and keeps the others. `measured` (this run's `measurement`) goes on top, its command the rows' commands.
+    """
+    from studies.results import save
+
+    path = Path(path)
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    ident = lambda r: tuple(r.get(k) for k in key)  # noqa: E731
+    new = {ident(r): r for r in rows}
+    merged = [new.pop(ident(r), r) for r in old.get(field, [])]
+    merged += new.values()
+    commands = list(dict.fromkeys(r["command"] for r in merged))
+    out = {"measurement": {**measured, "command": "; ".join(commands)}, field: merged}
+    save(path, out)
+    return out

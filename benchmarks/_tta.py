@@ -19,7 +19,9 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
-from _common import REPO_ROOT, md_table
+if not __package__:  # imported as `_tta` (the tests do) rather than benchmarks._tta
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import REPO_ROOT, md_table  # noqa: E402
 
 THRESHOLDS = (0.90, 0.95, 0.98, 0.99)
 PEERS = ("trl", "ours_plain", "ours_default")

@@ -23,6 +23,11 @@ bound: the step's matmul FLOPs (limit.py's analytic count from each timed step's
 values shared) per second, over the best fp32 matmul rate measured in the same process (torch.mm at 256^3, or the
 model's four block Linears on (P*G, n_embd) rows, whichever is faster). A step far below the bound is
 dispatch-bound (a few hundred tiny operations whose fixed costs dominate); near it, compute-bound.
+
+`--docs DIR` writes DIR/results/cost_curves.json (the results: each point's numbers, ours and TRL's, TRL's ms per
+step over ours, the settings, the command and the machine), DIR/cost_curves.md (drawn from that file alone by
+`page`, between markers that `python -m studies.results` renders again) and DIR/cost_curves.png; `--json` writes
+the results file elsewhere, `--from_json` draws the tables and the figure again from one.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -38,17 +44,18 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+# python benchmarks/cost_curves.py (imported as benchmarks.cost_curves: the docs draw its page)
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import (  # noqa: E402
     REPO_ROOT,
-    machine_line,
-    md_table,
+    command_line,
     parse_bool,
     quiet,
     script_parser,
     set_threads,
 )
+from studies.results import markdown, measurement, save  # noqa: E402
 
 BETA = 0.02
 LEARNING_RATE = 1e-5
@@ -93,10 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--min_seconds", type=float, default=4.0, help="Timed seconds per point and trainer (default 4)."
     )
     p.add_argument("--trl_steps", type=int, default=4, help="Timed TRL steps per point (default 4).")
-    p.add_argument("--docs", default=None, help="Write DOCS/cost_curves.md and DOCS/cost_curves.png.")
-    p.add_argument("--json", default=None, help="Also write the raw numbers here.")
     p.add_argument(
-        "--from_json", default=None, help="Redraw the figure and tables from a --json file; no runs."
+        "--docs",
+        default=None,
+        help="Write DOCS/results/cost_curves.json (the results), DOCS/cost_curves.md (drawn from them) and "
+        "DOCS/cost_curves.png.",
+    )
+    p.add_argument("--json", default=None, help="Also write the results here.")
+    p.add_argument(
+        "--from_json",
+        default=None,
+        help="Redraw the figure and tables from a results file (--json's, or docs/results/cost_curves.json); "
+        "no runs.",
     )
     p.add_argument("--point", default=None, help=argparse.SUPPRESS)  # internal: one point in this process
     p.add_argument("--trainer", default="ours", choices=("ours", "trl"), help=argparse.SUPPRESS)
@@ -117,8 +132,8 @@ def peak_rss_mib(*seen: float) -> float:
 
 
 def measure_ours(pt: Point, args) -> dict:
-    from _common import build_our_trainer, ensure_random_pair
-    from limit import Arch, matmul_gflops, step_flops
+    from benchmarks._common import build_our_trainer, ensure_random_pair
+    from benchmarks.limit import Arch, matmul_gflops, step_flops
 
     tiny, _ = ensure_random_pair(n_embd=pt.n_embd, n_layer=pt.n_layer, n_head=pt.n_head)
     N = pt.P * pt.G
@@ -168,9 +183,10 @@ def measure_ours(pt: Point, args) -> dict:
 
 def measure_trl(pt: Point, args) -> dict:
     import torch
-    from _common import ensure_random_pair
     from transformers import TrainerCallback
-    from vs_trl import build_trl_trainer
+
+    from benchmarks._common import ensure_random_pair
+    from benchmarks.vs_trl import build_trl_trainer
 
     _, gpt2 = ensure_random_pair(n_embd=pt.n_embd, n_layer=pt.n_layer, n_head=pt.n_head)
     W, K = args.warmup, args.trl_steps
@@ -245,23 +261,59 @@ def run_point(pt: Point, trainer: str, args) -> dict | None:
 
 
 # ---------------------------------------------------------------------------------------------------- report
-def _row(sweep: str, pt: Point, ours: dict | None, trl: dict | None) -> list:
+def summarize(sweeps: dict[str, list[dict]], args, command: str) -> dict:
+    """The results (docs/results/cost_curves.json) of the points measured: each point's numbers, ours and TRL's
+    (None where one did not run), TRL's ms per step over ours, the settings and where it was measured."""
+    import torch
+
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {
+        "measurement": measurement(
+            command, threads=args.threads, torch_threads=torch.get_num_threads(), load_average=load
+        ),
+        "settings": {
+            "dataset": DATASET,
+            "beta": BETA,
+            "learning_rate": LEARNING_RATE,
+            "warmup": args.warmup,
+            "min_seconds": args.min_seconds,
+        },
+        "sweeps": {
+            sweep: [
+                {
+                    **r,
+                    "trl_over_ours": r["trl"]["step_ms"] / r["ours"]["step_ms"]
+                    if r["ours"] and r["trl"]
+                    else None,
+                }
+                for r in rows
+            ]
+            for sweep, rows in sweeps.items()
+        },
+    }
+
+
+def _row(sweep: str, r: dict) -> list[str]:
+    pt, ours, trl = Point(**r["point"]), r["ours"], r["trl"]
+
     def f(r: dict | None, key: str, fmt: str) -> str:
         return "n/a" if r is None else format(r[key], fmt)
 
     ph = ours["phases"] if ours else {}
+    if sweep == "model":
+        label = (
+            f"{pt.n_embd} x {pt.n_layer} ({ours['params_m']:.2f} M)" if ours else f"{pt.n_embd}x{pt.n_layer}"
+        )
+    else:
+        label = str(pt.max_completion_length) if sweep == "length" else f"{pt.P} x {pt.G}"
     return [
-        {
-            "model": f"{pt.n_embd} x {pt.n_layer} ({ours['params_m']:.2f} M)"
-            if ours
-            else f"{pt.n_embd}x{pt.n_layer}",
-            "length": str(pt.max_completion_length),
-            "batch": f"{pt.P} x {pt.G}",
-            "group": f"{pt.P} x {pt.G}",
-        }[sweep],
+        label,
         f(ours, "step_ms", ",.1f"),
         f(trl, "step_ms", ",.1f"),
-        "n/a" if not (ours and trl) else f"{trl['step_ms'] / ours['step_ms']:.2f}",
+        "n/a" if r["trl_over_ours"] is None else f"{r['trl_over_ours']:.2f}",
         f(ours, "completions_per_s", ",.0f"),
         f"{ours['mean_length']:.2f} / {trl['mean_length']:.2f}"
         if ours and trl
@@ -293,25 +345,62 @@ HEAD = [
     "ours peak RSS MiB (+step)",
     "TRL peak RSS MiB (+step)",
 ]
+TITLES = {
+    "model": "Model size (n_embd x n_layer, parameters), 36 x 8, max_completion_length 4",
+    "length": "Completion length (max_completion_length), default model, 36 x 8",
+    "batch": "Prompts x G, default model, max_completion_length 4",
+    "group": "G alone, 4 prompts, default model, max_completion_length 4",
+}
 
 
-def report(results: dict[str, list[dict]], args) -> str:
+def machine_line(results: dict) -> str:
+    """The conditions of the measurement (load matters a lot on a shared machine), from the results."""
+    m = results["measurement"]
+    load = m.get("load_average")
+    return (
+        f"torch {m['machine']['torch']}, {m['torch_threads']} thread(s) (--threads {m['threads']}), "
+        f"{m['machine']['cores']} CPUs"
+        + ("" if load is None else ", load average {:.2f} {:.2f} {:.2f}".format(*load))
+    )
+
+
+def tables(results: dict) -> str:
+    """The conditions, then one table per sweep, from the results alone."""
+    st = results["settings"]
     out = [
-        f"### Cost curves\n\n{machine_line(args.threads)}; one random function per model size (completions near "
-        f"max_completion_length), {DATASET}, beta {BETA}, lr {LEARNING_RATE}; median ms per step over >= 3 steps "
-        f"(>= {args.min_seconds:g} s) after {args.warmup} warm-up, each point and trainer in a fresh process. "
-        "Peak RSS: the process's maximum; (+step): above the RSS once the trainer was built.\n"
+        f"{machine_line(results)}; one random function per model size (completions near "
+        f"max_completion_length), {st['dataset']}, beta {st['beta']}, lr {st['learning_rate']}; median ms per step "
+        f"over >= 3 steps (>= {st['min_seconds']:g} s) after {st['warmup']} warm-up, each point and trainer in a "
+        "fresh process. Peak RSS: the process's maximum; (+step): above the RSS once the trainer was built.\n"
     ]
-    titles = {
-        "model": "Model size (n_embd x n_layer, parameters), 36 x 8, max_completion_length 4",
-        "length": "Completion length (max_completion_length), default model, 36 x 8",
-        "batch": "Prompts x G, default model, max_completion_length 4",
-        "group": "G alone, 4 prompts, default model, max_completion_length 4",
-    }
-    for sweep, rows in results.items():
-        out.append(f"\n#### {titles[sweep]}\n")
-        out.append(md_table(HEAD, [_row(sweep, Point(**r["point"]), r["ours"], r["trl"]) for r in rows]))
+    for sweep, rows in results["sweeps"].items():
+        out.append(f"\n#### {TITLES[sweep]}\n")
+        out.append(markdown(HEAD, [_row(sweep, r) for r in rows]))
     return "\n".join(out)
+
+
+def report(results: dict) -> str:
+    """What the script prints."""
+    return f"### Cost curves\n\n{tables(results)}"
+
+
+def page(results: dict) -> str:
+    """docs/cost_curves.md below its title, from docs/results/cost_curves.json."""
+    return (
+        f"Written by `{results['measurement']['command']}`; the method is in that script's docstring.\n\n"
+        f"![cost curves](cost_curves.png)\n\n{tables(results)}"
+    )
+
+
+def write_page(results: dict, path: Path, results_path: Path) -> None:
+    """The page: its title, then `page` between markers naming the results file (python -m studies.results draws
+    it again)."""
+    p = results_path.resolve()
+    shown = p.relative_to(REPO_ROOT) if p.is_relative_to(REPO_ROOT) else p
+    path.write_text(
+        f"# Cost curves\n\n<!-- results benchmarks.cost_curves:page {shown} -->\n{page(results)}\n"
+        "<!-- /results -->\n"
+    )
 
 
 def figure(results: dict[str, list[dict]], path: Path) -> None:
@@ -421,31 +510,36 @@ def main(argv: list[str] | None = None) -> dict:
             ) from None
     set_threads(args.threads)
     quiet()
-    results: dict[str, list[dict]] = {}
+    command = command_line("cost_curves.py", argv)
     if args.from_json:
-        results = {k: v for k, v in json.loads(Path(args.from_json).read_text()).items() if k in sweeps}
-        sweeps = []
-    for sweep in sweeps:
-        print(f"{sweep}:", file=sys.stderr, flush=True)
-        results[sweep] = []
-        for pt in SWEEPS[sweep]:
-            ours = run_point(pt, "ours", args)
-            trl = run_point(pt, "trl", args) if args.trl and args.trl_max_completions >= pt.P * pt.G else None
-            results[sweep].append({"point": asdict(pt), "ours": ours, "trl": trl})
-    text = report(results, args)
-    print(text)
+        data = json.loads(Path(args.from_json).read_text())
+        if "sweeps" not in data:  # an older --json file: the raw numbers alone
+            data = summarize(data, args, f"{command} (the numbers of {args.from_json})")
+        results = {**data, "sweeps": {k: v for k, v in data["sweeps"].items() if k in sweeps}}
+    else:
+        measured: dict[str, list[dict]] = {}
+        for sweep in sweeps:
+            print(f"{sweep}:", file=sys.stderr, flush=True)
+            measured[sweep] = []
+            for pt in SWEEPS[sweep]:
+                ours = run_point(pt, "ours", args)
+                trl = (
+                    run_point(pt, "trl", args)
+                    if args.trl and args.trl_max_completions >= pt.P * pt.G
+                    else None
+                )
+                measured[sweep].append({"point": asdict(pt), "ours": ours, "trl": trl})
+        results = summarize(measured, args, command)
+    print(report(results))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        save(Path(args.json), results)
     if args.docs:
         docs = Path(args.docs)
         docs.mkdir(parents=True, exist_ok=True)
-        figure(results, docs / "cost_curves.png")
-        cmd = "python benchmarks/cost_curves.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        (docs / "cost_curves.md").write_text(
-            f"# Cost curves\n\nWritten by `{cmd.strip()}`; the method is in that script's docstring.\n\n"
-            f"![cost curves](cost_curves.png)\n\n{text.split(chr(10), 2)[2]}\n"
-        )
-        print(f"(wrote {docs / 'cost_curves.png'} and {docs / 'cost_curves.md'})", file=sys.stderr)
+        figure(results["sweeps"], docs / "cost_curves.png")
+        path = save(docs / "results" / "cost_curves.json", results)
+        write_page(results, docs / "cost_curves.md", path)
+        print(f"(wrote {path}, {docs / 'cost_curves.png'} and {docs / 'cost_curves.md'})", file=sys.stderr)
     return results
 
 

@@ -86,8 +86,8 @@ PY
 
 echo "== 3. vs_trl.py"
 if [[ $DEVICE == cpu ]]; then
-  python benchmarks/vs_trl.py --threads 1 --device cpu --bf16 "$BF16" --reps 1 --steps 3 --warmup 1 --shapes 4x8
+  python benchmarks/vs_trl.py --threads 1 --device cpu --bf16 "$BF16" --reps 1 --steps 3 --warmup 1 --shapes 4x8 --results "$OUT/vs_trl_results.json"
 else
-  python benchmarks/vs_trl.py --threads 1 --device cuda --bf16 "$BF16" --json "$OUT/vs_trl.json"
+  python benchmarks/vs_trl.py --threads 1 --device cuda --bf16 "$BF16" --json "$OUT/vs_trl.json" --results "$OUT/vs_trl_results.json"
 fi
 echo "== done: $OUT/gpu.log"

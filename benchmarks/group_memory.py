@@ -11,7 +11,8 @@ MAX_GROUP_SEQUENCE slots. This script forces each layout in turn (GroupedBackend
 generic transformers forward for scale, on one batch of P prompts x G random completions of Tc tokens (a random
 default-size tiny_lm: the cost does not depend on the weights), and reports the peak resident memory the forward +
 backward added and its median time. Each (layout, G) runs in a fresh process, so that one peak does not hide
-another.
+another. Every point goes to --results (docs/results/group_memory.json, written whole), which benchmarks/README.md's
+tables are drawn from (`layouts_table`; `length_table` from a run against the completion length).
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from _common import REPO_ROOT, add_threads_arg
+if not __package__:  # python benchmarks/group_memory.py (the docs import benchmarks.group_memory)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import REPO_ROOT, add_threads_arg, command_line  # noqa: E402
+from studies.results import RESULTS, markdown, measurement, save  # noqa: E402
 
 LAYOUTS = ("group", "per_sample", "generic")
 
@@ -87,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--reps", type=int, default=3, help="Forward + backward repetitions per point (median).")
     p.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
+    p.add_argument(
+        "--results",
+        default=str(RESULTS / "group_memory.json"),
+        help="The results file the docs' table is drawn from, written whole (default docs/results/group_memory.json; "
+        "'' for none). benchmarks/README.md's table against the completion length has its own.",
+    )
     p.add_argument("--one", nargs=2, metavar=("LAYOUT", "G"), help=argparse.SUPPRESS)  # the child process
     args = p.parse_args(argv)
     if args.one:
@@ -94,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         r = one(args.one[0], int(args.one[1]), args.prompts, Tc, args.threads, args.reps)
         print(json.dumps(r))
         return 0
+    points = []
     for Tc in args.completion_length:
         rows = []
         for G in args.G:
@@ -104,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
                 if out.returncode:
                     last = (out.stderr.strip().splitlines() or ["?"])[-1]
-                    rows.append({"layout": layout, "G": G, "error": last})
+                    rows.append({"layout": layout, "G": G, "Tc": Tc, "error": last})
                     print(f"{layout} G={G} Tc={Tc}: failed: {last}", file=sys.stderr)
                     continue
                 rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -122,7 +134,69 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append("failed" if "error" in r else f"{r['peak_added_mib']:.0f} / {r['ms']:.0f}")
             print(f"| {G} | {6 + G * (Tc - 1)} | " + " | ".join(cells) + " |")
         print()
+        points += rows
+    if args.results:
+        from tiny_lm.grouped_layout import MAX_GROUP_SEQUENCE
+
+        command = command_line("group_memory.py", argv)
+        save(
+            args.results,
+            {
+                "measurement": measurement(command, threads=args.threads),
+                "prompts": args.prompts,
+                "reps": args.reps,
+                "max_group_sequence": MAX_GROUP_SEQUENCE,
+                "completion_lengths": args.completion_length,
+                "layouts": args.layouts,
+                "points": points,
+            },
+        )
+        print(
+            f"wrote {args.results}; python -m studies.results draws the docs' tables from it", file=sys.stderr
+        )
     return 0
+
+
+# ------------------------------------------------------------------------------------------------ the docs' tables
+def _point(results: dict, layout: str, G: int, Tc: int) -> dict:
+    return next(p for p in results["points"] if (p["layout"], p["G"], p["Tc"]) == (layout, G, Tc))
+
+
+def _gs(results: dict) -> list[int]:
+    return list(dict.fromkeys(p["G"] for p in results["points"]))
+
+
+def layouts_table(results: dict) -> str:
+    """benchmarks/README.md's table against G (the first completion length of docs/results/group_memory.json): per
+    G the slots of a group sequence, and per layout the peak memory the forward + backward added and its median
+    time."""
+    Tc = results["completion_lengths"][0]
+    names = {
+        "group": "one group sequence per prompt",
+        "per_sample": f"per sample (used past {results['max_group_sequence']} slots)",
+        "generic": "generic transformers forward",
+    }
+    rows = []
+    for G in _gs(results):
+        cells = []
+        for layout in results["layouts"]:
+            p = _point(results, layout, G, Tc)
+            cells.append("failed" if "error" in p else f"{p['peak_added_mib']:,.0f} MiB / {p['ms']:,.0f} ms")
+        rows.append([str(G), f"{6 + G * (Tc - 1):,}", *cells])
+    return markdown(["G", "slots per group sequence", *(names[lay] for lay in results["layouts"])], rows)
+
+
+def length_table(results: dict) -> str:
+    """benchmarks/README.md's memory against G and the completion length (docs/results/group_memory_length.json):
+    the peak memory added, MiB, of each layout, " / " between them."""
+    rows = []
+    for G in _gs(results):
+        cells = []
+        for Tc in results["completion_lengths"]:
+            ps = [_point(results, layout, G, Tc) for layout in results["layouts"]]
+            cells.append(" / ".join("failed" if "error" in p else f"{p['peak_added_mib']:,.0f}" for p in ps))
+        rows.append([str(G), *cells])
+    return markdown(["G", *(f"{Tc} tokens" for Tc in results["completion_lengths"])], rows)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@
    (c_attn, attn c_proj, mlp c_fc, mlp c_proj) on (P*G, width) activations; median of repeats.
 3. The bound: completions/s <= throughput / FLOPs per completion (averaged over the timed steps' own lengths);
    against what tinygrpo reaches (median completions/s over --steps whole steps), as a % of the bound.
+The figures go to --results (docs/results/limit.json, replacing the rows of the settings run), which
+benchmarks/README.md's paragraph is drawn from (`summary`).
 """
 
 from __future__ import annotations
@@ -30,20 +32,24 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+if not __package__:  # python benchmarks/limit.py (imported as benchmarks.limit, the docs render its summary)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import (  # noqa: E402
     ModelDirs,
     build_our_trainer,
+    command_line,
     machine_line,
     md_table,
+    merge_rows,
     run_shapes,
     shape_parser,
 )
+from studies.results import RESULTS, measurement  # noqa: E402
 
 MODEL_HELP = "Model directory (default: the seed-bank reference in runs/bench)."
 
@@ -60,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="seed_bank", help="Problem set (default seed_bank).")
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--max_completion_length", type=int, default=4)
+    p.add_argument(
+        "--results",
+        default=str(RESULTS / "limit.json"),
+        help="The results file the docs' summary is drawn from (default docs/results/limit.json; '' for none): "
+        "this run's shapes replace those of the same setting, the others stay.",
+    )
     return p
 
 
@@ -304,11 +316,87 @@ def report(results: list[dict], args) -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------------------------------------------- results
+KEY = ("init", "prompts", "G", "grouped_forward", "dataset", "beta", "max_completion_length", "learning_rate")
+
+
+def summarize(results: list[dict], args, command: str) -> list[dict]:
+    """The rows of docs/results/limit.json from a run's results (run_shape's, one per start and shape): the setting,
+    the MFLOP per completion (prompt shared, and not), and over the matmul measurements (torch.mm, one block's
+    Linears) the range of the fp32 throughput, of the bound on completions/s, and of our fraction of it."""
+    rows = []
+    for r in results:
+        per = r["flops_per_completion"]["total"]
+        gflops = sorted(r["gflops"].values())
+        bounds = [g * 1e9 / per for g in gflops]
+        rows.append(
+            {
+                "command": command,
+                "init": r["init"],
+                "prompts": r["P"],
+                "G": r["G"],
+                "grouped_forward": args.grouped_forward,
+                "dataset": args.dataset,
+                "beta": args.beta,
+                "max_completion_length": args.max_completion_length,
+                "learning_rate": args.random_learning_rate if r["init"] == "random" else args.learning_rate,
+                "threads": args.threads,
+                "mean_length": r["mean_length"],
+                "mflop_per_completion": per / 1e6,
+                "mflop_unshared": r["flops_per_completion_unshared"] / 1e6,
+                "matmul_gflops": r["gflops"],
+                "gflops": [gflops[0], gflops[-1]],
+                "bound_cps": [bounds[0], bounds[-1]],
+                "achieved_cps": r["achieved_cps"],
+                "fraction_of_bound": [r["achieved_cps"] / bounds[-1], r["achieved_cps"] / bounds[0]],
+            }
+        )
+    return rows
+
+
+def _range(lo_hi: list[float], fmt: str, scale: float = 1.0) -> str:
+    lo, hi = (format(x * scale, fmt) for x in lo_hi)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def summary(results: dict) -> str:
+    """benchmarks/README.md's compute-bound paragraph from docs/results/limit.json: per shape with a FLOP count its
+    MFLOP per completion, the bound and the matmul rate it comes from; then the fraction of the bound reached at
+    every shape (ranges: over the matmul measurements)."""
+    rows = results["rows"]
+
+    def shape(r: dict) -> str:
+        return f"{r['prompts']} x {r['G']}"
+
+    counted = []
+    for r in (r for r in rows if "mflop_per_completion" in r):
+        threads = "one thread" if r["threads"] == 1 else f"{r['threads']} threads"
+        counted.append(
+            f"At {shape(r)} a completion needs {r['mflop_per_completion']:.2f} MFLOP ({r['mflop_unshared']:.2f} "
+            f"without sharing the prompt): a bound of ~{_range(r['bound_cps'], '.0f', 1e-3)} k completions/s at the "
+            f"measured fp32 matmul rate (~{_range(r['gflops'], '.0f')} GFLOP/s on {threads})."
+        )
+    reached = [f"{_range(r['fraction_of_bound'], '.0f', 100)} % at {shape(r)}" for r in rows]
+    reached[0] = reached[0].replace(" % at", " % of the bound at", 1)
+    tail = ", ".join(reached[:-1]) + " and " + reached[-1] if len(reached) > 1 else reached[0]
+    text = " ".join([*counted, f"We reach {tail}."])
+    # (no line breaks inside "36 x 8" nor before a %)
+    return textwrap.fill(text.replace(" x ", "\0x\0").replace(" %", "\0%"), 116).replace("\0", " ")
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.repeats < 1:
         raise SystemExit("--steps and --repeats must be >= 1, --warmup >= 0")
-    return run_shapes(args, run_shape, report)
+    results = run_shapes(args, run_shape, report)
+    if args.results:
+        command = command_line("limit.py", argv)
+        merge_rows(args.results, summarize(results, args, command), KEY, measurement(command))
+        print(
+            f"\nwrote {args.results}; python -m studies.results draws the docs' summary from it",
+            file=sys.stderr,
+        )
+    return results
 
 
 if __name__ == "__main__":

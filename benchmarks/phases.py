@@ -25,7 +25,8 @@ objects (nothing in the trainer is changed):
   metrics after the step       training_step() wall time minus time/step (the metrics dict, gathers)
 Then --count_steps further steps (untimed) are run under a TorchDispatchMode that counts every ATen operation.
 Each row: the median over steps in ms and the phase's share of the summed step time (shares add up to 100 %; the
-medians need not add up to the median step).
+medians need not add up to the median step). The medians go to --results (docs/results/phases.json, replacing the
+rows of the settings run), which benchmarks/README.md's table is drawn from (`table`).
 """
 
 from __future__ import annotations
@@ -37,18 +38,21 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+if not __package__:  # python benchmarks/phases.py (imported as benchmarks.phases, the docs render its table)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import (  # noqa: E402
     ModelDirs,
     Timer,
     build_our_trainer,
+    command_line,
     machine_line,
     md_table,
+    merge_rows,
     parse_bool,
     run_shapes,
     shape_parser,
 )
+from studies.results import RESULTS, markdown, measurement  # noqa: E402
 
 PHASES = (
     "generation: model forwards",
@@ -95,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=False,
         help="Run tiny_lm's grouped scoring forward (reference and policy) through torch.compile(dynamic=True): "
         "its compile time shows in the warm-up seconds reported.",
+    )
+    p.add_argument(
+        "--results",
+        default=str(RESULTS / "phases.json"),
+        help="The results file the docs' table is drawn from (default docs/results/phases.json; '' for none): "
+        "this run's shapes replace those of the same setting, the others stay.",
     )
     return p
 
@@ -281,11 +291,113 @@ def report(results: list[dict], args) -> str:
     return "\n".join(parts)
 
 
+# ---------------------------------------------------------------------------------------------------- results
+KEY = (
+    "init",
+    "prompts",
+    "G",
+    "grouped_forward",
+    "dataset",
+    "beta",
+    "loss_type",
+    "max_completion_length",
+    "learning_rate",
+    "torch_compile",
+)
+# The three reward phases, one figure in the docs: the median of their sum over steps (time/reward).
+REWARDS = ("rewards: decode", "rewards: reward functions", "rewards: rest")
+
+
+def summarize(results: list[dict], args, command: str) -> list[dict]:
+    """The rows of docs/results/phases.json from a run's results (run_shape's, one per start and shape): the
+    setting, each phase's median over the timed steps in ms (and the rewards' three together: the median of their
+    sum), the whole step's, the mean completion length and the tensor operations per step."""
+    rows = []
+    for r in results:
+        prompts, G = map(int, r["shape"].split("x"))
+        steps = r["steps"]
+        median_ms = {n: 1000 * statistics.median(s[n] for s in steps) for n in (*PHASES, "whole step")}
+        median_ms["rewards"] = 1000 * statistics.median(sum(s[n] for n in REWARDS) for s in steps)
+        rows.append(
+            {
+                "command": command,
+                "init": r["init"],
+                "prompts": prompts,
+                "G": G,
+                "grouped_forward": args.grouped_forward,
+                "dataset": args.dataset,
+                "beta": args.beta,
+                "loss_type": args.loss_type,
+                "max_completion_length": args.max_completion_length,
+                "learning_rate": args.random_learning_rate if r["init"] == "random" else args.learning_rate,
+                "torch_compile": args.torch_compile,
+                "threads": args.threads,
+                "steps": args.steps,
+                "count_steps": args.count_steps,
+                "median_ms": median_ms,
+                "mean_length": r["mean_length"],
+                "ops_per_step": r["ops_per_step"],
+            }
+        )
+    return rows
+
+
+# The docs' rows: (name, the phases it shows, " / " between them).
+ROWS = (
+    (
+        "generation (model forwards / sampling and the rest)",
+        ("generation: model forwards", "generation: sampling, rest"),
+    ),
+    ("rewards (decode, reward functions, the rest)", ("rewards",)),
+    ("advantages, batch", ("advantages, batch",)),
+    ("layouts, reference forward", ("layouts, reference forward",)),
+    ("policy forward / loss math", ("policy forward", "loss math")),
+    ("backward", ("backward",)),
+    ("grad clip / optimizer / rest of the update", ("grad clip", "optimizer", "rest of optimize")),
+    ("metrics after the step", ("metrics after the step",)),
+)
+
+
+def _column(r: dict) -> str:
+    """'36 x 8', and what sets the run apart from the default setting."""
+    extra = [
+        r["init"] if r["init"] != "reference" else "",
+        "generic path" if not r["grouped_forward"] else "",
+        r["dataset"] if r["dataset"] != "seed_bank" else "",
+        f"max_completion_length {r['max_completion_length']}" if r["max_completion_length"] != 4 else "",
+        "torch.compile" if r["torch_compile"] else "",
+    ]
+    return ", ".join([f"{r['prompts']} x {r['G']}", *filter(None, extra)])
+
+
+def table(results: dict) -> str:
+    """benchmarks/README.md's phases table from docs/results/phases.json: a column per shape (and setting), the
+    median ms of each phase (grouped as the README shows them), the whole step, the mean completion length and the
+    tensor operations per step."""
+    cols = results["rows"]
+    body = [
+        [name, *(" / ".join(f"{c['median_ms'][n]:.2f}" for n in names) for c in cols)] for name, names in ROWS
+    ]
+    body.append(["**whole step**", *(f"**{c['median_ms']['whole step']:.1f}**" for c in cols)])
+    body.append(["completion length (tokens)", *(f"{c['mean_length']:.2f}" for c in cols)])
+    counted = f"tensor operations per step (`--count_steps`, {cols[0]['count_steps']} more steps)"
+    body.append([counted, *("-" if c["ops_per_step"] is None else f"{c['ops_per_step']:,.0f}" for c in cols)])
+    return markdown(["phase", *(_column(c) for c in cols)], body)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         raise SystemExit("--steps must be >= 1, --warmup >= 0")
-    return run_shapes(args, run_shape, report)
+    results = run_shapes(args, run_shape, report)
+    if args.results:
+        command = command_line("phases.py", argv)
+        merge_rows(args.results, summarize(results, args, command), KEY, measurement(command))
+        print(
+            f"\nwrote {args.results}; python -m studies.results draws the docs' table from it",
+            file=sys.stderr,
+        )
+    return results
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ and time/optimize (the main process's own clocks; under DDP a step ends with the
 holds collectives), the throughput in completions/s of the global batch, and the speed-ups over one process.
 With skip_zero_advantage_groups (the default) the update trains only on the groups that carry signal, and which
 process holds them is left to chance. (Dealing those groups out evenly over the processes before the update was
-tried: at 256 x 8 the shares are already close, and the two extra collectives made the step slower.)
+tried: at 256 x 8 the shares are already close, and the two extra collectives made the step slower.) The medians go
+to --results (docs/results/processes.json, written whole), which benchmarks/README.md's table is drawn from.
 """
 
 from __future__ import annotations
@@ -29,7 +30,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import REPO_ROOT, machine_line, md_table, parse_bool, script_parser
+if not __package__:  # python benchmarks/processes.py (imported as benchmarks.processes: the docs' table)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import (  # noqa: E402
+    REPO_ROOT,
+    command_line,
+    machine_line,
+    md_table,
+    parse_bool,
+    script_parser,
+)
+from studies.results import RESULTS, markdown, measurement, save  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_bool,
         default=True,
         help="As train_grpo.py (default true): groups without signal stay out of the forward/backward.",
+    )
+    p.add_argument(
+        "--results",
+        default=str(RESULTS / "processes.json"),
+        help="The results file the docs' table is drawn from, written whole (default docs/results/processes.json; "
+        "'' for none).",
     )
     return p
 
@@ -118,8 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     if args.prompts % 2 or args.steps <= args.skip or args.reps < 1:
         raise SystemExit("error: --prompts must be even, --steps > --skip, --reps >= 1")
-    keys = ("time/step", "time/generate", "time/optimize")
-    got: dict[str, list[dict]] = {"1 process": [], "2 processes (DDP)": [], "2 independent, half each": []}
+    got: dict[str, list[dict]] = {ONE: [], DDP: [], APART: []}
     with tempfile.TemporaryDirectory(prefix="tinygrpo-procs-") as tmp:
         for rep in range(args.reps):
             for n, name in ((1, "1 process"), (2, "2 processes (DDP)")):
@@ -128,8 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"rep {rep + 1}: 2 independent processes ...", file=sys.stderr, flush=True)
             got["2 independent, half each"] += run_apart(args, Path(tmp) / f"apart_{rep}")
     N = args.prompts * 8  # completions per step over all processes (and over both independent runs)
-    med = {n: {k: statistics.median(r[k] for r in rows) for k in keys} for n, rows in got.items()}
-    length = {n: statistics.mean(r["completions/mean_length"] for r in rows) for n, rows in got.items()}
+    med, length = medians(got)
     table = [
         [
             n,
@@ -165,7 +180,97 @@ def main(argv: list[str] | None = None) -> dict:
             table,
         )
     )
+    if args.results:
+        command = command_line("processes.py", argv)
+        save(args.results, summarize(med, length, args, command))
+        print(
+            f"wrote {args.results}; python -m studies.results draws the docs' table from it", file=sys.stderr
+        )
     return med
+
+
+# ------------------------------------------------------------------------------------------------ results
+KEYS = ("time/step", "time/generate", "time/optimize")
+
+
+def medians(got: dict[str, list[dict]]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Per run (its metrics rows after --skip, every repetition): the median over steps of each of KEYS, and the
+    mean completion length."""
+    med = {n: {k: statistics.median(r[k] for r in rows) for k in KEYS} for n, rows in got.items()}
+    length = {n: statistics.mean(r["completions/mean_length"] for r in rows) for n, rows in got.items()}
+    return med, length
+
+
+ONE, DDP, APART = "1 process", "2 processes (DDP)", "2 independent, half each"
+
+
+def summarize(med: dict[str, dict[str, float]], length: dict[str, float], args, command: str) -> dict:
+    """docs/results/processes.json from the medians over steps of each run (time/step, time/generate,
+    time/optimize, s) and its mean completion length: ms, completions/s of the global batch, and each run's
+    speed-ups over one process."""
+    N = args.prompts * 8
+    rows = []
+    for name, m in med.items():
+        row = {
+            "run": name,
+            "step_ms": 1000 * m["time/step"],
+            "completions_per_s": N / m["time/step"],
+            "generate_ms": 1000 * m["time/generate"],
+            "update_ms": 1000 * m["time/optimize"],
+            "mean_length": length[name],
+        }
+        if name != ONE:
+            row["speedup"] = {
+                part: med[ONE][key] / m[key]
+                for part, key in (
+                    ("step", "time/step"),
+                    ("generate", "time/generate"),
+                    ("update", "time/optimize"),
+                )
+            }
+        rows.append(row)
+    setting = {
+        "prompts": args.prompts,
+        "G": 8,
+        "steps": args.steps,
+        "skip": args.skip,
+        "reps": args.reps,
+        "threads": args.threads,
+        "skip_zero_advantage_groups": args.skip_zero_advantage_groups,
+    }
+    return {"measurement": measurement(command, **setting), "rows": rows}
+
+
+LABELS = {
+    ONE: "1 process",
+    DDP: "2 processes (DDP, `configs/accelerate/cpu_2proc.yaml`)",
+    APART: "2 independent processes at once, half the batch each",
+}
+
+
+def _ms(r: dict, part: str, bold: bool = False) -> str:
+    """'50.8 (1.43x)': a part's median ms and its speed-up over one process (none on one process's own row)."""
+    ms = f"{r[part + '_ms']:.1f}"
+    if "speedup" not in r:
+        return ms
+    x = f"{r['speedup'][part]:.2f}x"
+    return f"{ms} ({f'**{x}**' if bold else x})"
+
+
+def table(results: dict) -> str:
+    """benchmarks/README.md's table from docs/results/processes.json: per run the median ms per step (the speed-up
+    over one process, DDP's in bold), completions/s, and the generation's and the update's ms (their speed-ups)."""
+    rows = [
+        [
+            LABELS.get(r["run"], r["run"]),
+            _ms(r, "step", bold=r["run"] == DDP),
+            f"{r['completions_per_s']:,.0f}",
+            _ms(r, "generate"),
+            _ms(r, "update"),
+        ]
+        for r in results["rows"]
+    ]
+    return markdown(["run", "ms per step", "completions/s", "generate ms", "update ms"], rows)
 
 
 if __name__ == "__main__":

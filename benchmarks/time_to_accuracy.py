@@ -58,7 +58,9 @@ run the first evaluation after which every later one stays at or above each thre
 evaluation seconds, the peak RSS (ru_maxrss of the waited child, and psutil polling). Outputs in OUTPUT_DIR (default
 runs/bench/time_to_accuracy): time_to_accuracy.md (the report), .json (settings and every curve), .png (accuracy
 against training seconds and against completions, one line per run); each run in OUTPUT_DIR/PEER_sSEED with its
-time_to_accuracy.log. Seed variance is real: compare medians over seeds.
+time_to_accuracy.log. Seed variance is real: compare medians over seeds. The medians and each run's crossings go to
+--results (docs/results/time_to_accuracy.json, each peer run replacing that peer's entry), which benchmarks/README.md's
+table (`table`) and the README's (`headline`) are drawn from.
 """
 
 from __future__ import annotations
@@ -66,13 +68,22 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
+import textwrap
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_BENCH_DIR, REPO_ROOT, md_table, script_parser  # noqa: E402
-from _tta import (  # noqa: E402
+if not __package__:  # python benchmarks/time_to_accuracy.py (the docs import it as a module)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import (  # noqa: E402
+    DEFAULT_BENCH_DIR,
+    REPO_ROOT,
+    command_line,
+    md_table,
+    merge_rows,
+    script_parser,
+)
+from benchmarks._tta import (  # noqa: E402
     ALIASES,
     DEFAULT_EVAL_STEPS,
     DETAILS_HEAD,
@@ -80,7 +91,8 @@ from _tta import (  # noqa: E402
     PLAIN_FLAGS,
     SHARED,
     TABLE_HEAD,
-    crossings,  # noqa: F401  (this script's interface: tta.crossings)
+    THRESHOLDS,
+    crossings,
     curve,
     details_row,
     load_average,
@@ -94,6 +106,7 @@ from _tta import (  # noqa: E402
     trl_settings,
     write_eval_subset,
 )
+from studies.results import RESULTS, measurement, pct  # noqa: E402
 
 
 def parse_peers(text: str) -> list[str]:
@@ -155,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--output_dir",
         default=str(DEFAULT_BENCH_DIR / "time_to_accuracy"),
         help="Where the report goes, each run in a subdirectory (overwritten). Default runs/bench/time_to_accuracy.",
+    )
+    p.add_argument(
+        "--results",
+        default=str(RESULTS / "time_to_accuracy.json"),
+        help="The results file the docs' tables are drawn from (default docs/results/time_to_accuracy.json; '' "
+        "for none): each peer run here replaces that peer's entry, the other peers' stay.",
     )
     p.add_argument("--dry_run", action="store_true", help="Print the settings and commands, and exit.")
     p.add_argument(
@@ -294,6 +313,180 @@ def execute(run: dict, args) -> dict:
     }
 
 
+# ------------------------------------------------------------------------------------------------ results
+NAMES = {"trl": "TRL", "ours_plain": "our plain GRPO", "ours_default": "the default"}
+
+
+def _key(t: float) -> str:
+    return f"{t:g}"
+
+
+def _median_or_none(xs: list[float | None]) -> float | None:
+    """The median over seeds, a threshold not reached (None) counting as infinitely late; None if that is the
+    median."""
+    m = statistics.median([float("inf") if x is None else x for x in xs])
+    return None if m == float("inf") else m
+
+
+def summarize(runs: list[dict], command: str, threads: int, trl_version: str = "") -> list[dict]:
+    """One entry per peer for docs/results/time_to_accuracy.json, from the runs (`execute`'s results): each run's
+    final accuracy, training seconds, completions and step at the first evaluation at or above each threshold, and
+    its sustained crossing (the first evaluation after which every later one stays at or above it), None where not
+    reached; then the medians over seeds of each."""
+    peers = []
+    for peer in dict.fromkeys(r["peer"] for r in runs):
+        each = []
+        for r in (r for r in runs if r["peer"] == peer):
+            pts = r["points"]
+            first, sustained = {}, {}
+            for t in THRESHOLDS:
+                first[_key(t)], sustained[_key(t)] = crossings(pts, t)
+            pick = lambda d, f: {k: None if p is None else p[f] for k, p in d.items()}  # noqa: E731
+            each.append(
+                {
+                    "seed": r["seed"],
+                    "final_accuracy": pts[-1]["accuracy"],
+                    "steps": pts[-1]["step"],
+                    "train_s": pts[-1]["train_s"],
+                    "first_s": pick(first, "train_s"),
+                    "first_completions": pick(first, "completions"),
+                    "first_step": pick(first, "step"),
+                    "sustained_s": pick(sustained, "train_s"),
+                }
+            )
+        entry = {
+            "peer": peer,
+            "command": command,
+            "seeds": [e["seed"] for e in each],
+            "eval_steps": next(r["settings"]["eval every (steps)"] for r in runs if r["peer"] == peer),
+            "threads": threads,
+            "final_accuracy": statistics.median(e["final_accuracy"] for e in each),
+        }
+        for field in ("first_s", "first_completions", "sustained_s"):
+            entry[field] = {_key(t): _median_or_none([e[field][_key(t)] for e in each]) for t in THRESHOLDS}
+        if peer == "trl":
+            entry["trl_version"] = trl_version
+        peers.append({**entry, "runs": each})
+    return peers
+
+
+def write_results(path: str, runs: list[dict], command: str, threads: int) -> dict:
+    version = ""
+    if any(r["peer"] == "trl" for r in runs):
+        import trl
+
+        version = trl.__version__
+    peers = summarize(runs, command, threads, version)
+    return merge_rows(path, peers, ("peer",), measurement(command), field="peers")
+
+
+def _label(p: dict) -> str:
+    if p["peer"] == "trl":
+        return "TRL " + ".".join(p["trl_version"].split(".")[:2]) + " GRPOTrainer"
+    return {"ours_plain": "tinygrpo, TRL's algorithm", "ours_default": "tinygrpo, default"}[p["peer"]]
+
+
+def _sooner(p: dict, trl: dict | None, field: str, key: str) -> str:
+    """'7.2x': how much sooner than TRL, where both reached the threshold."""
+    if trl is None or p is trl or p[field].get(key) is None or trl[field].get(key) is None:
+        return ""
+    return f"{trl[field][key] / p[field][key]:.1f}x"
+
+
+def _s(x: float | None) -> str:
+    return "not reached" if x is None else f"{x:.1f}"
+
+
+def _final(p: dict, peers: list[dict]) -> str:
+    cell = pct(p["final_accuracy"], space=True)
+    return f"**{cell}**" if p["final_accuracy"] == max(q["final_accuracy"] for q in peers) else cell
+
+
+def _head(cells: list[str]) -> list[str]:
+    """A table's first two lines, its first column unnamed ('| |')."""
+    return ["| |" + "".join(f" {c} |" for c in cells), "|" + "---|" * (len(cells) + 1)]
+
+
+def table(results: dict) -> str:
+    """benchmarks/README.md's time-to-accuracy table from docs/results/time_to_accuracy.json: per peer the median
+    over seeds of the final accuracy (the best in bold), of the training seconds to the first evaluation at or
+    above each threshold (how much sooner than TRL where both reach it) and of the completions sampled by the first
+    and the last threshold; then the sustained crossings' medians at those two."""
+    peers = results["peers"]
+    trl = next((p for p in peers if p["peer"] == "trl"), None)
+    keys = list(peers[0]["first_s"])
+    lo, hi = keys[0], keys[-1]
+    lines = _head(
+        ["final accuracy", *(f"s to {pct(float(k), 0, space=True)}" for k in keys)]
+        + [f"completions to {pct(float(lo), 0, space=True)}", f"to {pct(float(hi), 0, space=True)}"]
+    )
+    for p in peers:
+        secs = []
+        for k in keys:
+            sooner = _sooner(p, trl, "first_s", k)
+            secs.append(_s(p["first_s"][k]) + (f" ({sooner} sooner)" if sooner else ""))
+        comps = [
+            "not reached" if p["first_completions"][k] is None else f"{p['first_completions'][k]:,.0f}"
+            for k in (lo, hi)
+        ]
+        lines.append("| " + " | ".join([_label(p), _final(p, peers), *secs, *comps]) + " |")
+    return "\n".join(lines) + "\n\n" + _sustained(peers, trl, (lo, hi))
+
+
+def _and(items: list[str], conj: str = "and") -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {conj} " + items[-1]
+
+
+def _sustained(peers: list[dict], trl: dict | None, keys: tuple[str, str]) -> str:
+    parts = []
+    for k in keys:
+        known = [p for p in peers if k in p["sustained_s"]]
+        reached = [p for p in known if p["sustained_s"][k] is not None]
+        missed = [NAMES.get(p["peer"], p["peer"]) for p in known if p["sustained_s"][k] is None]
+        items = []
+        for p in reached:
+            sooner = _sooner(p, trl, "sustained_s", k)
+            items.append(
+                f"{p['sustained_s'][k]:.1f} s for {NAMES.get(p['peer'], p['peer'])}"
+                + (f" ({sooner} sooner)" if sooner else "")
+            )
+        text = f"{pct(float(k), 0, space=True)} after {_and(items)}" if items else ""
+        if missed:
+            text += (", never for " if items else f"{pct(float(k), 0, space=True)} never for ") + _and(
+                missed, "or"
+            )
+        parts.append(text)
+    text = (
+        "Sustained crossings (another definition: the first evaluation after which every later one stays at or "
+        "above the threshold), medians: " + "; ".join(parts) + "."
+    )
+    return textwrap.fill(text.replace(" %", "\0%"), 116).replace("\0", " ")  # (no line breaks before a %)
+
+
+def headline(results: dict) -> str:
+    """The README's short time-to-accuracy table from docs/results/time_to_accuracy.json: per peer the median final
+    accuracy, seconds to the first evaluation at or above 90 % (how much sooner than TRL), seconds to 99 %."""
+    peers = results["peers"]
+    trl = next((p for p in peers if p["peer"] == "trl"), None)
+    keys = list(peers[0]["first_s"])
+    lo, hi = keys[0], keys[-1]
+    rows = [
+        [
+            _label(p),
+            _final(p, peers),
+            _s(p["first_s"][lo]),
+            _sooner(p, trl, "first_s", lo) or "-",
+            _s(p["first_s"][hi]),
+        ]
+        for p in peers
+    ]
+    lo_, hi_ = pct(float(lo), 0, space=True), pct(float(hi), 0, space=True)
+    return "\n".join(
+        _head(["final accuracy", f"s to {lo_}", f"sooner than TRL (to {lo_})", f"s to {hi_}"])
+        + ["| " + " | ".join(r) + " |" for r in rows]
+    )
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     if args.threads < 1 or (args.eval_steps is not None and args.eval_steps < 1) or args.eval_limit < 0:
@@ -336,6 +529,11 @@ def main(argv: list[str] | None = None) -> dict:
     (out / "time_to_accuracy.md").write_text(text + "\n")
     result = {"runs": results, "medians": median_rows(results)}
     (out / "time_to_accuracy.json").write_text(json.dumps(result, indent=1, default=str))
+    if args.results:
+        write_results(args.results, results, command_line("time_to_accuracy.py", argv), args.threads)
+        print(
+            f"wrote {args.results}; python -m studies.results draws the docs' tables from it", file=sys.stderr
+        )
     return result
 
 

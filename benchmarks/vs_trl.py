@@ -28,7 +28,8 @@ clip, optimizer, scheduler, per-step bookkeeping).
 Both trainers live in one process and run interleaved, A B A B: after W warm-up steps each, the callback runs a
 block of N steps of ours, then TRL runs N steps, and so on for --reps repetitions. Throughput of a block =
 completions in the block / its summed step times; the table gives the median and min-max over repetitions, and the
-ratio ours / TRL per repetition pair.
+ratio ours / TRL per repetition pair. The medians go to --results (docs/results/vs_trl.json, replacing the rows of
+the settings run), which benchmarks/README.md's tables are drawn from (throughput_table, opsplit_table, length_table).
 
 Our trainer runs TRL's GRPO: one round of the prompts per step, in order (exploration, dynamic sampling and the
 weighted prompt sampler off). TRL loads the model directory itself (`GRPOTrainer(model=path)`): tiny_lm is a conventional transformers model, with
@@ -46,20 +47,23 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+if not __package__:  # python benchmarks/vs_trl.py (imported as benchmarks.vs_trl, the docs render its tables)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import (  # noqa: E402
     ModelDirs,
     build_our_trainer,
+    command_line,
     fmt_mmm,
     machine_line,
     md_table,
+    merge_rows,
     parse_bool,
     run_shapes,
     shape_parser,
     sync,
 )
-from _opsplit import OpSplit, StepProfile, median_split  # noqa: E402
+from benchmarks._opsplit import OpSplit, StepProfile, median_split  # noqa: E402
+from studies.results import RESULTS, markdown, measurement  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_bool,
         default=False,
         help="Both trainers under bf16 autocast (TRL's bf16; ours too).",
+    )
+    p.add_argument(
+        "--results",
+        default=str(RESULTS / "vs_trl.json"),
+        help="The results file the docs' tables are drawn from (default docs/results/vs_trl.json; '' for none): "
+        "this run's rows replace those of the same setting (task, start, shape, path, length, ...), the others "
+        "stay (benchmarks/README.md draws on several runs).",
     )
     return p
 
@@ -416,6 +427,174 @@ def report(results: list[dict], args) -> str:
     )
 
 
+# ---------------------------------------------------------------------------------------------------- results
+# A row's setting: a run replaces the rows of its own settings in the results file and keeps the others.
+KEY = (
+    "task",
+    "init",
+    "prompts",
+    "G",
+    "grouped_forward",
+    "max_completion_length",
+    "beta",
+    "loss_type",
+    "learning_rate",
+    "device",
+    "bf16",
+)
+
+
+def _mean_length(xs: list[tuple[float, float]]) -> float | None:
+    return sum(a for a, _ in xs) / len(xs) if xs else None
+
+
+def _split(sp: dict, step_ms: float) -> dict:
+    """The profiled median step's split, and the rest: the timed step minus both (Python, autograd, bookkeeping)."""
+    return {**sp, "rest_ms": step_ms - sp["arithmetic_ms"] - sp["other_ms"]}
+
+
+def summarize(results: list[dict], args, command: str) -> list[dict]:
+    """The rows of docs/results/vs_trl.json from a run's results (run_shape's, one per start and shape): the
+    setting, then medians over the timed blocks (completions/s, the mean step in ms), the ratio ours / TRL of each
+    block pair (median, min, max), the mean completion lengths, and (--profile_steps) the split of the median
+    profiled step and the ceiling TRL's step / our arithmetic kernels."""
+    rows = []
+    for r in results:
+        prompts, G = map(int, r["shape"].split("x"))
+        ours_ms = statistics.median(_block_ms(r["ours_step_s"]))
+        trl_ms = statistics.median(_block_ms(r["trl_step_s"]))
+        row = {
+            "command": command,
+            "task": args.task,
+            "init": r["init"],
+            "prompts": prompts,
+            "G": G,
+            "grouped_forward": args.grouped_forward,
+            "max_completion_length": args.max_completion_length,
+            "beta": args.beta,
+            "loss_type": args.loss_type,
+            "learning_rate": args.random_learning_rate if r["init"] == "random" else args.learning_rate,
+            "device": args.device,
+            "bf16": args.bf16,
+            "threads": args.threads,
+            "blocks": args.reps,
+            "steps_per_block": args.steps,
+            "ours_cps": statistics.median(r["ours_cps"]),
+            "trl_cps": statistics.median(r["trl_cps"]),
+            "ratio": {
+                "median": statistics.median(r["ratio"]),
+                "min": min(r["ratio"]),
+                "max": max(r["ratio"]),
+            },
+            "ours_ms": ours_ms,
+            "trl_ms": trl_ms,
+            "ours_length": _mean_length(r["ours_lengths"]),
+            "trl_length": _mean_length(r["trl_lengths"]),
+        }
+        if r.get("ours_split") and r.get("trl_split"):
+            row["ours_split"] = _split(r["ours_split"], ours_ms)
+            row["trl_split"] = _split(r["trl_split"], trl_ms)
+            row["ceiling"] = trl_ms / r["ours_split"]["arithmetic_ms"]
+        rows.append(row)
+    return rows
+
+
+def _on_cpu(results: dict, task: bool) -> list[dict]:
+    """The rows the CPU tables show: fp32 on the CPU, on a task (the length table) or on the seed bank."""
+    return [r for r in results["rows"] if r["device"] == "cpu" and not r["bf16"] and bool(r["task"]) == task]
+
+
+def _start(r: dict, generic: str) -> str:
+    label = f"{r['init']}, {r['prompts']} x {r['G']}"
+    if not r["grouped_forward"]:
+        label += ", " + (generic if r["init"] == "random" else "our generic path")
+    return label
+
+
+def _trl(results: dict) -> str:
+    """'TRL 1.16': the version the results file's measurement names, major.minor."""
+    return "TRL " + ".".join(results["measurement"]["trl"].split(".")[:2])
+
+
+def _length(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def throughput_table(results: dict) -> str:
+    """benchmarks/README.md's throughput table (seed bank, fp32 on the CPU) from docs/results/vs_trl.json."""
+    rows = [
+        [
+            _start(r, "our generic path on the GPT-2"),
+            f"{r['ours_cps']:,.0f}",
+            f"{r['trl_cps']:,.0f}",
+            f"**{r['ratio']['median']:.2f}x** ({r['ratio']['min']:.2f}-{r['ratio']['max']:.2f})",
+            f"{r['ours_ms']:.1f} / {r['trl_ms']:.1f}",
+            f"{_length(r['ours_length'])} / {_length(r['trl_length'])}",
+        ]
+        for r in _on_cpu(results, task=False)
+    ]
+    head = [
+        "start, shape (prompts x G)",
+        "tinygrpo completions/s",
+        f"{_trl(results)} completions/s",
+        "ours / TRL",
+        "ms per step, ours / TRL's",
+        "tokens per completion, ours / TRL's",
+    ]
+    return markdown(head, rows)
+
+
+def opsplit_table(results: dict) -> str:
+    """benchmarks/README.md's "where the steps go" table: the profiled median step of each trainer split into the
+    arithmetic kernels, other ATen calls and the rest, and the ceiling TRL's step / our arithmetic kernels."""
+
+    def cell(sp: dict) -> str:
+        return f"{sp['arithmetic_ms']:.1f} / {sp['other_ms']:.1f} / {sp['rest_ms']:.1f}"
+
+    rows = [
+        [_start(r, "generic path"), cell(r["ours_split"]), cell(r["trl_split"]), f"{r['ceiling']:.1f}x"]
+        for r in _on_cpu(results, task=False)
+        if "ours_split" in r
+    ]
+    head = [
+        "start, shape",
+        "ours: arithmetic / other ATen / rest, ms",
+        "TRL's: arithmetic / other ATen / rest, ms",
+        "TRL's step / our arithmetic",
+    ]
+    return markdown(head, rows)
+
+
+def length_table(results: dict) -> str:
+    """benchmarks/README.md's table against max_completion_length (runs on a task, --task): the mean completion
+    length (one figure where both trainers' agree to 0.1), the median step of each, the median ratio of the
+    blocks. A reference whose completions stop well short of the cap (mean < 90 % of it) is said so."""
+    rows = []
+    for r in _on_cpu(results, task=True):
+        cap = r["max_completion_length"]
+        ours = f"{r['ours_length']:.1f}"
+        trl = "n/a" if r["trl_length"] is None else f"{r['trl_length']:.1f}"
+        stops = " (the reference stops by itself)" if r["ours_length"] < 0.9 * cap else ""
+        rows.append(
+            [
+                f"{cap}{stops}",
+                ours if ours == trl else f"{ours} / {trl}",
+                f"{r['ours_ms']:.1f}",
+                f"{r['trl_ms']:.1f}",
+                f"{r['ratio']['median']:.2f}x",
+            ]
+        )
+    return markdown(
+        ["max_completion_length", "mean length, both", "ours ms/step", "TRL ms/step", "ours / TRL"], rows
+    )
+
+
+def write_results(path: str, results: list[dict], args, command: str) -> dict:
+    import trl
+
+    return merge_rows(path, summarize(results, args, command), KEY, measurement(command, trl=trl.__version__))
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if min(args.reps, args.steps) < 1 or min(args.warmup, args.profile_steps) < 0:
@@ -439,7 +618,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
             raise SystemExit(
                 f"error: no model at {args.model_name_or_path}: train it first (python train_sft.py --task {args.task})"
             )
-    return run_shapes(args, run_shape, report)
+    results = run_shapes(args, run_shape, report)
+    if args.results:
+        write_results(args.results, results, args, command_line("vs_trl.py", argv))
+        print(
+            f"\nwrote {args.results}; python -m studies.results draws the docs' tables from it",
+            file=sys.stderr,
+        )
+    return results
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ the training problems, none of them seen by the reference's SFT): every choice i
 (500 problems) is evaluated once per run, at the end, for reporting only. Runs go one at a time (`--jobs 2` runs two
 at once: faster, but each run's seconds then include the other's contention).
 
-Writes OUTPUT_DIR/<arm>-seed<k>/ (the runs), OUTPUT_DIR/exploration.json (every curve and figure) and, with
-`--docs DIR`, DIR/exploration.md (the table) and DIR/exploration.png (held-out accuracy against seconds and against
-completions, and the fraction of sampled completions that carried signal).
+Writes OUTPUT_DIR/<arm>-seed<k>/ (the runs), OUTPUT_DIR/exploration.json (every curve, and the results) and, with
+`--docs DIR`, DIR/results/exploration.json (the results: each seed's final accuracies, the medians to 95 / 98 / 99 %,
+the signal, the accuracy by problem kind, with the command and the machine), DIR/exploration.md (the page, drawn
+from that file alone by `page`: `python -m studies.results` draws it again) and DIR/exploration.png (held-out
+accuracy against seconds and against completions, and the fraction of sampled completions that carried signal).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._runs import REPO, eval_curve, first_at, log_path, read_metrics, test_accuracy, train
+from .results import each, markdown, measurement, pct, save, write_page
 
 # name -> (train_grpo.py flags, what it is). "default" is train_grpo.py as it is run with no flags: 64 prompts x 8
 # per step, 1000 steps, prompts weighted 1 - p, explore rounds at T = 2, 3, 4 without importance weights.
@@ -75,25 +78,6 @@ class Study:
     per_seed_at: float | None = None  # if set, NAME.md also gives each seed's seconds and completions to it
 
 
-def per_seed_table(results: dict, at: float) -> list[str]:
-    """Each run's training seconds and completions to its first validation evaluation at or above `at`, and the
-    median over seeds with a run that never got there counted as infinitely late (as a goal "median of 3 seeds"
-    reads it)."""
-    lines = [
-        f"| arm | training s to {at:.0%} (per seed) | median | completions to {at:.0%} (per seed) | median |",
-        "|---|---|---|---|---|",
-    ]
-    for arm, runs in results.items():
-        cells = []
-        for col, fmt in ((1, "{:.1f}"), (2, "{:,.0f}")):
-            got = [first_at(r["eval"], at, col) for r in runs]
-            med = statistics.median(float("inf") if g is None else g for g in got)
-            cells.append(" / ".join("-" if g is None else fmt.format(g) for g in got))
-            cells.append("not reached" if med == float("inf") else fmt.format(med))
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    return lines
-
-
 EXPLORATION = Study("exploration", "Exploration study", ARMS)
 
 
@@ -120,71 +104,177 @@ def curves(run_dir: Path) -> dict:
     }
 
 
-def summarise(results: dict, study: Study = EXPLORATION) -> list[dict]:
-    rows = []
-    for arm, runs in results.items():
-        finals = [r["eval"][-1][3] for r in runs]
-        tests = [r["test"] for r in runs]
-        row = {
+def key(threshold: float) -> str:
+    """A threshold as the results file names it: 0.95 -> '95'."""
+    return str(round(threshold * 100))
+
+
+def summarize(
+    runs: dict[str, list[dict]],
+    study: Study,
+    seeds: list[int],
+    command: str,
+    *,
+    jobs: int = 1,
+    max_steps: int | None = None,
+    eval_steps: int | None = None,
+) -> dict:
+    """The study's results (docs/results/NAME.json) from its runs' curves (`curves`, each with its "test"), the runs
+    of each arm in the order of `seeds`: per arm, each seed's final validation and test accuracy; for each threshold
+    the median training seconds and completions to the first validation evaluation at or above it over the runs that
+    got there, and how many did; the medians over seeds of the signal fractions (whole run, last 10 logged steps =
+    50 steps) and of the accuracy by problem kind at the end; with study.per_seed_at, each seed's seconds and
+    completions to it (None: never). The page (`page`) is drawn from this alone."""
+    keys = [str(s) for s in seeds]
+    arms = []
+    for arm, rs in runs.items():
+        by_seed = list(zip(keys, rs, strict=True))
+        row: dict = {
             "arm": arm,
             "what": study.arms[arm][1],
-            "val_final": finals,
-            "test_final": tests,
-            "signal_last": statistics.median(statistics.mean(s[1] for s in r["signal"][-10:]) for r in runs),
-            "signal_mean": statistics.median(statistics.mean(s[1] for s in r["signal"]) for r in runs),
-            "zero_std_last": statistics.median(
-                statistics.mean(s[2] for s in r["signal"][-10:]) for r in runs
+            "validation_final": {k: r["eval"][-1][3] for k, r in by_seed},
+            "test_final": {k: r["test"] for k, r in by_seed},
+            "signal_whole_run": statistics.median(statistics.mean(s[1] for s in r["signal"]) for r in rs),
+            "signal_last_50_steps": statistics.median(
+                statistics.mean(s[1] for s in r["signal"][-10:]) for r in rs
             ),
-            "seconds": statistics.median(r["eval"][-1][1] for r in runs),
+            "zero_std_last_50_steps": statistics.median(
+                statistics.mean(s[2] for s in r["signal"][-10:]) for r in rs
+            ),
+            "to": {},
+            "kinds": {
+                k.split("/")[-1]: statistics.median(r["kinds"][k] for r in rs) for k in sorted(rs[0]["kinds"])
+            },
         }
-        for t in THRESHOLDS:  # medians over the runs that got there (how many did is reported beside)
-            got = [g for g in (first_at(r["eval"], t, 1) for r in runs) if g is not None]
-            row[f"s_to_{round(t * 100)}"] = statistics.median(got) if got else None
-            row[f"reached_{round(t * 100)}"] = len(got)
-            got = [g for g in (first_at(r["eval"], t, 2) for r in runs) if g is not None]
-            row[f"n_to_{round(t * 100)}"] = statistics.median(got) if got else None
-        rows.append(row)
-    return rows
+        for t in THRESHOLDS:
+            got = [(first_at(r["eval"], t, 1), first_at(r["eval"], t, 2)) for r in rs]
+            got = [g for g in got if g[0] is not None]
+            row["to"][key(t)] = {
+                "runs": len(got),
+                "seconds": statistics.median(g[0] for g in got) if got else None,
+                "completions": statistics.median(g[1] for g in got) if got else None,
+            }
+        if study.per_seed_at is not None:
+            row["per_seed_to"] = {
+                what: {k: first_at(r["eval"], study.per_seed_at, col) for k, r in by_seed}
+                for what, col in (("seconds", 1), ("completions", 2))
+            }
+        arms.append(row)
+    first = next(iter(runs.values()))[0]
+    return {
+        "measurement": measurement(command, threads=1, jobs=jobs),
+        "study": study.name,
+        "title": study.title,
+        "intro": study.intro,
+        "seeds": list(seeds),
+        "max_steps": max_steps,
+        "eval_steps": eval_steps or study.eval_steps,
+        "completions_at": study.completions_at,
+        "per_seed_at": study.per_seed_at,
+        "reference_kinds": {k.split("/")[-1]: first["kinds_before"][k] for k in sorted(first["kinds"])},
+        "arms": arms,
+    }
 
 
-def pct(xs: list[float]) -> str:
-    return " / ".join(f"{x:.1%}" for x in xs)
+# ------------------------------------------------------------------------------------------------ the page
 
 
-def write_markdown(rows: list[dict], results: dict, args, path: Path, study: Study = EXPLORATION) -> None:
-    at = round(study.completions_at * 100)
-    head = (
-        "| arm | validation, final (per seed) | test, final (per seed) | training s to 95 / 98 / 99 % on validation "
-        f"(median of the runs that got there; how many) | completions to {at} % | samples with signal: whole run / last 50 steps | zero-std groups, last "
-        "50 steps |"
-    )
-    lines = [head, "|" + "---|" * 7]
-    for r in rows:
-        s = " / ".join(
-            (f"{r[f's_to_{t}']:.0f}" if r[f"s_to_{t}"] is not None else "-") + f" ({r[f'reached_{t}']})"
-            for t in (95, 98, 99)
-        )
-        n = f"{r[f'n_to_{at}'] / 1e6:.2f} M ({r[f'reached_{at}']})" if r[f"n_to_{at}"] is not None else "-"
-        lines.append(
-            f"| {r['arm']} | {pct(r['val_final'])} | {pct(r['test_final'])} | {s} | {n} | "
-            f"{r['signal_mean']:.1%} / {r['signal_last']:.1%} | {r['zero_std_last']:.1%} |"
-        )
-    kinds = [
-        "| arm | " + " | ".join(k.split("/")[-1] for k in sorted(results[rows[0]["arm"]][0]["kinds"])) + " |"
+def table(results: dict) -> str:
+    """Each arm's final accuracies per seed, the training seconds (and completions) to each threshold, the signal."""
+    at = key(results["completions_at"])
+    head = [
+        "arm",
+        "validation, final (per seed)",
+        "test, final (per seed)",
+        f"training s to {' / '.join(results['arms'][0]['to'])} % on validation (median of the runs that got "
+        "there; how many)",
+        f"completions to {at} %",
+        "samples with signal: whole run / last 50 steps",
+        "zero-std groups, last 50 steps",
     ]
-    kinds.append("|" + "---|" * (len(kinds[0].split("|")) - 2))
-    first = results[rows[0]["arm"]][0]
-    kinds.append(
-        "| reference | "
-        + " | ".join(f"{first['kinds_before'][k]:.1%}" for k in sorted(first["kinds"]))
-        + " |"
+    rows = []
+    for r in results["arms"]:
+        s = " / ".join(
+            ("-" if v["seconds"] is None else f"{v['seconds']:.0f}") + f" ({v['runs']})"
+            for v in r["to"].values()
+        )
+        c = r["to"][at]
+        n = f"{c['completions'] / 1e6:.2f} M ({c['runs']})" if c["runs"] else "-"
+        rows.append(
+            [
+                r["arm"],
+                each(list(r["validation_final"].values())),
+                each(list(r["test_final"].values())),
+                s,
+                n,
+                f"{pct(r['signal_whole_run'])} / {pct(r['signal_last_50_steps'])}",
+                pct(r["zero_std_last_50_steps"]),
+            ]
+        )
+    return markdown(head, rows)
+
+
+def per_seed_table(results: dict) -> str:
+    """Each run's training seconds and completions to its first validation evaluation at or above per_seed_at, and
+    the median over seeds with a run that never got there counted as infinitely late (as a goal "median of 3 seeds"
+    reads it)."""
+    at = results["per_seed_at"]
+    head = [
+        "arm",
+        f"training s to {at:.0%} (per seed)",
+        "median",
+        f"completions to {at:.0%} (per seed)",
+        "median",
+    ]
+    rows = []
+    for r in results["arms"]:
+        cells = [r["arm"]]
+        for what, fmt in (("seconds", "{:.1f}"), ("completions", "{:,.0f}")):
+            got = list(r["per_seed_to"][what].values())
+            med = statistics.median(float("inf") if g is None else g for g in got)
+            cells.append(" / ".join("-" if g is None else fmt.format(g) for g in got))
+            cells.append("not reached" if med == float("inf") else fmt.format(med))
+        rows.append(cells)
+    return markdown(head, rows)
+
+
+def kinds_table(results: dict) -> str:
+    """Validation accuracy by problem kind: the reference's, then each arm's at the end (median over seeds)."""
+    kinds = list(results["reference_kinds"])
+    rows = [["reference", *(pct(results["reference_kinds"][k]) for k in kinds)]]
+    rows += [[r["arm"], *(pct(r["kinds"][k]) for k in kinds)] for r in results["arms"]]
+    return markdown(["arm", *kinds], rows)
+
+
+def page(results: dict) -> str:
+    """The whole page a study generates (docs/NAME.md), from its results file alone."""
+    m = results["measurement"]
+    seeds = ", ".join(map(str, results["seeds"]))
+    intro = f"{results['intro']}\n\n" if results["intro"] else ""
+    what = "\n".join(f"- **{r['arm']}**: {r['what']}" for r in results["arms"])
+    per_seed = (
+        f"\n\nEach seed, on validation (evaluated every {results['eval_steps']} steps):\n\n{per_seed_table(results)}"
+        if results["per_seed_at"] is not None
+        else ""
     )
-    for r in rows:
-        runs = results[r["arm"]]
-        cells = [statistics.median(run["kinds"][k] for run in runs) for k in sorted(runs[0]["kinds"])]
-        kinds.append(f"| {r['arm']} | " + " | ".join(f"{c:.1%}" for c in cells) + " |")
-    what = "\n".join(f"- **{r['arm']}**: {r['what']}" for r in rows)
-    # The flags that shape the results (where the runs and the docs go do not).
+    steps = results["max_steps"] or "each arm's own"
+    return (
+        f"# {results['title']}\n\nGenerated by `{m['command']}` ({steps} steps, "
+        f"seeds {seeds}, one thread, {m['jobs']} run(s) at a time). Trained on `train_without_validation`, curves and "
+        f"every choice on `validation`; `test` evaluated once at the end, for reporting.\n\n{intro}{what}\n\n"
+        f"{table(results)}{per_seed}\n\nValidation accuracy by problem kind at the end (median over seeds):\n\n"
+        f"{kinds_table(results)}\n\n![{results['study']}]({results['study']}.png)"
+    )
+
+
+def headline(results: dict) -> str:
+    """The default's row of the main table (`table`): its final accuracy on each seed, its seconds to 95 / 98 /
+    99 %; for a summary elsewhere (the README)."""
+    return table({**results, "arms": [r for r in results["arms"] if r["arm"] == "default"]})
+
+
+def command_line(study: Study, args) -> str:
+    """The command as the page gives it: the flags that shape the results (where the runs go does not)."""
     cmd = ["--jobs", str(args.jobs)]
     if args.arms != list(study.arms):
         cmd += ["--arms", *args.arms]
@@ -194,39 +284,21 @@ def write_markdown(rows: list[dict], results: dict, args, path: Path, study: Stu
         cmd += ["--max_steps", str(args.max_steps)]
     if args.eval_steps != study.eval_steps:
         cmd += ["--eval_steps", str(args.eval_steps)]
-    cmd = shlex.join([*cmd, "--docs", "docs"])
-    steps = args.max_steps or "each arm's own"
-    intro = f"{study.intro}\n\n" if study.intro else ""
-    path.write_text(
-        f"# {study.title}\n\nGenerated by `python -m studies.{study.name} {cmd}`"
-        f" ({steps} steps, seeds {', '.join(map(str, args.seeds))}, one thread, "
-        f"{args.jobs} run(s) at a time). Trained on `train_without_validation`, curves and every choice on "
-        f"`validation`; `test` evaluated once at the end, for reporting.\n\n{intro}{what}\n\n"
-        + "\n".join(lines)
-        + (
-            f"\n\nEach seed, on validation (evaluated every {args.eval_steps} steps):\n\n"
-            + "\n".join(per_seed_table(results, study.per_seed_at))
-            if study.per_seed_at
-            else ""
-        )
-        + "\n\nValidation accuracy by problem kind at the end (median over seeds):\n\n"
-        + "\n".join(kinds)
-        + f"\n\n![{study.name}]({study.name}.png)\n"
-    )
+    return f"python -m studies.{study.name} " + shlex.join([*cmd, "--docs", "docs"])
 
 
-def plot(rows: list[dict], results: dict, path: Path) -> None:
+def plot(arms: list[str], runs: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    for i, r in enumerate(rows):
+    for i, arm in enumerate(arms):
         color = f"C{i}"
-        for j, run in enumerate(results[r["arm"]]):
+        for j, run in enumerate(runs[arm]):
             ev = run["eval"]
-            label = r["arm"] if j == 0 else None
+            label = arm if j == 0 else None
             axes[0].plot([e[1] for e in ev], [e[3] for e in ev], color=color, alpha=0.8, label=label)
             axes[1].plot([e[2] / 1e6 for e in ev], [e[3] for e in ev], color=color, alpha=0.8, label=label)
             sig = run["signal"]
@@ -245,12 +317,15 @@ def plot(rows: list[dict], results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+# ------------------------------------------------------------------------------------------------ the command line
+
+
 def main(argv: list[str] | None = None) -> int:
     return run_study(EXPLORATION, __doc__, argv)
 
 
 def run_study(study: Study, doc: str, argv: list[str] | None = None) -> int:
-    """The command line of a study: run its arms x seeds (or reuse them), then its JSON, table and figure."""
+    """The command line of a study: run its arms x seeds (or reuse them), then its results, page and figure."""
     p = argparse.ArgumentParser(
         description=doc.split("\n\n")[0],
         epilog=doc,
@@ -293,9 +368,23 @@ def run_study(study: Study, doc: str, argv: list[str] | None = None) -> int:
         print("error: --jobs, --max_steps and --eval_steps must be >= 1", file=sys.stderr)
         return 1
     out = Path(args.output_dir)
+
+    def results_of(runs: dict[str, list[dict]]) -> dict:
+        return summarize(
+            runs,
+            study,
+            args.seeds,
+            command_line(study, args),
+            jobs=args.jobs,
+            max_steps=args.max_steps,
+            eval_steps=args.eval_steps,
+        )
+
     if args.rewrite_docs:
-        results = json.loads((out / f"{study.name}.json").read_text())["runs"]
-        write_docs(study, summarise(results, study), results, args)
+        data = json.loads((out / f"{study.name}.json").read_text())
+        # the results as they were measured (the runs' own command and machine); a file from before they were kept
+        # in it: summarized again from its runs
+        write_docs(study, data.get("results") or results_of(data["runs"]), data["runs"], args)
         return 0
     if not (Path(args.model_name_or_path) / "config.json").is_file():
         print(
@@ -316,30 +405,28 @@ def run_study(study: Study, doc: str, argv: list[str] | None = None) -> int:
 
     with ThreadPoolExecutor(args.jobs) as pool:
         dirs = list(pool.map(job, todo))
-    results: dict[str, list[dict]] = {}
+    runs: dict[str, list[dict]] = {}
     for (arm, _), d in zip(todo, dirs, strict=True):
         c = curves(d)
         c["test"] = test_accuracy(d)
-        results.setdefault(arm, []).append(c)
-    rows = summarise(results, study)
-    (out / f"{study.name}.json").write_text(json.dumps({"rows": rows, "runs": results}, indent=1))
-    for r in rows:
-        print(
-            f"{r['arm']:>22}: validation {pct(r['val_final'])}  test {pct(r['test_final'])}  "
-            f"s to 95/98/99 % {r['s_to_95']}/{r['s_to_98']}/{r['s_to_99']}  signal {r['signal_last']:.1%}"
-        )
-    write_docs(study, rows, results, args)
+        runs.setdefault(arm, []).append(c)
+    results = results_of(runs)
+    (out / f"{study.name}.json").write_text(json.dumps({"results": results, "runs": runs}, indent=1))
+    print(table(results))
+    write_docs(study, results, runs, args)
     return 0
 
 
-def write_docs(study: Study, rows: list[dict], results: dict, args) -> None:
+def write_docs(study: Study, results: dict, runs: dict[str, list[dict]], args) -> None:
+    """With --docs DIR: the results in DIR/results/NAME.json, the page drawn from them (one marked block, so that
+    tests/test_results.py draws it again) in DIR/NAME.md, the figure from the runs in DIR/NAME.png."""
     if args.docs:
         docs = Path(args.docs)
-        docs.mkdir(parents=True, exist_ok=True)
-        md, png = docs / f"{study.name}.md", docs / f"{study.name}.png"
-        write_markdown(rows, results, args, md, study)
-        plot(rows, results, png)
-        print(f"wrote {md} and {png}")
+        data = save(docs / "results" / f"{study.name}.json", results)
+        md = write_page(docs / f"{study.name}.md", "studies.exploration:page", data)
+        png = docs / f"{study.name}.png"
+        plot([r["arm"] for r in results["arms"]], runs, png)
+        print(f"wrote {data}, {md} and {png}")
 
 
 if __name__ == "__main__":

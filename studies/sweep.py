@@ -21,8 +21,10 @@ shorter run is a compressed schedule, not the start of a longer one; with BASE_F
 on validation at 300 steps, so the 95 % columns say which variants get there within the budget.
 
 Writes OUTPUT_DIR/<variant>-seed<k>/ (the runs, each with its log beside it), OUTPUT_DIR/sweep.json (every curve
-and number) and, with `--docs DIR`, DIR/sweep.md (the table) and DIR/sweep.png (validation accuracy against
-completions sampled, mean over seeds). A variant whose flags train_grpo.py rejects is reported and not run; a run
+and number) and, with `--docs DIR`, DIR/results/sweep.json (the results: what the page shows, mean and std over
+seeds, with the command and the machine), DIR/sweep.md (drawn from that file alone, between markers that
+`python -m studies.results` renders again: `page`, its table `table`; `headline` is the README's short table) and
+DIR/sweep.png (validation accuracy against completions sampled, mean over seeds, from the runs). A variant whose flags train_grpo.py rejects is reported and not run; a run
 that fails is reported with its error line; the others go on, and the command exits 1 at the end.
 """
 
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import statistics
 import sys
@@ -45,11 +46,11 @@ from ._runs import (
     failure_reason,
     first_at,
     log_path,
-    mean_std,
     read_metrics,
     test_accuracy,
     train,
 )
+from .results import markdown, measurement, save
 
 # name -> (train_grpo.py flags, what it is). "dapo (default)" is train_grpo.py with no flags.
 VARIANTS: dict[str, tuple[list[str], str]] = {
@@ -191,62 +192,153 @@ def summarise(results: dict[str, list[dict]]) -> list[dict]:
     return rows
 
 
-def reached(values: list[float], n: int, fmt: str, scale: float, unit: str) -> str:
-    """mean ± std when every seed got there: a mean over the seeds that did would flatter a variant that often
-    does not."""
-    if len(values) < n:
-        return f"n/a ({len(values)}/{n} reached)"
-    return mean_std(values, fmt, scale, unit)
+def _ms(xs: list[float]) -> dict:
+    """Mean and sample std of per-seed numbers (one value alone has no std)."""
+    return {"mean": statistics.mean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None}
 
 
-def table(rows: list[dict]) -> list[str]:
-    ts = [round(t * 100) for t in THRESHOLDS]
+def summarize(data: dict) -> dict:
+    """The results (docs/results/sweep.json) from the study's runs (`data`: the rows of `summarise`, the runs and
+    the settings): what docs/sweep.md shows, mean and std over seeds, and the seconds and completions to each
+    threshold only when every seed got there (a mean over the seeds that did would flatter a variant that often does
+    not)."""
+    first = [run["eval"][0][3] for runs in data["runs"].values() for run in runs if run["eval"][0][0] == 0]
+    variants = []
+    for r in data["rows"]:
+        n = len(r["seeds"])
+        row = {
+            "variant": r["variant"],
+            "what": r["what"],
+            "flags": r["flags"],
+            "seeds": n,
+            "validation": _ms(r["val_final"]),
+            "test": _ms(r["test_final"]),
+        }
+        for t in THRESHOLDS:
+            key = round(t * 100)
+            s, c = r[f"s_to_{key}"], r[f"n_to_{key}"]
+            every = len(s) == n
+            row[f"to_{key}"] = {
+                "reached": len(s),
+                "seconds": _ms(s) if every else None,
+                "completions": _ms(c) if every else None,
+            }
+        variants.append(row)
+    return {
+        "measurement": measurement(data["command"], threads=data["threads"], jobs=data["jobs"]),
+        "model": data["model"],
+        "base_flags": data["base_flags"],
+        "extra": data["extra"],
+        "max_steps": data["max_steps"],
+        "eval_steps": data["eval_steps"],
+        "seeds": data["seeds"],
+        "thresholds": list(THRESHOLDS),
+        "reference_validation": statistics.mean(first) if first else None,
+        "variants": variants,
+        "failed": data["failed"],
+    }
+
+
+def _cell(ms: dict, fmt: str, scale: float, unit: str) -> str:
+    """'mean ± std' (the std only with more than one seed) of a number scaled for display."""
+    text = fmt.format(ms["mean"] * scale)
+    return (text if ms["std"] is None else f"{text} ± {fmt.format(ms['std'] * scale)}") + unit
+
+
+def _reached(row: dict, key: int, what: str, fmt: str, scale: float, unit: str) -> str:
+    """mean ± std when every seed got there, else how many did."""
+    to = row[f"to_{key}"]
+    return (
+        f"n/a ({to['reached']}/{row['seeds']} reached)"
+        if to[what] is None
+        else _cell(to[what], fmt, scale, unit)
+    )
+
+
+def table(results: dict) -> str:
+    """docs/sweep.md's table from docs/results/sweep.json: per variant, validation and test accuracy at the end, and
+    the seconds and completions to each threshold, mean ± std over seeds."""
+    ts = [round(t * 100) for t in results["thresholds"]]
     head = ["variant", "what", "validation, final", "test, final"]
     for t in ts:
         head += [f"seconds to {t} %", f"completions to {t} %"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        n = len(r["seeds"])
+    rows = []
+    for r in results["variants"]:
         cells = [
             r["variant"],
             r["what"],
-            mean_std(r["val_final"], "{:.1f}", 100, " %"),
-            mean_std(r["test_final"], "{:.1f}", 100, " %"),
+            _cell(r["validation"], "{:.1f}", 100, " %"),
+            _cell(r["test"], "{:.1f}", 100, " %"),
         ]
         for t in ts:
-            cells.append(reached(r[f"s_to_{t}"], n, "{:.0f}", 1, " s"))
-            cells.append(reached(r[f"n_to_{t}"], n, "{:.2f}", 1e-6, " M"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+            cells.append(_reached(r, t, "seconds", "{:.0f}", 1, " s"))
+            cells.append(_reached(r, t, "completions", "{:.2f}", 1e-6, " M"))
+        rows.append(cells)
+    return markdown(head, rows)
 
 
-def reference(data: dict) -> str:
-    """The starting policy's validation accuracy: every run's evaluation at step 0."""
-    first = [run["eval"][0][3] for runs in data["runs"].values() for run in runs if run["eval"][0][0] == 0]
-    return f"{statistics.mean(first) * 100:.1f} %" if first else "not evaluated"
+def headline(results: dict) -> str:
+    """The table in short (for the README): test and validation at the end, completions / seconds to each
+    threshold."""
+    ts = [round(t * 100) for t in results["thresholds"]]
+    head = ["variant", "test, final", "validation, final", *(f"completions / seconds to {t} %" for t in ts)]
+    rows = []
+    for r in results["variants"]:
+        cells = [
+            r["variant"],
+            _cell(r["test"], "{:.1f}", 100, " %"),
+            _cell(r["validation"], "{:.1f}", 100, " %"),
+        ]
+        for t in ts:
+            to = r[f"to_{t}"]
+            if to["seconds"] is None:
+                cells.append(f"n/a ({to['reached']} of {r['seeds']} seeds reached it)")
+            else:
+                cells.append(
+                    f"{_cell(to['completions'], '{:.2f}', 1e-6, ' M')} / {_cell(to['seconds'], '{:.0f}', 1, ' s')}"
+                )
+        rows.append(cells)
+    return markdown(head, rows)
 
 
-def write_markdown(data: dict, path: Path) -> None:
-    rows, failed = data["rows"], data["failed"]
-    flags = "\n".join(f"- **{r['variant']}**: `{shlex.join(r['flags']) or '(none)'}`" for r in rows)
+def page(results: dict) -> str:
+    """docs/sweep.md below its title, from docs/results/sweep.json: how the runs were made, the table, each
+    variant's flags and what failed."""
+    m = results["measurement"]
+    ref = results["reference_validation"]
+    extra = results["extra"]
+    flags = "\n".join(
+        f"- **{r['variant']}**: `{shlex.join(r['flags']) or '(none)'}`" for r in results["variants"]
+    )
+    failed = results["failed"]
     fail = "".join(f"\n- {f['variant']} seed {f['seed']}: {f['reason']}" for f in failed)
-    text = (
-        f"# GRPO variants\n\nGenerated by `{data['command']}`.\n\n"
-        f"Each run: `python train_grpo.py` as the studies run it (from `{data['model']}`, trained on "
-        f"`train_without_validation`, validation every {data['eval_steps']} steps) with `--max_steps "
-        f"{data['max_steps']}`, the base flags `{shlex.join(data['base_flags'])}` (several optimizer steps per "
+    return (
+        f"Generated by `{m['command']}`.\n\n"
+        f"Each run: `python train_grpo.py` as the studies run it (from `{results['model']}`, trained on "
+        f"`train_without_validation`, validation every {results['eval_steps']} steps) with `--max_steps "
+        f"{results['max_steps']}`, the base flags `{shlex.join(results['base_flags'])}` (several optimizer steps per "
         "generated batch, so that the importance ratio is not 1 and the ratio-based variants act), the variant's "
-        f"flags{' and `' + shlex.join(data['extra']) + '`' if data['extra'] else ''}. Seeds "
-        f"{', '.join(map(str, data['seeds']))}; {data['threads']}, {data['jobs']} run(s) at a time on "
-        f"{data['cpus']} CPU cores (with more than one, a run's seconds include the others' contention). "
+        f"flags{' and `' + shlex.join(extra) + '`' if extra else ''}. Seeds "
+        f"{', '.join(map(str, results['seeds']))}; {m['threads']}, {m['jobs']} run(s) at a time on "
+        f"{m['machine']['cores']} CPU cores (with more than one, a run's seconds include the others' contention). "
         "Every number is mean ± std over the seeds (sample std); every choice is made on `validation`, `test` is "
-        f"evaluated once at the end, for reporting. The reference: {reference(data)} on validation. Seconds are training seconds (`time/elapsed`: evaluation "
-        'excluded); "to 90 %" is the first evaluation at or above it, "n/a (k/n reached)" when only k of the n '
-        "seeds got there.\n\n"
-        + "\n".join(table(rows))
+        "evaluated once at the end, for reporting. The reference: "
+        f"{'not evaluated' if ref is None else f'{ref * 100:.1f} %'} on validation. Seconds are training seconds "
+        '(`time/elapsed`: evaluation excluded); "to 90 %" is the first evaluation at or above it, "n/a (k/n reached)" '
+        "when only k of the n seeds got there.\n\n"
+        + table(results)
         + f"\n\nFlags of each variant:\n\n{flags}\n"
         + (f"\nFailed or not run:{fail}\n" if failed else "")
-        + "\n![validation accuracy against completions](sweep.png)\n"
+    )
+
+
+def write_markdown(results: dict, path: Path, results_path: Path) -> None:
+    """The page: its title, the study's text between markers that name its results file (so that
+    `python -m studies.results` draws it again), the figure."""
+    text = (
+        f"# GRPO variants\n\n<!-- results studies.sweep:page {shown_path(str(results_path))} -->\n"
+        f"{page(results).strip(chr(10))}\n<!-- /results -->\n\n"
+        "![validation accuracy against completions](sweep.png)\n"
     )
     path.write_text(text)
 
@@ -287,12 +379,15 @@ def plot(data: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def write_docs(data: dict, docs: Path) -> None:
+def write_docs(results: dict, data: dict, docs: Path) -> None:
+    """DOCS/results/sweep.json (the results), DOCS/sweep.md (drawn from them) and DOCS/sweep.png (the runs' mean
+    curves)."""
     docs.mkdir(parents=True, exist_ok=True)
-    write_markdown(data, docs / "sweep.md")
+    path = save(docs / "results" / "sweep.json", results)
+    write_markdown(results, docs / "sweep.md", path)
     if data["rows"]:
         plot(data, docs / "sweep.png")
-    print(f"wrote {docs / 'sweep.md'} and {docs / 'sweep.png'}")
+    print(f"wrote {path}, {docs / 'sweep.md'} and {docs / 'sweep.png'}")
 
 
 def shown_path(path: str) -> str:
@@ -417,17 +512,16 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": seeds,
         "jobs": args.jobs,
         "threads": THREADS,
-        "cpus": os.cpu_count(),
         "rows": summarise(results),
         "runs": {v: rs for v, rs in results.items() if rs},
         "failed": failed,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "sweep.json").write_text(json.dumps(data, indent=1))
-    for line in table(data["rows"]):
-        print(line)
+    results = summarize(data)
+    print(table(results))
     if args.docs:
-        write_docs(data, Path(args.docs))
+        write_docs(results, data, Path(args.docs))
     if failed:
         print(f"error: {len(failed)} run(s) failed or were not run:", file=sys.stderr)
         for f in failed:

@@ -350,43 +350,185 @@ def test_bad_exploration_settings_are_one_line_errors(flag, value, message):
 
 @pytest.mark.slow
 def test_exploration_study_runs_its_arms_and_writes_a_table_of_their_numbers(seed_reference, tmp_path):
-    from studies import exploration
+    from studies import exploration, results
 
     out, docs = tmp_path / "study", tmp_path / "docs"
     argv = ["--arms", "default", "uniform", "--seeds", "1", "--max_steps", "4", "--eval_steps", "2"]
     argv += ["--model_name_or_path", seed_reference, "--output_dir", str(out), "--docs", str(docs)]
     assert exploration.main(argv) == 0
     data = json.loads((out / "exploration.json").read_text())
-    rows = {r["arm"]: r for r in data["rows"]}
-    assert set(rows) == {"default", "uniform"}
-    for arm, row in rows.items():
+    got = data["results"]
+    arms = {r["arm"]: r for r in got["arms"]}
+    assert set(arms) == {"default", "uniform"} and set(data["runs"]) == set(arms)
+    for arm, row in arms.items():
         metrics = read_jsonl(out / f"{arm}-seed1" / "metrics.jsonl")
         last_eval = [r for r in metrics if "eval/accuracy" in r][-1]
-        assert row["val_final"] == [last_eval["eval/accuracy"]] and last_eval["step"] == 4
-        assert 0 <= row["test_final"][0] <= 1
+        assert row["validation_final"] == {"1": last_eval["eval/accuracy"]} and last_eval["step"] == 4
+        assert 0 <= row["test_final"]["1"] <= 1
+    m = got["measurement"]
+    assert m["command"].startswith("python -m studies.exploration --jobs 1 --arms default uniform --seeds 1 ")
+    assert m["machine"]["cpu"] and got["max_steps"] == 4 and got["eval_steps"] == 2
+    # the results beside the docs, and the page one marked block drawn from them alone
+    data_path = docs / "results" / "exploration.json"
+    assert json.loads(data_path.read_text()) == got
     text = (docs / "exploration.md").read_text()
-    assert f"| default | {rows['default']['val_final'][0]:.1%} |" in text
+    marker = f"<!-- results studies.exploration:page {results.shown(data_path)} -->\n"
+    assert text.startswith(marker + "# Exploration study\n") and text.endswith("<!-- /results -->\n")
+    assert f"| default | {arms['default']['validation_final']['1']:.1%} |" in text
+    assert results.rendered(text) == text
     assert (docs / "exploration.png").stat().st_size > 0
     # the docs are written again from the JSON alone, the same
     (docs / "exploration.md").unlink()
+    data_path.unlink()
     assert exploration.main([*argv, "--rewrite_docs"]) == 0
-    assert (docs / "exploration.md").read_text() == text
+    assert (docs / "exploration.md").read_text() == text and json.loads(data_path.read_text()) == got
 
 
-def test_study_per_seed_table_counts_a_seed_that_never_gets_there_as_infinitely_late():
-    from studies.exploration import per_seed_table
+def _eval_row(step: int, seconds: float, completions: int, accuracy: float, kinds: dict) -> dict:
+    row = {"step": step, "time/elapsed": seconds, "num_completions": completions, "eval/accuracy": accuracy}
+    return row | {f"eval/accuracy/{k}": v for k, v in kinds.items()}
 
-    # [step, seconds, completions, accuracy]; seed 2 never reaches 99 %, seed 1 reaches it, then falls back
-    runs = [
-        {"eval": [[0, 0.0, 0, 0.9], [10, 1.5, 100, 0.995], [20, 3.0, 200, 0.97]]},
-        {"eval": [[0, 0.0, 0, 0.9], [10, 2.0, 150, 0.98], [20, 4.0, 300, 0.985]]},
-        {"eval": [[0, 0.0, 0, 0.9], [10, 2.5, 130, 0.99], [20, 5.0, 260, 0.999]]},
+
+def _write_run(d: Path, evals: list, signal: list, zero_std: list, before: dict, after: dict) -> Path:
+    """A run directory as train_grpo.py leaves it, for the study's `curves`: evaluations ([step, seconds,
+    completions, accuracy]; the problem kinds `before` at the first, `after` at the last, 0 in between) and one
+    logged step every 5 with its signal fractions."""
+    rows = [_eval_row(*evals[0], before)]
+    rows += [_eval_row(*e, dict.fromkeys(after, 0.0)) for e in evals[1:-1]]
+    rows.append(_eval_row(*evals[-1], after))
+    rows += [
+        {
+            "step": 5 * (i + 1),
+            "frac_completions_with_signal": s,
+            "frac_reward_zero_std": z,
+            "prompts/unsolved": 3,
+        }
+        for i, (s, z) in enumerate(zip(signal, zero_std, strict=True))
     ]
-    table = per_seed_table({"arm": runs}, 0.99)
-    assert table[2] == "| arm | 1.5 / - / 2.5 | 2.5 | 100 / - / 130 | 130 |"
-    # two seeds of three that never get there: the median is not reached
-    table = per_seed_table({"arm": [runs[1], runs[1], runs[2]]}, 0.99)
-    assert table[2] == "| arm | - / - / 2.5 | not reached | - / - / 130 | not reached |"
+    d.mkdir(parents=True)
+    (d / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["step"]))
+    )
+    return d
+
+
+def _cells(text: str, first: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith(f"| {first} |"))
+    return [c.strip() for c in line.split("|")[1:-1]]
+
+
+def test_exploration_results_and_page_from_finished_runs(tmp_path):
+    """studies.exploration: the results (docs/results/exploration.json) from run directories, and the page drawn
+    from them alone. The seeds differ so that a mean and a median, the last evaluation and the best, the whole run
+    and its last 50 steps, the first run's reference and another's, give different text."""
+    from studies import exploration as study
+
+    kinds = {"carry": 0.6, "one_digit_operand": 0.2}
+    runs: dict[str, list[dict]] = {"default": [], "uniform": []}
+    # [step, seconds, completions, accuracy]: seed 42 peaks at 98.5 % and ends at 97 %; seed 2 never gets to 98 %
+    evals = [
+        [[0, 0.0, 0, 0.9], [25, 10.0, 100_000, 0.96], [50, 20.0, 200_000, 0.985], [75, 30.0, 300_000, 0.97]],
+        [[0, 0.0, 0, 0.9], [25, 12.0, 150_000, 0.95], [50, 40.0, 400_000, 0.992], [75, 60.0, 600_000, 0.99]],
+        [
+            [0, 0.0, 0, 0.9],
+            [25, 30.0, 900_000, 0.951],
+            [50, 50.0, 1_000_000, 0.96],
+            [75, 70.0, 1_100_000, 0.975],
+        ],
+    ]
+    signal = [[0.5] * 2 + [0.1] * 10, [0.4] * 12, [0.9] * 2 + [0.0] * 10]
+    zero_std = [[0.8] * 12, [0.5] * 12, [0.0] * 2 + [0.95] * 10]
+    after = [{"carry": 0.9, "one_digit_operand": 0.7}, {"carry": 0.99, "one_digit_operand": 0.8}]
+    after.append({"carry": 0.95, "one_digit_operand": 0.3})
+    tests = [0.98, 0.99, 0.97]
+    for i, seed in enumerate((42, 1, 2)):
+        before = kinds if i == 0 else {"carry": 0.5, "one_digit_operand": 0.1}
+        d = _write_run(tmp_path / f"default-seed{seed}", evals[i], signal[i], zero_std[i], before, after[i])
+        runs["default"].append(study.curves(d) | {"test": tests[i]})
+        flat = [[e[0], e[1], e[2], 0.9] for e in evals[i]]  # uniform: never 95 %
+        d = _write_run(tmp_path / f"uniform-seed{seed}", flat, signal[i], zero_std[i], before, after[i])
+        runs["uniform"].append(study.curves(d) | {"test": 0.9})
+    got = study.summarize(
+        runs, study.EXPLORATION, [42, 1, 2], "python -m studies.exploration --jobs 2 --docs docs"
+    )
+    got = json.loads(json.dumps(got))  # as read back from docs/results/exploration.json
+    default = got["arms"][0]
+    assert default["validation_final"] == {"42": 0.97, "1": 0.99, "2": 0.975}
+    assert default["to"]["95"] == {"runs": 3, "seconds": 12.0, "completions": 150_000}
+    assert got["measurement"]["machine"]["cpu"] and got["measurement"]["jobs"] == 1
+    page = study.page(got)
+    assert page.startswith(
+        "# Exploration study\n\nGenerated by `python -m studies.exploration --jobs 2 --docs docs`"
+    )
+    assert "Each seed" not in page and page.endswith("![exploration](exploration.png)")
+    cells = _cells(page, "default")
+    assert cells[1] == "97.0% / 99.0% / 97.5%" and cells[2] == "98.0% / 99.0% / 97.0%"
+    # 95 %: median of 10, 12, 30 s (the mean is 17); 98 %: two seeds of three; 99 %: one
+    assert cells[3] == "12 (3) / 30 (2) / 40 (1)" and cells[4] == "0.15 M (3)"
+    # signal over the whole run 16.7 / 40 / 15 % (median 16.7, mean 23.9), the last 50 steps 10 / 40 / 0 %;
+    # zero-std groups over the last 50 steps 80 / 50 / 95 % (the whole run's would make seed 2's 79 %)
+    assert cells[5] == "16.7% / 10.0%" and cells[6] == "80.0%"
+    assert _cells(page, "uniform")[3:5] == ["- (0) / - (0) / - (0)", "-"]
+    # by kind: the reference is the first run's first evaluation; each arm the median of its runs' last
+    kinds_table = page.split("(median over seeds):\n\n")[1]
+    assert _cells(kinds_table, "arm") == ["arm", "carry", "one_digit_operand"]
+    assert _cells(kinds_table, "reference") == ["reference", "60.0%", "20.0%"]
+    assert _cells(kinds_table, "default") == ["default", "95.0%", "70.0%"]
+    assert study.headline(got).splitlines()[2] == "| " + " | ".join(cells) + " |"
+
+
+def test_sample_efficiency_results_give_each_seed_to_99_and_the_readme_summary():
+    """studies.sample_efficiency (docs/results/sample_efficiency.json): each seed's seconds and completions to 99 %,
+    the median over seeds with a seed that never gets there counted as infinitely late (the per-seed table) against
+    the median of the runs that got there (the main table); and the README's summary (`headline`)."""
+    from studies import exploration, sample_efficiency
+
+    def run(evals: list, final: float) -> dict:
+        ev = [[0, 0.0, 0, 0.9], *evals, [1000, 120.0, 3_000_000, final]]
+        kinds = {"eval/accuracy/carry": 0.9}
+        return {"eval": ev, "signal": [[5, 0.1, 0.9]], "kinds": kinds, "kinds_before": kinds, "test": final}
+
+    never = [run([], f) for f in (0.976, 0.98, 0.988)]
+    runs = {arm: never for arm in [*sample_efficiency.HEADLINE, *sample_efficiency.NEVER]}
+    runs["default"] = [
+        run([[200, 49.3, 1_000_000, 0.99]], 1.0),
+        run([[200, 40.0, 800_000, 0.985]], 0.984),  # never 99 %
+        run([[300, 82.9, 3_000_000, 0.995]], 0.986),
+    ]
+    runs["one refill"] = [never[0], run([[100, 38.1, 1_015_464, 0.99]], 0.986), never[2]]
+    got = exploration.summarize(
+        runs, sample_efficiency.STUDY, [42, 1, 2], "python -m studies.sample_efficiency"
+    )
+    got = json.loads(json.dumps(got))
+    assert got["arms"][0]["per_seed_to"] == {
+        "seconds": {"42": 49.3, "1": None, "2": 82.9},
+        "completions": {"42": 1_000_000, "1": None, "2": 3_000_000},
+    }
+    page = exploration.page(got)
+    assert "completions to 99 % |" in page and "Each seed, on validation (evaluated every 10 steps):" in page
+    main, per_seed = (t.split("\n\n")[0] for t in page.split("| arm | ")[1:3])
+    # the main table, to 99 %: the median of the two seeds that got there (66.1 s, 2.0 M)
+    assert _cells("| arm | " + main, "default")[3:5] == ["49 (3) / 49 (3) / 66 (2)", "2.00 M (2)"]
+    # each seed, and the median with seed 1 infinitely late
+    assert _cells("| arm | " + per_seed, "default")[1:] == [
+        "49.3 / - / 82.9",
+        "82.9",
+        "1,000,000 / - / 3,000,000",
+        "3,000,000",
+    ]
+    assert _cells("| arm | " + per_seed, "one refill")[1:] == [
+        "- / 38.1 / -",
+        "not reached",
+        "- / 1,015,464 / -",
+        "not reached",
+    ]
+    readme = sample_efficiency.headline(got).splitlines()
+    assert readme[2] == "| default | 100.0 / 98.4 / 98.6 % | 49.3 / - / 82.9 (82.9) |"
+    assert readme[6] == "| one refill instead of three | 97.6 / 98.6 / 98.8 % | - / 38.1 / - (not reached) |"
+    assert (
+        readme[7]
+        == "| 32 prompts x 8, 32 x 16 (G 16), a 600-step schedule, floor 0.2 | 97.6-98.8 % | not reached |"
+    )
 
 
 def test_sample_efficiency_study_arms_each_change_one_setting_of_the_default_or_combine_two_arms():

@@ -56,5 +56,7 @@ def test_a_marker_is_rendered_in_place_and_nothing_else_changes(tmp_path):
     doc.write_text(head + "| stale |\n<!-- /results -->\n\ntext after\n")
     assert results.write_docs([doc]) == [doc]
     text = doc.read_text()
-    assert text.startswith(head) and text.endswith("<!-- /results -->\n\ntext after\n") and "stale" not in text
+    assert (
+        text.startswith(head) and text.endswith("<!-- /results -->\n\ntext after\n") and "stale" not in text
+    )
     assert results.write_docs([doc]) == []  # rendered: idempotent

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from studies import _runs, sweep
+from studies import results as results_module
 from tinygrpo.metrics_io import read_jsonl
 
 # ================================================================================================ synthetic runs
@@ -79,24 +80,9 @@ def test_mean_std_is_the_sample_std_and_one_value_has_none():
     assert _runs.mean_std([]) == "-"
 
 
-def test_table_shows_mean_std_or_how_many_seeds_reached(results):
-    lines = sweep.table(sweep.summarise(results))
-    assert lines[0].startswith("| variant | what | validation, final | test, final | seconds to 90 %")
-    grpo = next(line for line in lines if line.startswith("| grpo |"))
-    cells = [c.strip() for c in grpo.strip("|").split("|")]
-    mean, std = statistics.mean([92, 93, 85]), statistics.stdev([92, 93, 85])
-    assert cells[2] == f"{mean:.1f} ± {std:.1f} %"
-    assert cells[3] == "80.0 ± 10.0 %"
-    assert cells[4:] == ["n/a (2/3 reached)", "n/a (2/3 reached)", "n/a (0/3 reached)", "n/a (0/3 reached)"]
-    rloo = [
-        c.strip() for c in next(line for line in lines if line.startswith("| rloo |")).strip("|").split("|")
-    ]
-    # 90 %: 11 and 12 s, 1.0 and 1.2 M; 95 %: 11 and 23 s, 1.0 and 2.4 M
-    assert rloo[4:] == ["12 ± 1 s", "1.10 ± 0.14 M", "17 ± 8 s", "1.70 ± 0.99 M"]
-
-
-def test_docs_name_the_command_flags_and_failures_and_plot_the_mean_curve(results, tmp_path):
-    data = {
+def _data(results: dict[str, list[dict]], failed: list[dict] | None = None) -> dict:
+    """What the study's main collects from its runs, for these synthetic ones."""
+    return {
         "command": "python -m studies.sweep --variants grpo rloo",
         "model": "checkpoints/reference",
         "base_flags": sweep.BASE_FLAGS,
@@ -106,19 +92,78 @@ def test_docs_name_the_command_flags_and_failures_and_plot_the_mean_curve(result
         "seeds": [1, 2, 3],
         "jobs": 2,
         "threads": _runs.THREADS,
-        "cpus": 2,
         "rows": sweep.summarise(results),
         "runs": results,
-        "failed": [{"variant": "cispo", "seed": 2, "reason": "exit 1: error: boom (log: x.log)"}],
+        "failed": failed or [],
     }
-    sweep.write_docs(data, tmp_path / "docs")
+
+
+def _cells(text: str, variant: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith(f"| {variant} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_results_hold_mean_and_std_and_only_thresholds_every_seed_reached(results):
+    res = json.loads(
+        json.dumps(sweep.summarize(_data(results)))
+    )  # (as read back from docs/results/sweep.json)
+    assert res["measurement"]["command"] == "python -m studies.sweep --variants grpo rloo"
+    assert res["measurement"]["machine"]["cpu"] and res["measurement"]["jobs"] == 2
+    assert res["reference_validation"] == pytest.approx(0.6)  # every run's step-0 evaluation
+    g, r = res["variants"]
+    assert g["variant"] == "grpo" and g["seeds"] == 3
+    assert g["validation"] == pytest.approx(
+        {"mean": statistics.mean([0.92, 0.93, 0.85]), "std": statistics.stdev([0.92, 0.93, 0.85])}
+    )
+    assert g["to_90"] == {"reached": 2, "seconds": None, "completions": None}  # 2 of 3 seeds: no mean
+    assert r["to_95"]["reached"] == 2 and r["to_95"]["seconds"] == pytest.approx(
+        {"mean": 17.0, "std": 8.48528137}
+    )
+
+
+def test_table_shows_mean_std_or_how_many_seeds_reached(results):
+    res = json.loads(json.dumps(sweep.summarize(_data(results))))
+    text = sweep.table(res)
+    assert text.startswith("| variant | what | validation, final | test, final | seconds to 90 %")
+    cells = _cells(text, "grpo")
+    mean, std = statistics.mean([92, 93, 85]), statistics.stdev([92, 93, 85])
+    assert (
+        cells[2] == f"{mean:.1f} ± {std:.1f} %"
+    )  # 90.0 ± 4.4 %: the mean, not the median (92) or the last (85)
+    assert cells[3] == "80.0 ± 10.0 %"
+    assert cells[4:] == ["n/a (2/3 reached)", "n/a (2/3 reached)", "n/a (0/3 reached)", "n/a (0/3 reached)"]
+    # 90 %: 11 and 12 s, 1.0 and 1.2 M; 95 %: 11 and 23 s, 1.0 and 2.4 M (the first evaluation at or above, not the
+    # last)
+    assert _cells(text, "rloo")[4:] == ["12 ± 1 s", "1.10 ± 0.14 M", "17 ± 8 s", "1.70 ± 0.99 M"]
+    short = sweep.headline(res)
+    assert short.startswith("| variant | test, final | validation, final | completions / seconds to 90 % |")
+    assert _cells(short, "grpo")[3:] == ["n/a (2 of 3 seeds reached it)", "n/a (0 of 3 seeds reached it)"]
+    assert _cells(short, "rloo")[3:] == ["1.10 ± 0.14 M / 12 ± 1 s", "1.70 ± 0.99 M / 17 ± 8 s"]
+
+
+def test_one_seed_has_no_std(results):
+    res = sweep.summarize(_data({"rloo": results["rloo"][:1]}))
+    assert _cells(sweep.table(res), "rloo")[2:] == ["97.0 %", "95.0 %", "11 s", "1.00 M", "11 s", "1.00 M"]
+
+
+def test_docs_name_the_command_flags_and_failures_and_plot_the_mean_curve(results, tmp_path):
+    failed = [{"variant": "cispo", "seed": 2, "reason": "exit 1: error: boom (log: x.log)"}]
+    data = _data(results, failed)
+    res = sweep.summarize(data)
+    sweep.write_docs(res, data, tmp_path / "docs")
     text = (tmp_path / "docs" / "sweep.md").read_text()
     assert "`python -m studies.sweep --variants grpo rloo`" in text
-    assert "`--num_mini_batches 4`" in text and "OMP_NUM_THREADS=1" in text and "2 CPU cores" in text
+    assert "`--num_mini_batches 4`" in text and "OMP_NUM_THREADS=1" in text
+    assert f"on {res['measurement']['machine']['cores']} CPU cores" in text
     assert "The reference: 60.0 % on validation" in text
     assert "- cispo seed 2: exit 1: error: boom" in text
     assert "- **rloo**: `--advantage_mode rloo`" in text
     assert (tmp_path / "docs" / "sweep.png").stat().st_size > 0
+    # the page is the study's text between markers naming its results file, which draws it again
+    saved = tmp_path / "docs" / "results" / "sweep.json"
+    assert results_module.load(saved) == json.loads(json.dumps(res))
+    assert f"<!-- results studies.sweep:page {saved} -->" in text
+    assert results_module.rendered(text) == text
     # the plotted line: completions and accuracy averaged over seeds at each step
     x, y = sweep.mean_curve(results["rloo"])
     assert x == [0, 1_100_000, 2_200_000] and y == pytest.approx([0.6, 0.935, 0.965])
@@ -207,5 +252,6 @@ def test_sweep_runs_variants_reports_failures_and_writes_its_table(seed_referenc
 
     text = (docs / "sweep.md").read_text()
     assert f"| grpo | {sweep.VARIANTS['grpo'][1]} | {row['val_final'][0] * 100:.1f} % |" in text
+    assert json.loads((docs / "results" / "sweep.json").read_text())["variants"][0]["variant"] == "grpo"
     assert "- broken seed 1: exit 1: error: ref_model_name_or_path=" in text
     assert (docs / "sweep.png").stat().st_size > 0

@@ -22,6 +22,8 @@ def test_the_walkthrough_runs(tmp_path, monkeypatch):
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
     )
     client.execute()  # a failing cell raises CellExecutionError with its traceback
-    outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    outputs = "".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+    )
     assert "ratios all exactly 1: True" in outputs and "sum_i A_i log p(o_i)" in outputs
     assert (tmp_path / "reference" / "config.json").is_file()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,10 +23,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", help="CI smoke test: 2 seeds, 640 completions, 2 addition steps"
     )
     p.add_argument("--threads", type=int, default=1, help="torch threads (tiny tensors: 1 is fastest)")
+    p.add_argument(
+        "--docs",
+        type=Path,
+        default=None,
+        help="also write DOCS/results/comparison.json, DOCS/comparison.md (drawn from it) and the figures "
+        "(e.g. docs)",
+    )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     st = quick_settings() if args.quick else Settings()
@@ -32,4 +42,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         if args.seeds < 1:
             raise SystemExit("error: --seeds must be >= 1")
         st.seeds = args.seeds
-    return run(args.output_dir, st)
+    return run(
+        args.output_dir, st, command=shlex.join(["python", "-m", "studies.compare", *argv]), docs=args.docs
+    )

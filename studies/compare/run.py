@@ -1,10 +1,12 @@
 """`run`: every experiment of the comparison (the tabular runs here, the char GPT's in token_runs.py), then
-results.json, comparison.md and the figures."""
+results.json (every curve), comparison.json (the results the page shows), comparison.md and the figures; with
+`docs`, the results file, the page (between markers naming that file) and the figures in the docs as well."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -15,12 +17,14 @@ import torch
 
 from tinygrpo import bandit
 
+from ..results import save
 from .plots import plot_beliefs, plot_curves
-from .report import table_rows, write_report
+from .report import summarize, write_report
 from .settings import (
     METHODS,
     N_ANSWERS,
     N_QUESTIONS,
+    REPO_ROOT,
     TOKEN_SEED_BASE,
     G,
     Settings,
@@ -87,7 +91,18 @@ def _jsonable(obj):
     return obj
 
 
-def run(out: Path, st: Settings, log: Callable[[str], None] = print) -> dict:
+FIGURES = ("accuracy_vs_completions.png", "skipped_fraction.png", "beliefs.png")
+
+
+def run(
+    out: Path,
+    st: Settings,
+    log: Callable[[str], None] = print,
+    command: str = "python -m studies.compare",
+    docs: Path | None = None,
+) -> dict:
+    """Every experiment, then the outputs in `out`; with `docs` (a directory), DOCS/results/comparison.json,
+    DOCS/comparison.md drawn from it and the figures there too. The results dict of every curve."""
     t0 = time.perf_counter()
     quiet()
     out.mkdir(parents=True, exist_ok=True)
@@ -171,8 +186,26 @@ def run(out: Path, st: Settings, log: Callable[[str], None] = print) -> dict:
         beliefs["gpt"]["seed"],
     )
     results["seconds"] = time.perf_counter() - t0
-    results["table"] = {"header_methods": list(METHODS), "rows": table_rows(results)}
-    write_report(results, out)
-    (out / "results.json").write_text(json.dumps(_jsonable(results), indent=1) + "\n")
-    log(f"wrote {out / 'comparison.md'} and results.json, 3 PNGs in {results['seconds']:.0f}s")
+    results["threads"] = torch.get_num_threads()
+    full = _jsonable(results)
+    shown = summarize(full, command)
+    save(out / "comparison.json", shown)
+    write_report(shown, out / "comparison.md")
+    (out / "results.json").write_text(json.dumps(full, indent=1) + "\n")
+    log(
+        f"wrote {out / 'comparison.md'}, comparison.json and results.json, 3 PNGs in {results['seconds']:.0f}s"
+    )
+    if docs is not None:
+        docs.mkdir(parents=True, exist_ok=True)
+        path = save(docs / "results" / "comparison.json", shown)
+        write_report(shown, docs / "comparison.md", _shown_path(path))
+        for name in FIGURES:
+            shutil.copyfile(out / name, docs / name)
+        log(f"wrote {path}, {docs / 'comparison.md'} and the 3 PNGs")
     return results
+
+
+def _shown_path(path: Path) -> str:
+    """A path inside the repository as a relative one (the docs do not name this machine's checkout)."""
+    p = path.resolve()
+    return str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p)
