@@ -544,3 +544,86 @@ def test_an_estimator_registered_as_binary_is_checked_as_pass_at_k():
     assert needs_binary_rewards(GRPOConfig(advantage_mode="pass_at_k")) and not needs_binary_rewards(
         GRPOConfig()
     )
+
+
+# ================================================================================================ the command line
+
+
+def test_every_option_is_in_an_argument_group_of_the_help(capsys):
+    import dataclasses
+
+    from tinygrpo.config import GRPOConfig
+
+    groups = {}
+    for f in dataclasses.fields(GRPOConfig):
+        owner = next(c for c in GRPOConfig.__mro__ if f.name in c.__dict__.get("__annotations__", {}))
+        assert owner is not GRPOConfig, f"{f.name} is in no group: declare it in a mixin of options_*.py"
+        groups.setdefault(owner._argument_group_name, []).append(f.name)
+    titles = [
+        "model and data",
+        "sampling",
+        "rewards and advantages",
+        "exploration: which prompts, and sampling them again",
+        "loss",
+        "KL and entropy",
+        "optimizer and schedule",
+        "logging and saving",
+    ]
+    assert list(groups) == titles
+    with pytest.raises(SystemExit):
+        parse_config(["--help"])
+    text = capsys.readouterr().out
+    at = [text.index(f"\n{t}:\n") for t in titles]
+    assert at == sorted(at)  # printed in this order, each once
+    for title, names in groups.items():  # each option under its own group's heading
+        start = text.index(f"\n{title}:\n")
+        end = min([i for i in at if i > start], default=len(text))
+        for name in names:
+            assert f"  --{name}" in text[start:end], (title, name)
+
+
+def test_no_x_says_what_it_turns_off(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--help"])
+    text = capsys.readouterr().out
+    block = text[text.index("--no_dynamic_sampling") :].split("\n  --")[0]
+    assert "Turn dynamic_sampling off" in block and "(default" not in block
+    assert parse_config(["--no_dynamic_sampling"]).dynamic_sampling is False
+    assert parse_config([]).dynamic_sampling is True
+
+
+@pytest.mark.parametrize(
+    "trl, ours, value",
+    [
+        ("dataset_name", "dataset", "seed_bank"),
+        ("dataset_train_split", "train_split", "validation"),
+        ("dataset_test_split", "eval_split", "validation"),
+        ("num_completions_to_print", "num_completions_to_log", 4),
+    ],
+)
+def test_trls_names_set_the_same_field_on_the_command_line_and_in_a_recipe(tmp_path, trl, ours, value):
+    from tinygrpo.config import GRPOConfig
+
+    assert GRPOConfig.ALIASES[trl] == ours
+    assert getattr(parse_config([f"--{trl}", str(value)]), ours) == value
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"{trl}: {value}\n")
+    assert getattr(parse_config(["--config", str(recipe)]), ours) == value
+    # a flag overrides a recipe, whichever name each uses
+    assert getattr(
+        parse_config(["--config", str(recipe), f"--{ours}", "9" if ours.startswith("num") else "x"]), ours
+    ) in (9, "x")
+    assert getattr(parse_config([]), ours) != value  # (the alias really changed something)
+
+
+def test_log_completions_false_logs_none(seed_reference, tmp_path):
+    from _runs import run_inproc
+
+    out = tmp_path / "r"
+    assert (
+        run_inproc(
+            seed_reference, out, "--max_steps", "2", "--logging_steps", "1", "--log_completions", "false"
+        )
+        == 0
+    )
+    assert not (out / "completions.jsonl").exists() or not (out / "completions.jsonl").read_text()

@@ -9,14 +9,14 @@ rules that tie fields together one by one below them.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from accelerate.utils import is_tensorboard_available
 
 from .advantage_estimators import (
     ADV_ESTIMATORS,
-    ADVANTAGE_MODES,
     MULTI_OBJECTIVE_AGGREGATIONS,
     needs_binary_rewards,
 )
@@ -32,7 +32,15 @@ from .checks import (
     each,
 )
 from .core import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, SCALE_REWARDS
-from .policy_losses import LOSS_TYPES, POLICY_LOSSES, ppo_clip_loss
+from .options_rollout import (
+    DEFAULT_EXPLORE_TEMPERATURES,
+    Exploration,
+    ModelAndData,
+    RewardsAndAdvantages,
+    Sampling,
+)
+from .options_update import KLAndEntropy, LoggingAndSaving, Loss, Optimizer
+from .policy_losses import POLICY_LOSSES, ppo_clip_loss
 from .prompt_stats import PROMPT_SAMPLERS
 from .recipe import parse_args
 
@@ -89,7 +97,6 @@ BOUNDS: dict[str, Bound] = {
 PPO_EPSILON = Bound(0, 1, lo_open=True, hi_open=True)
 # The most generation rounds one step may run: the first, the explore rounds and the refills (see __post_init__).
 MAX_ROUNDS_PER_STEP = 32
-DEFAULT_EXPLORE_TEMPERATURES = [2.0, 3.0, 4.0]
 
 # Fields that name one of a fixed set of things: "{name}={value!r} is not one of {', '.join(allowed)}".
 # The registries' live names: a loss or estimator registered after this module is loaded is a valid choice too.
@@ -109,392 +116,20 @@ CHOICES: dict[str, Collection[str]] = {
 
 
 @dataclass
-class GRPOConfig:
-    # ----- model and data -----
-    model_name_or_path: str = field(
-        default="checkpoints/reference",
-        metadata={
-            "help": "Directory of the initial policy (save_pretrained format). The default experiment trains "
-            "it first (python train_sft.py) when it is missing."
-        },
-    )
-    ref_model_name_or_path: str | None = field(
-        default=None,
-        metadata={"help": "Reference policy for the KL term; default: the same as model_name_or_path."},
-    )
-    dataset: str = field(
-        default="addition",
-        metadata={
-            "help": "Problem set: a name under data/ (addition, seed_bank) or a directory "
-            "of <split>.jsonl files with at least a 'prompt' column."
-        },
-    )
-    train_split: str = field(default="train", metadata={"help": "Split whose prompts GRPO trains on."})
-    eval_split: str | None = field(
-        default="test",
-        metadata={"help": "Held-out split for greedy accuracy (None or '' to skip evaluation)."},
-    )
-    # ----- batch shape (TRL counts completions) -----
-    num_generations: int = field(default=8, metadata={"help": "G: completions sampled per prompt (>= 2)."})
-    per_device_train_batch_size: int = field(
-        default=512,
-        metadata={
-            "help": "Completions per process per step (as in TRL): a multiple of num_generations, so that "
-            "every process holds whole groups. Prompts per step = this / G * num_processes."
-        },
-    )
-    num_mini_batches: int = field(
-        default=1, metadata={"help": "Optimizer steps per pass over a generated batch (whole groups each)."}
-    )
-    steps_per_generation: int | None = field(
-        default=None,
-        metadata={
-            "help": "As in TRL: each generation samples per_device_train_batch_size x steps_per_generation "
-            "completions per process, which feed that many optimizer steps of per_device_train_batch_size each, so "
-            "the policy moves within a generated batch (off-policy reuse: the ratio and the clip act). The same as "
-            "num_mini_batches on a batch that many times larger (use one or the other). max_steps counts "
-            "generations here (TRL counts optimizer steps). None: 1."
-        },
-    )
-    # ----- generation -----
-    max_completion_length: int = field(default=4, metadata={"help": "Most tokens sampled per completion."})
-    temperature: float = field(
-        default=1.0, metadata={"help": "Sampling temperature (> 0); log-probs use it too."}
-    )
-    top_k: int = field(default=0, metadata={"help": "Sample from the k most likely tokens only (0 = all)."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass in (0, 1]."})
-    mask_truncated_completions: bool = field(
-        default=False,
-        metadata={"help": "Leave completions that hit max_completion_length out of the loss (DAPO)."},
-    )
-    # ----- rewards -----
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["accuracy"],
-        metadata={
-            "help": "Reward functions: registered names (python -m rewards list), package.module:function, "
-            "or path/to/file.py:function."
-        },
-    )
-    reward_weights: list[float] | None = field(
-        default=None, metadata={"help": "One weight per reward function (default: all 1.0)."}
-    )
-    # ----- advantages -----
-    advantage_mode: str = field(
-        default="grpo",
-        metadata={
-            "help": f"Baseline: {', '.join(ADVANTAGE_MODES)}. grpo: group mean (and std, see scale_rewards; "
-            "Shao et al. 2024); rloo: leave-one-out mean (Ahmadian et al. 2024); reinforce: raw reward; opo: the "
-            "length-weighted group mean (Hao et al. 2025); pass_at_k: the pass@k objective's advantages for 0/1 "
-            "rewards, k = train_pass_k (Chen et al. 2025); reinforce_pp: the reward whitened over the batch's "
-            "tokens, reinforce_pp_baseline: the group mean subtracted first (REINFORCE++, Hu et al. 2025); remax: "
-            "the reward of the prompt's greedy answer (one extra greedy decode per prompt; ReMax, Li et al. "
-            "2023). tinygrpo/advantage_estimators.py has the formulas."
-        },
-    )
-    train_pass_k: int = field(
-        default=4,
-        metadata={"help": "k of advantage_mode pass_at_k, 1 <= k < num_generations (Chen et al. 2025)."},
-    )
-    multi_objective_aggregation: str = field(
-        default="sum_then_normalize",
-        metadata={
-            "help": f"{', '.join(MULTI_OBJECTIVE_AGGREGATIONS)} (as TRL). sum_then_normalize: the weighted sum of the "
-            "rewards, then advantage_mode; normalize_then_sum: each reward z-scored in its group, then the weighted "
-            "sum, z-scored over the batch (GDPO, Liu et al. 2026; advantage_mode and scale_rewards unused)."
-        },
-    )
-    scale_rewards: str = field(
-        default="group",
-        metadata={
-            "help": f"For advantage_mode grpo: {', '.join(SCALE_REWARDS)} (none = Dr. GRPO, Liu et al. 2025)."
-        },
-    )
-    dynamic_sampling: bool = field(
-        default=True,
-        metadata={
-            "help": "DAPO (Yu et al. 2025): drop zero-variance groups and refill the batch with fresh prompts, "
-            "at most max_dynamic_sampling_rounds extra rounds per step."
-        },
-    )
-    max_dynamic_sampling_rounds: int = field(
-        default=3, metadata={"help": "Bound on dynamic sampling refills (extra generation rounds per step)."}
-    )
-    # ----- exploration: where samples are spent (per-prompt pass rates, tinygrpo/prompt_stats.py) -----
-    prompt_sampler: str = field(
-        default="unsolved",
-        metadata={
-            "help": f"How each step's prompts are drawn: {', '.join(PROMPT_SAMPLERS)}. uniform: a fresh permutation "
-            "per pass; unsolved: weight 1 - p (a curriculum that revisits failed prompts); informative: weight "
-            "p (1 - p), the variance of a 0/1 reward (Knapsack-RL, Li et al. 2025; online difficulty filtering, "
-            "Bae et al. 2025). p: the prompt's pass-rate estimate (pass_rate_ema)."
-        },
-    )
-    prompt_sampler_floor: float = field(
-        default=0.05, metadata={"help": "Added to every prompt's selection weight, so that none is left out."}
-    )
-    pass_rate_ema: float = field(
-        default=0.5,
-        metadata={
-            "help": "Weight of a prompt's newest group in its pass-rate estimate (an EMA of group means)."
-        },
-    )
-    explore_rounds: int = field(
-        default=3,
-        metadata={
-            "help": "Adaptive resampling of failed prompts (Reinforce-Ada, Xiong et al. 2025): a prompt whose G "
-            "samples all scored below the batch's best is sampled again, G at a time, at the next of "
-            "explore_temperatures, for at most this many rounds, until its group has signal (0 = off)."
-        },
-    )
-    explore_temperatures: list[float] = field(
-        default_factory=lambda: list(DEFAULT_EXPLORE_TEMPERATURES),
-        metadata={
-            "help": "Sampling temperature of each explore round (the last repeats). Higher temperatures find the "
-            "answers a confident policy misses; the loss reweights those samples to the policy's temperature "
-            "with truncated importance weights (explore_importance_sampling_clip_max)."
-        },
-    )
-    explore_importance_sampling_correction: bool = field(
-        default=False,
-        metadata={
-            "help": "Reweight the tokens of explore samples to the policy's temperature (explore_importance_sampling_"
-            "clip_max). False trains on them as if sampled at the run's temperature: biased, but a rare right "
-            "answer found hot keeps its full push (with the correction its weight is pi_T(y) / pi_T'(y), tiny)."
-        },
-    )
-    explore_importance_sampling_clip_max: float = field(
-        default=3.0,
-        metadata={
-            "help": "Cap C of the token-level truncated importance weight min(pi(y_t) / pi_T'(y_t), C) of a token "
-            "sampled at an explore temperature T' (TIS, Yao et al. 2025; TRL's vllm_importance_sampling_clip_max)."
-        },
-    )
-    grouped_forward: bool = field(
-        default=True,
-        metadata={
-            "help": "Use the model's grouped fast path when it has one (tiny_lm does): each prompt encoded once for "
-            "its G completions, finished rows dropped from decoding, tokens after EOS never computed. Exact (tests "
-            "compare it with the generic transformers forward); False forces the generic forward. Not used under "
-            "FSDP, which shards the parameters the fast path reads."
-        },
-    )
-    bf16: bool = field(
-        default=False,
-        metadata={
-            "help": "Run the forwards (sampling, reference, policy) under torch.autocast in bfloat16, as TRL's bf16 "
-            "(mixed precision: weights, gradients and AdamW stay float32; log-probs are taken in float32). "
-            "BFLOAT16 training: Kalamkar et al. 2019. For GPUs; on a CPU it is slower at these sizes."
-        },
-    )
-    dtype: str = field(
-        default="float32",
-        metadata={
-            "help": "The policy's and the reference's weights, and so every forward, backward and AdamW step: "
-            "float32 or float64 (TRL's ModelConfig.dtype; bf16 above is the mixed-precision one). float64 is for "
-            "checking the math: two computation orders of the same sums (the grouped and the generic forward, one "
-            "process and two) agree to ~1e-12 in it, where float32's last bits differ from one CPU's kernels to "
-            "another's (Goldberg 1991, What Every Computer Scientist Should Know About Floating-Point Arithmetic). "
-            "Sampling and rewards are float32 either way."
-        },
-    )
-    skip_zero_advantage_groups: bool = field(
-        default=True,
-        metadata={
-            "help": "Leave groups whose advantages are all zero out of the forward/backward when the loss has no KL "
-            "(beta 0) and no entropy term (entropy_coef, top_entropy_quantile). "
-            "Exact: their loss terms are zero; the normalisers still count them."
-        },
-    )
-    # ----- loss -----
-    loss_type: str = field(
-        default="dapo",
-        metadata={
-            "help": f"{', '.join(LOSS_TYPES)}, as in TRL (gmpo as in verl). The first four are PPO's clipped "
-            "surrogate, reduced differently: grpo a per-sequence token mean (Shao et al. 2024), bnpo the local "
-            "batch's token mean, dr_grpo a constant (B * max_completion_length; Liu et al. 2025), dapo the global "
-            "batch's token mean (Yu et al. 2025). cispo: truncated, detached importance weights times the "
-            "REINFORCE term (MiniMax-M1, 2025; epsilon_high is the cap, ScaleRL recommends 5); sapo: a smooth "
-            "sigmoid gate instead of the clip (Gao et al. 2025); luspo: per-sequence token SUM, for "
-            "importance_sampling_level sequence (LUSPO, 2026); vespo: a Gamma weight of the sequence ratio "
-            "(VESPO, 2026); gmpo: the geometric mean of the clipped token ratios, epsilon/epsilon_high bound "
-            "the log ratio (Zhao et al. 2025). tinygrpo/policy_losses.py has the formulas."
-        },
-    )
-    sapo_temperature_pos: float = field(
-        default=1.0,
-        metadata={"help": "sapo's gate temperature for tokens with a positive advantage (Gao et al. 2025)."},
-    )
-    sapo_temperature_neg: float = field(
-        default=1.05,
-        metadata={
-            "help": "sapo's gate temperature for the other tokens (Gao et al. 2025): higher decays faster."
-        },
-    )
-    vespo_k_pos: float = field(
-        default=2.0,
-        metadata={"help": "vespo's Gamma power k for A >= 0: down-weights sequences with w < 1 (VESPO)."},
-    )
-    vespo_lambda_pos: float = field(
-        default=3.0, metadata={"help": "vespo's Gamma decay lambda for A >= 0: down-weights w > 1 (VESPO)."}
-    )
-    vespo_k_neg: float = field(default=3.0, metadata={"help": "vespo's Gamma power k for A < 0 (VESPO)."})
-    vespo_lambda_neg: float = field(
-        default=2.0, metadata={"help": "vespo's Gamma decay lambda for A < 0 (VESPO)."}
-    )
-    off_policy_mask_threshold: float | None = field(
-        default=None,
-        metadata={
-            "help": "Leave out of the loss every completion with a negative advantage whose mean per-token KL "
-            "log pi_old - log pi exceeds this (DeepSeek-V3.2, 2025, eq. 9; e.g. 0.5). Acts only off-policy "
-            "(num_iterations > 1 or num_mini_batches > 1). None: off."
-        },
-    )
-    top_entropy_quantile: float = field(
-        default=1.0,
-        metadata={
-            "help": "rho: train only on the top-rho quantile of completion tokens by entropy, over the mini-batch "
-            "of every process (Wang et al. 2025, Beyond the 80/20 Rule, recommend 0.2). 1.0 keeps every token; "
-            "0.0 keeps only the highest-entropy ones. With a row-level loss (gmpo, a sequence-level ratio) the mask "
-            "scales each row's loss by its share of kept tokens rather than selecting tokens (as in TRL)."
-        },
-    )
-    entropy_coef: float = field(
-        default=0.0,
-        metadata={
-            "help": "Entropy bonus: loss - entropy_coef * mean per-token entropy over the tokens the policy loss "
-            "acts on, whatever the loss_type (as TRL). With use_adaptive_entropy, the initial coefficient."
-        },
-    )
-    use_adaptive_entropy: bool = field(
-        default=False,
-        metadata={
-            "help": "Adaptive entropy control (Skywork-OR1, He et al. 2025): after each optimizer step the "
-            "coefficient moves up by entropy_coef_delta when the mean entropy is at or below entropy_target, "
-            "down otherwise (within [entropy_coef_min, entropy_coef_max]); the bonus applies only while the "
-            "entropy is at or below the target."
-        },
-    )
-    entropy_coef_min: float = field(default=0.0, metadata={"help": "Adaptive entropy control's lower bound."})
-    entropy_coef_max: float = field(default=1.0, metadata={"help": "Adaptive entropy control's upper bound."})
-    entropy_coef_delta: float = field(default=0.005, metadata={"help": "Adaptive entropy control's step."})
-    entropy_target: float = field(
-        default=0.2, metadata={"help": "Adaptive entropy control's target mean per-token entropy (nats)."}
-    )
-    beta: float = field(
-        default=0.0, metadata={"help": "KL coefficient to the reference (0 = no reference built)."}
-    )
-    use_bias_correction_kl: bool = field(
-        default=True,
-        metadata={
-            "help": "Multiply the per-token KL by the (differentiable) importance ratio, so that its gradient is the "
-            "unbiased gradient of the reverse KL (DeepSeek-V3.2, 2025; TRL's default). It changes the gradient even "
-            "on-policy, where the ratio's value is exactly 1. Only with beta > 0 and a sampled kl_estimator (k1, k2, "
-            "k3): the exact per-position KL (full) does not depend on the token sampled there."
-        },
-    )
-    use_kl_in_reward: bool = field(
-        default=False,
-        metadata={
-            "help": "Put the KL in the reward instead of the loss (PPO for RLHF, Ouyang et al. 2022; verl's "
-            "use_kl_in_reward, OpenRLHF): each completion's reward loses beta x the sum over its tokens of k1 = "
-            "log pi(y_t) - log pi_ref(y_t) (the sampling policy's), before advantages; the loss then has no KL "
-            "term. Needs beta > 0; costs a policy and a reference forward per generation round."
-        },
-    )
-    kl_estimator: str = field(
-        default="k3",
-        metadata={
-            "help": f"Per-token KL: {', '.join(KL_ESTIMATORS)}. k3 is DeepSeekMath's; full is the exact KL "
-            "over the vocabulary at each position."
-        },
-    )
-    epsilon: float = field(default=0.2, metadata={"help": "Lower clip: ratio >= 1 - epsilon."})
-    epsilon_high: float | None = field(
-        default=None,
-        metadata={"help": "Upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher); None = epsilon."},
-    )
-    delta: float | None = field(
-        default=None,
-        metadata={"help": "Two-sided GRPO: clamp the unclipped ratio at delta (> 1 + epsilon_high)."},
-    )
-    importance_sampling_level: str = field(
-        default="token",
-        metadata={"help": "token, or sequence (GSPO, Zheng et al. 2025: length-normalised ratio)."},
-    )
-    num_iterations: int = field(
-        default=1,
-        metadata={
-            "help": "mu: optimisation passes per generated batch. With 1 (and one mini-batch) the ratio is "
-            "exactly 1 and the gradient is the plain policy gradient; the clip never acts."
-        },
-    )
-    # ----- optimisation -----
-    learning_rate: float = field(default=2e-3, metadata={"help": "AdamW learning rate."})
-    lr_scheduler_type: str = field(
-        default="cosine", metadata={"help": "cosine (to 0 at max_steps), linear or constant."}
-    )
-    warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
-    adam_beta2: float = field(default=0.99, metadata={"help": "AdamW beta2."})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient-norm clip (0 = off)."})
-    max_steps: int = field(
-        default=1000,
-        metadata={"help": "Training steps (each: one generated batch, refilled under dynamic_sampling)."},
-    )
-    # ----- reference sync (TR-DPO style, as in TRL) -----
-    sync_ref_model: bool = field(default=False, metadata={"help": "Move the reference towards the policy."})
-    ref_model_mixup_alpha: float = field(
-        default=0.6, metadata={"help": "ref = alpha * policy + (1 - alpha) * ref at each sync."}
-    )
-    ref_model_sync_steps: int = field(default=512, metadata={"help": "Steps between reference syncs."})
-    # ----- evaluation, logging, checkpoints -----
-    seed: int = field(default=42, metadata={"help": "Seed for data order, sampling and everything else."})
-    output_dir: str = field(
-        default="runs/default", metadata={"help": "Where metrics, checkpoints, plots go."}
-    )
-    overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Allow replacing an output_dir that already holds another run."}
-    )
-    resume_from_checkpoint: str | None = field(
-        default=None,
-        metadata={"help": "A checkpoint directory, or 'latest' (the newest complete one in output_dir)."},
-    )
-    logging_steps: int = field(
-        default=10, metadata={"help": "Write metrics.jsonl and sample completions every N."}
-    )
-    eval_steps: int = field(
-        default=50, metadata={"help": "Held-out evaluation every N steps (and at 0 and the end)."}
-    )
-    eval_pass_k: int = field(
-        default=0, metadata={"help": "Also report pass@k with k samples per prompt (0 = off)."}
-    )
-    save_steps: int = field(default=100, metadata={"help": "Checkpoint every N steps (0 = only at the end)."})
-    save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
-    num_completions_to_log: int = field(
-        default=16,
-        metadata={
-            "help": "Completions written per logging step (completions.jsonl; whole groups of the first round, "
-            "those with signal first: the report draws them token by token)."
-        },
-    )
-    report_to: str = field(default="none", metadata={"help": "none or tensorboard (through accelerate)."})
-    on_nonfinite: str = field(
-        default="stop",
-        metadata={"help": "A NaN/inf loss or gradient: stop (keep the last checkpoint) or skip."},
-    )
-    disable_tqdm: bool = field(default=False, metadata={"help": "No progress bar."})
-    make_plots: bool = field(default=True, metadata={"help": "Write plots.png at the end."})
-    make_report: bool = field(
-        default=True,
-        metadata={
-            "help": "Write report.html at the end (and when stopped): one self-contained page of the run "
-            "(python -m tinygrpo.report RUN_DIR builds it for any run)."
-        },
-    )
-    torch_num_threads: int = field(
-        default=0, metadata={"help": "torch threads per process (0 = cores / processes)."}
-    )
+class GRPOConfig(
+    LoggingAndSaving, Optimizer, KLAndEntropy, Loss, Exploration, RewardsAndAdvantages, Sampling, ModelAndData
+):
+    """Every option of a GRPO run, in argument groups (one mixin each: options_rollout.py, options_update.py); the
+    rules that tie fields together and the properties derived from them."""
+
+    # TRL's names for the same concepts (its ScriptArguments and GRPOConfig), accepted on the command line and in a
+    # YAML recipe: {TRL's name: our field}.
+    ALIASES: ClassVar[dict[str, str]] = {
+        "dataset_name": "dataset",
+        "dataset_train_split": "train_split",
+        "dataset_test_split": "eval_split",
+        "num_completions_to_print": "num_completions_to_log",
+    }
 
     def __post_init__(self) -> None:
         check_fields(self, BOUNDS, CHOICES)

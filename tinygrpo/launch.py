@@ -53,6 +53,7 @@ RESUMABLE_CHANGES = frozenset(
         "save_steps",
         "save_total_limit",
         "num_completions_to_log",
+        "log_completions",
         "report_to",
         "disable_tqdm",
         "make_plots",

@@ -5,6 +5,7 @@ of YAML into argv."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import typing
 from pathlib import Path
@@ -16,8 +17,41 @@ from .checks import ConfigError
 
 
 class ArgParser(HfArgumentParser):
+    """HfArgumentParser with `--help` in argument groups (a config's fields grouped by the mixin dataclass that
+    declares them, titled by its `_argument_group_name`), other names for a field (the config's `ALIASES`, e.g.
+    TRL's), and `--no_X` that says what it turns off."""
+
     def error(self, message: str) -> None:
         raise ConfigError(message)  # argparse prints usage and exits; the caller prints one line instead
+
+    def _add_dataclass_arguments(self, dtype: type) -> None:
+        hints = typing.get_type_hints(dtype)
+        aliases = getattr(dtype, "ALIASES", {})
+        groups: dict[str, argparse._ArgumentGroup] = {}
+        for f in dataclasses.fields(dtype):
+            if not f.init:
+                continue
+            f.type = hints[f.name]
+            owner = next(c for c in dtype.__mro__ if f.name in c.__dict__.get("__annotations__", {}))
+            title = owner.__dict__.get("_argument_group_name")
+            target = groups.setdefault(title, self.add_argument_group(title)) if title else self
+            before = len(self._actions)
+            self._parse_dataclass_field(target, f)
+            main = self._actions[before]
+            for action in self._actions[before + 1 :]:  # the --no_X of a field that defaults to True
+                action.help = f"Turn {f.name} off (as --{f.name} false)."
+                action.default = argparse.SUPPRESS  # (never used: the field's own action sets the default first)
+            for alias in (a for a, name in aliases.items() if name == f.name):
+                target.add_argument(
+                    f"--{alias}",
+                    dest=f.name,
+                    type=main.type,
+                    nargs=main.nargs,
+                    choices=main.choices,
+                    metavar=main.metavar,
+                    default=argparse.SUPPRESS,  # (the field's own default stands)
+                    help=f"The same as --{f.name} (TRL's name).",
+                )
 
 
 def _field_kind(hint: object) -> tuple[type, bool, bool]:
@@ -71,8 +105,10 @@ def read_recipe(path: str, parser: ArgParser, cls: type) -> dict[str, object]:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of field: value, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)  # (not field.type: HfArgumentParser rewrites it in place)
+    aliases = getattr(cls, "ALIASES", {})
     values: dict[str, object] = {}
     for key, value in data.items():
+        key = aliases.get(key, key)  # (TRL's name for a field: the same field)
         if key not in hints:
             raise ConfigError(f"{where}: unknown config key {key!r}")
         kind, is_list, nullable = _field_kind(hints[key])
@@ -106,7 +142,8 @@ def parse_args(cls: type, argv: list[str] | None = None, description: str | None
     """`--config file.yaml` (optional, anywhere in argv) sets the defaults; flags override them."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # allow_abbrev=False: a misspelt flag (--learning 0.1) is an error, not a silent prefix match.
-    parser = ArgParser(cls, description=description, allow_abbrev=False)
+    usage = f"{Path(sys.argv[0]).name} [--config RECIPE.yaml] [--OPTION VALUE ...]"  # (the groups below list them)
+    parser = ArgParser(cls, description=description, allow_abbrev=False, usage=usage)
     parser.add_argument("--config", help="YAML recipe whose keys are the fields below (flags override it).")
     at = next((i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), None)
     if at is not None:

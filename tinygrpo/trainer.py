@@ -143,7 +143,7 @@ class GRPOTrainer:
             ) from None
         t1 = time.perf_counter()
         # Every process, as the held-out evaluation: under FSDP a forward of the sharded model is collective.
-        probe = cfg.num_completions_to_log > 0 and self.logs_completions(state.step + 1)
+        probe = self.logs_completions(state.step + 1)
         logged = logged_rows(scored.first, cfg.num_completions_to_log) if probe else []
         before = self.token_probs(scored, logged) if probe else None
         minibatches = self.update.prepare(scored.batch)
@@ -194,7 +194,8 @@ class GRPOTrainer:
 
     def logs_completions(self, step: int) -> bool:
         """Whether the loop logs the sampled completions after `step`."""
-        return step % self.cfg.logging_steps == 0
+        cfg = self.cfg
+        return cfg.log_completions and cfg.num_completions_to_log > 0 and step % cfg.logging_steps == 0
 
     def token_probs(self, scored: ScoredBatch, rows: list[int]) -> TokenProbs:
         """The policy's log-probs and entropies of the completions the step logs (run_logs.token_probs: a no-grad
