@@ -2,7 +2,7 @@
 
     python -m studies.reasoning                                # the references, then every arm, 3 seeds
     python -m studies.reasoning --eval_split validation --seeds 42 --arms mixed   # a choice, on validation
-    python -m studies.reasoning --summarize                    # the table and figure of the runs there
+    python -m studies.reasoning --summarize                    # the results and figures of the runs there
 
 The reference (`python train_sft.py --task multiplication_mixed`) imitated the worked product on one training
 problem in four and the answer alone on the others; nothing in the prompt says which. The arms:
@@ -17,23 +17,30 @@ problem in four and the answer alone on the others; nothing in the prompt says w
 
 Each GRPO run is `train_grpo.py --config configs/multiplication_mixed.yaml --seed S` at one thread, two side by
 side (runs/reasoning/<arm>/seed<S>), evaluated every `eval_steps` on the split asked for (the test split by default:
-for reporting; the choices were made with `--eval_split validation`). The table (docs/reasoning_table.md) and the
+for reporting; the choices were made with `--eval_split validation`). The results (docs/results/reasoning.json, from
+the runs' metrics.jsonl and completions.jsonl and the SFT control's sft_summary.json; in --out for a choice on
+validation) and the tables drawn from them alone (in docs/reasoning.md, printed too): `table`, one row per arm;
+`tokens_table`, what the steps did to each kind of token; `losses_table`, Dr. GRPO's length question, when runs of
+two loss normalisers have finished (the published one from `--results docs/results/reasoning_losses.json`). The
+screens that chose the recipe on validation are hand-typed results files with their commands
+(docs/results/reasoning_shares.json: `shares_table`; docs/results/reasoning_recipe.json: `recipe_table`). The
 figures (docs/reasoning.png: held-out accuracy, the scratchpad's share of the greedy completions, their mean length,
 against training minutes; docs/reasoning_length.png: the length of the right and of the wrong sampled completions,
-and the share worked, step by step under each loss normaliser) come from the runs' metrics.jsonl and the SFT
-control's sft_summary.json.
+and the share worked, step by step under each loss normaliser) are drawn from the runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ._runs import REPO, read_metrics, run_logged
+from .results import RESULTS, each, markdown, measurement, median, pct, save
 from .tasks import ensure_reference
 
 CONFIG = "configs/multiplication_mixed.yaml"
@@ -148,47 +155,267 @@ def extra_sft_minutes(sft: list[tuple[int, dict]]) -> tuple[dict, list[float]]:
 
 
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1%}"
+    return "n/a" if x is None else pct(x)
 
 
 def _med(xs: list[float]) -> float:
-    return statistics.median(xs)
+    return median(xs)
 
 
-def table(out: Path, seeds: list[int]) -> str:
-    """One row per arm: before and after (median of seeds; each), the scratchpad's share, mean length, minutes."""
-    head = ["arm", "start", "accuracy after (median; each)", "scratchpad share: start -> after (median)"]
-    head += [
-        "accuracy within the scratchpad (after)",
-        "mean greedy length: start -> after",
-        "minutes (median)",
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for arm in GRPO_ARMS:
-        runs = finished(out, arm, seeds)
-        if not runs:
-            continue
-        first, last = [r[1][0] for r in runs], [r[1][-1] for r in runs]
-        each = " / ".join(_pct(x["accuracy"]) for x in last)
-        acc_in = [x["acc_in"] for x in last if x["acc_in"] is not None]
-        lines.append(
-            f"| `{arm}` (GRPO) | {_pct(_med([x['accuracy'] for x in first]))} | "
-            f"**{_pct(_med([x['accuracy'] for x in last]))}** ({each}; seeds {', '.join(str(r[0]) for r in runs)}) | "
-            f"{_pct(_med([x['share'] for x in first]))} -> **{_pct(_med([x['share'] for x in last]))}** | "
-            f"{_pct(_med(acc_in)) if acc_in else 'n/a'} | {_med([x['length'] for x in first]):.1f} -> "
-            f"{_med([x['length'] for x in last]):.1f} | {_med([x['minutes'] for x in last]):.1f} |"
-        )
+# ------------------------------------------------------------------------------------------ runs -> results
+
+
+def grpo_arm(arm: str, runs: list[tuple[int, list[dict]]]) -> dict:
+    """What the table shows of a GRPO arm, from its finished runs' evaluations (the first: the reference's; the
+    last: after GRPO): the accuracy after of each seed, and the medians over seeds of the others."""
+    first, last = [rows[0] for _, rows in runs], [rows[-1] for _, rows in runs]
+    within = [x["acc_in"] for x in last if x["acc_in"] is not None]
+    return {
+        "arm": arm,
+        "start": _med([x["accuracy"] for x in first]),
+        "after": {str(s): rows[-1]["accuracy"] for s, rows in runs},
+        "share_start": _med([x["share"] for x in first]),
+        "share_after": _med([x["share"] for x in last]),
+        "accuracy_within_after": _med(within) if within else None,
+        "length_start": _med([x["length"] for x in first]),
+        "length_after": _med([x["length"] for x in last]),
+        "minutes": _med([x["minutes"] for x in last]),
+    }
+
+
+def sft_control(out: Path, seeds: list[int]) -> dict | None:
+    """The more-SFT control's row, from its runs' sft_summary.json: its steps and the reference's, the accuracy of
+    each seed, the medians of its worked share and of the minutes its extra steps buy at the reference's rate."""
     sft = sft_results(out, seeds)
-    if sft:
-        ref, extra = extra_sft_minutes(sft)
-        acc = [s["eval_accuracy"] for _, s in sft]
-        share = [s["eval_formats"][FORMAT] for _, s in sft]
-        lines.append(
-            f"| `more_sft` (no RL: {sft[0][1]['steps']} SFT steps, not {ref['steps']}) | (the same recipe) | "
-            f"**{_pct(_med(acc))}** ({' / '.join(_pct(a) for a in acc)}; seeds {', '.join(str(s) for s, _ in sft)}) | "
-            f"-> {_pct(_med(share))} | n/a | n/a | {_med(extra):.1f} more of SFT (at the reference's rate) |"
+    if not sft:
+        return None
+    ref, extra = extra_sft_minutes(sft)
+    return {
+        "steps": sft[0][1]["steps"],
+        "reference_steps": ref["steps"],
+        "after": {str(s): r["eval_accuracy"] for s, r in sft},
+        "share_after": _med([r["eval_formats"][FORMAT] for _, r in sft]),
+        "extra_minutes": _med(extra),
+    }
+
+
+WINDOWS = 5  # the loss table's lengths: the last WINDOWS windows of BIN steps the loss arms share
+
+
+def length_question(out: Path, seeds: list[int]) -> dict | None:
+    """The loss table: for each loss normaliser's arm, the accuracy after of each seed, the median worked share
+    after, and the mean length of the right and of the wrong sampled completions over the last WINDOWS windows of
+    BIN steps the arms share (binned: each seed's mean in a window, the median over seeds; then the mean over the
+    windows). None unless runs of at least two normalisers have finished (a comparison needs two)."""
+    arms = {arm: runs for arm in LOSSES if (runs := finished(out, arm, seeds))}
+    if len(arms) < 2:
+        return None
+    lengths = {
+        arm: {k: binned([sampled(run_dir(out, arm, s)) for s, _ in runs], k) for k in ("right", "wrong")}
+        for arm, runs in arms.items()
+    }
+    shared = set.intersection(*(set(v) for per in lengths.values() for v in per.values()))
+    windows = list(range(max(shared) - WINDOWS + 1, max(shared) + 1)) if shared else []
+    rows = []
+    for arm, runs in arms.items():
+        mean = {
+            k: statistics.fmean(v[w] for w in windows if w in v) if any(w in v for w in windows) else None
+            for k, v in lengths[arm].items()
+        }
+        rows.append(
+            {
+                "loss": LOSSES[arm],
+                "arm": arm,
+                "after": {str(s): rows_[-1]["accuracy"] for s, rows_ in runs},
+                "share_after": _med([rows_[-1]["share"] for _, rows_ in runs]),
+                **mean,
+            }
         )
-    return "\n".join(lines)
+    steps = [windows[0] * BIN + 1, (windows[-1] + 1) * BIN] if windows else None
+    return {"steps": steps, "rows": rows}
+
+
+def summarize(out: Path, seeds: list[int], command: str, eval_split: str = "test") -> dict:
+    """docs/results/reasoning.json from the runs in `out`: a row per GRPO arm with finished runs, the more-SFT
+    control's, what the steps did to each kind of token (the first seed's `mixed` run), and the loss table when
+    runs of two loss normalisers have finished (None where there are no runs for one)."""
+    return {
+        "measurement": measurement(command, threads=1, side_by_side=2, eval_split=eval_split),
+        "arms": [grpo_arm(arm, runs) for arm in GRPO_ARMS if (runs := finished(out, arm, seeds))],
+        "more_sft": sft_control(out, seeds),
+        "tokens": token_moves(run_dir(out, "mixed", seeds[0])),
+        "losses": length_question(out, seeds),
+    }
+
+
+# ------------------------------------------------------------------------------------------ results -> markdown
+
+HEAD = [
+    "arm",
+    "start",
+    "accuracy after (median; each)",
+    "scratchpad share: start -> after (median)",
+    "accuracy within the scratchpad (after)",
+    "mean greedy length: start -> after",
+    "minutes (median)",
+]
+
+
+def _after(after: dict[str, float]) -> str:
+    xs = list(after.values())
+    return f"**{_pct(_med(xs))}** ({each(xs, _pct)}; seeds {', '.join(after)})"
+
+
+def table(results: dict) -> str:
+    """The results table (docs/reasoning.md, the README) from docs/results/reasoning.json: one row per arm, before
+    and after (median of seeds; each), the scratchpad's share, mean length, minutes."""
+    rows = [
+        [
+            f"`{a['arm']}` (GRPO)",
+            _pct(a["start"]),
+            _after(a["after"]),
+            f"{_pct(a['share_start'])} -> **{_pct(a['share_after'])}**",
+            _pct(a["accuracy_within_after"]),
+            f"{a['length_start']:.1f} -> {a['length_after']:.1f}",
+            f"{a['minutes']:.1f}",
+        ]
+        for a in results["arms"]
+    ]
+    c = results.get("more_sft")
+    if c:
+        rows.append(
+            [
+                f"`more_sft` (no RL: {c['steps']} SFT steps, not {c['reference_steps']})",
+                "(the same recipe)",
+                _after(c["after"]),
+                f"-> {_pct(c['share_after'])}",
+                "n/a",
+                "n/a",
+                f"{c['extra_minutes']:.1f} more of SFT (at the reference's rate)",
+            ]
+        )
+    return markdown(HEAD, rows)
+
+
+TOKEN_KINDS = {
+    "first": "the first (the format's choice)",
+    "digits": "the other digits (partial products, sum, answer)",
+    "syntax": "the work's syntax (`*`, `=`, `,`, `+`, `<eos>`)",
+}
+
+
+def tokens_table(results: dict) -> str:
+    """What the steps did to each kind of token (docs/reasoning.md) from docs/results/reasoning.json."""
+    head = ["token", "tokens", "mean abs(ratio - 1)", "mean entropy (nats)"]
+    kinds = results["tokens"]["kinds"]
+    return markdown(
+        head,
+        [
+            [TOKEN_KINDS[k], str(v["tokens"]), f"{v['moved']:.4f}", f"{v['entropy']:.3f}"]
+            for k, v in kinds.items()
+        ],
+    )
+
+
+def _one(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def losses_table(results: dict) -> str:
+    """Dr. GRPO's length question (docs/reasoning.md) from the loss arms' results (docs/results/reasoning_losses.json):
+    accuracy after (median; each), the worked share after, the sampled lengths of the right and wrong completions."""
+    q = results["losses"]
+    first, last = q["steps"]
+    head = ["loss", "accuracy after (median; each)", "worked share after"]
+    head.append(f"sampled length in steps {first}-{last}, right / wrong")
+    rows = []
+    for r in q["rows"]:
+        xs = list(r["after"].values())
+        lengths = " / ".join("n/a" if r[k] is None else f"{r[k]:.1f}" for k in ("right", "wrong"))
+        rows.append(
+            [
+                f"`{r['loss']}`",
+                f"{pct(_med(xs), space=True)} ({each(xs, _one)})",
+                pct(r["share_after"], space=True),
+                lengths,
+            ]
+        )
+    return markdown(head, rows)
+
+
+def _pair(e: dict, worked: str = "") -> str:
+    return f"{pct(e['accuracy'], space=True)}, {pct(e['worked'], space=True)}{worked}"
+
+
+def _lr(x: float) -> str:
+    return f"{x:.0e}".replace("e-0", "e-")
+
+
+def _tight(text: str) -> str:
+    """An empty cell as '| |', as the hand-typed tables had it."""
+    return re.sub(r"\|  (?=\|)", "| ", text)
+
+
+def shares_table(results: dict) -> str:
+    """The screen of the worked share in SFT (docs/reasoning.md; validation, one seed) from
+    docs/results/reasoning_shares.json: each reference (accuracy, worked share, accuracy worked / direct) and GRPO
+    from it at the steps of the columns (held-out accuracy, worked share); a run stopped early shows its last
+    evaluation in the next column, a run longer than the columns its last in the last column."""
+    steps = results["steps"]
+    head = ["worked share in SFT", "reference: accuracy, worked share (greedy), accuracy worked / direct"]
+    head += [f"GRPO step {steps[0]}", *(f"step {s}" for s in steps[1:])]
+    rows = []
+    for r in results["rows"]:
+        ref = r["reference"]
+        cells = [
+            f"{100 * r['mix_share']:.0f} %",
+            f"{_pair(ref)}, {pct(ref['accuracy_worked'], space=True)} / {pct(ref['accuracy_direct'], space=True)}",
+        ]
+        stopped = r.get("stopped_at")
+        for s in steps:
+            if str(s) in r["evals"]:
+                cells.append(_pair(r["evals"][str(s)]))
+            elif stopped is not None and stopped < s:
+                cells.append(f"(stopped at {stopped}: {_pair(r['evals'][str(stopped)])})")
+                stopped = None
+            else:
+                cells.append("")
+        later = [int(s) for s in r["evals"] if int(s) > steps[-1]]
+        if later:
+            cells[-1] += f" ({max(later)} steps: {_pair(r['evals'][str(max(later))])})"
+        rows.append(cells)
+    return _tight(markdown(head, rows))
+
+
+def recipe_table(results: dict) -> str:
+    """The screen of the reference's SFT steps and GRPO's rate (docs/reasoning.md; validation, seed 42) from
+    docs/results/reasoning_recipe.json: each reference (accuracy, worked share), GRPO from it at the steps of the
+    columns (held-out accuracy, worked share) and its minutes; the recipe chosen in bold; a reference trained longer
+    instead of GRPO, its accuracy in the last column and its extra minutes of SFT."""
+    steps = results["steps"]
+    head = ["reference", "GRPO", *(f"step {s}" for s in steps), "minutes"]
+    rows, previous = [], None
+    for r in results["rows"]:
+        ref = r["reference"]
+        if r.get("lr") is None:  # more SFT, no GRPO
+            cells = [f"{r['sft_steps']} steps, no GRPO", "", *([""] * (len(steps) - 1))]
+            cells += [_pair(ref, " worked"), f"{r['extra_sft_minutes']:.1f} more of SFT"]
+        else:
+            grpo = f"lr {_lr(r['lr'])}, {r['grpo_steps']} steps"
+            cells = [
+                "the same"
+                if r["sft_steps"] == previous
+                else f"{r['sft_steps']} steps: {_pair(ref, ' worked')}",
+                f"**{grpo}**" if r.get("chosen") else grpo,
+            ]
+            for s in steps:
+                e = r["evals"].get(str(s))
+                bold = r.get("chosen") and s == r["grpo_steps"]
+                cells.append("" if e is None else f"**{_pair(e)}**" if bold else _pair(e))
+            cells.append("" if r.get("minutes") is None else f"{r['minutes']:.1f}")
+        previous = r["sft_steps"]
+        rows.append(cells)
+    return _tight(markdown(head, rows))
 
 
 def figure(out: Path, seeds: list[int], path: Path) -> None:
@@ -232,42 +459,29 @@ def figure(out: Path, seeds: list[int], path: Path) -> None:
 SYNTAX = set("*=,+") | {"<eos>"}
 
 
-def token_moves(d: Path) -> str:
-    """A markdown table of what the steps did to each kind of token, over a run's logged completions (their token
-    columns): the first token (the format's choice), the other digits, the work's syntax; the mean |ratio - 1| and
-    the mean entropy at the token's position. '' when the run logged no token columns."""
+def token_moves(d: Path) -> dict | None:
+    """What the steps did to each kind of token, over a run's logged completions (their token columns): the first
+    token (the format's choice), the other digits, the work's syntax; for each, the tokens counted, the mean
+    |ratio - 1| and the mean entropy at the token's position. None when the run logged no token columns."""
     from tinygrpo.metrics_io import read_jsonl
 
-    kinds: dict[str, list[tuple[float, float]]] = {"the first": [], "the other digits": [], "the syntax": []}
+    kinds: dict[str, list[tuple[float, float]]] = {k: [] for k in TOKEN_KINDS}
     rows = [r for r in read_jsonl(d / "completions.jsonl") if "tokens" in r]
+    if not rows:
+        return None
     for r in rows:
         for j, (t, ratio, entropy) in enumerate(
             zip(r["tokens"], r["token_ratio"], r["token_entropy"], strict=True)
         ):
-            kind = (
-                "the first"
-                if j == 0
-                else "the other digits"
-                if t.isdigit()
-                else "the syntax"
-                if t in SYNTAX
-                else ""
-            )
+            kind = "first" if j == 0 else "digits" if t.isdigit() else "syntax" if t in SYNTAX else ""
             if kind:
                 kinds[kind].append((abs(ratio - 1), entropy))
-    if not rows:
-        return ""
-    lines = [
-        f"{len(rows)} logged completions of {d.parent.name}/{d.name}:",
-        "",
-        "| token | tokens | mean abs(ratio - 1) | mean entropy (nats) |",
-    ]
-    lines.append("|---|---|---|---|")
+    moves = {}
     for kind, vals in kinds.items():
         if vals:
             moved, ent = (statistics.fmean(v) for v in zip(*vals, strict=True))
-            lines.append(f"| {kind} | {len(vals)} | {moved:.4f} | {ent:.3f} |")
-    return "\n".join(lines)
+            moves[kind] = {"tokens": len(vals), "moved": moved, "entropy": ent}
+    return {"run": f"{d.parent.name}/{d.name}", "completions": len(rows), "kinds": moves}
 
 
 LOSSES = {"mixed": "dapo", "mixed_grpo": "grpo", "mixed_dr_grpo": "dr_grpo"}
@@ -322,6 +536,17 @@ def length_figure(out: Path, seeds: list[int], path: Path) -> bool:
     return drawn >= 2
 
 
+def all_tables(results: dict) -> str:
+    """Every table the results hold, as the study prints them."""
+    text = table(results)
+    if results.get("tokens"):
+        t = results["tokens"]
+        text += f"\n\n{t['completions']} logged completions of {t['run']}:\n\n{tokens_table(results)}"
+    if results.get("losses"):
+        text += f"\n\n{losses_table(results)}"
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
@@ -330,19 +555,29 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=REPO / "runs" / "reasoning")
     p.add_argument("--parallel", type=int, default=2, help="runs side by side (one thread each; default 2)")
     p.add_argument(
-        "--summarize", action="store_true", help="only write the table and figure of the runs there"
+        "--summarize", action="store_true", help="only write the results and figures of the runs there"
     )
     p.add_argument(
         "--docs",
         type=Path,
         default=None,
-        help="where reasoning_table.md and the figures go (default: docs/ for the test split; beside the runs, "
-        "in --out, for a choice on validation, so that it never overwrites the published ones)",
+        help="where the figures go (default: docs/ for the test split; beside the runs, in --out, for a choice on "
+        "validation, so that it never overwrites the published ones)",
+    )
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="where the results go (default: docs/results/reasoning.json when the figures go to docs/, "
+        "reasoning.json in --docs otherwise)",
     )
     p.add_argument("flags", nargs="*", help="after --: more train_grpo.py flags for the GRPO arms")
     args = p.parse_args(argv)
     if args.docs is None:
         args.docs = REPO / "docs" if args.eval_split == "test" else args.out
+    if args.results is None:
+        published = args.docs.resolve() == (REPO / "docs").resolve()
+        args.results = RESULTS / "reasoning.json" if published else args.docs / "reasoning.json"
     if not args.summarize:
         for task in {GRPO_ARMS[a][0] for a in args.arms if a in GRPO_ARMS} | {MIXED}:
             ensure_reference(task)
@@ -375,12 +610,16 @@ def main(argv: list[str] | None = None) -> None:
             codes += list(pool.map(job, later))
         if any(codes):
             print(f"some runs failed (see the logs under {args.out})", file=sys.stderr)
-    text = table(args.out, args.seeds)
-    moves = token_moves(run_dir(args.out, "mixed", args.seeds[0]))
-    text += f"\n\n{moves}" if moves else ""
-    print(text)
+    command = (
+        f"python -m studies.reasoning --arms {' '.join(args.arms)} --seeds {' '.join(map(str, args.seeds))}"
+    )
+    command += f" --eval_split {args.eval_split}" if args.eval_split != "test" else ""
+    command += f" -- {' '.join(args.flags)}" if args.flags else ""
+    results = summarize(args.out, args.seeds, command, args.eval_split)
+    save(args.results, results)
+    print(all_tables(results))
+    print(f"wrote {args.results}; python -m studies.results renders the docs' tables from it")
     args.docs.mkdir(parents=True, exist_ok=True)
-    (args.docs / "reasoning_table.md").write_text(text + "\n")
     figure(args.out, args.seeds, args.docs / "reasoning.png")
     length_figure(args.out, args.seeds, args.docs / "reasoning_length.png")
 

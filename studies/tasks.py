@@ -124,6 +124,95 @@ def table(results: dict) -> str:
     return markdown(HEAD, rows)
 
 
+# The hand-typed tables of docs/tasks.md (screens and one-off runs, their commands in each results file's measurement).
+
+
+def _lr(x: float) -> str:
+    return f"{x:.0e}".replace("e-0", "e-")
+
+
+def references_table(results: dict) -> str:
+    """docs/tasks.md's references (docs/results/tasks_references.json): each task's reference model, its SFT recipe
+    and its greedy accuracy on the validation split (and what a longer run, or the worked share, gave)."""
+    rows, previous = [], None
+    for i, r in enumerate(results["references"]):
+        m = r["model"]
+        model = (
+            f"{m['layers']} layers, {m['width']} wide ({m['parameters']:,}{' parameters' if i == 0 else ''})"
+        )
+        sft = r["sft"] + (f" ({r['sft_minutes']:.0f} min)" if r.get("sft_minutes") is not None else "")
+        validation = pct(r["validation"], space=True)
+        if r.get("longer"):
+            validation += f" ({r['longer']['steps']} steps: {pct(r['longer']['validation'], space=True)})"
+        if r.get("worked") is not None:
+            validation += f" ({pct(r['worked'], space=True)} of greedy completions worked)"
+        rows.append([f"`{r['task']}`", "the same" if m == previous else model, sft, validation])
+        previous = m
+    return markdown(["task", "model", "SFT", "validation"], rows)
+
+
+def _at_steps(evals: dict[str, float]) -> str:
+    return ", ".join(f"{pct(a, space=True)} at step {s}" for s, a in evals.items())
+
+
+def recipes_table(results: dict) -> str:
+    """docs/tasks.md's GRPO recipe screen (docs/results/tasks_recipes.json; validation, one seed): from each task's
+    reference, its held-out accuracy at the steps evaluated under the default method and at a lower rate without
+    explore rounds (and at the other rates tried, after a ';')."""
+    default, low = results["default_lr"], results["lr"]
+    head = [
+        "task",
+        f"default method (lr {_lr(default)}, explore rounds)",
+        f"lr {_lr(low)}, no explore rounds",
+    ]
+    rows = []
+    for r in results["rows"]:
+        ref = pct(r["reference"], space=True)
+        first = f"{ref} -> {_at_steps(r['default']['evals'])}"
+        first += " (collapsed, stopped)" if r["default"].get("collapsed") else ""
+        second = f"{ref} -> {_at_steps(r['no_explore']['evals'])}"
+        second += "".join(f"; at lr {_lr(o['lr'])} {_at_steps(o['evals'])}" for o in r.get("other_lr", []))
+        rows.append([f"`{r['task']}`", first, second])
+    return markdown(head, rows)
+
+
+def reasoning_gym_table(results: dict) -> str:
+    """docs/tasks.md's reasoning-gym table (docs/results/tasks_reasoning_gym.json): an example, the reference's
+    held-out accuracy, after GRPO (median of seeds, in bold where the gain over the reference is larger than the
+    seeds' spread; each seed) and the median training seconds."""
+    head = [
+        "dataset",
+        "example prompt -> answer",
+        "reference",
+        "after GRPO (median; each)",
+        "training (median)",
+    ]
+    rows = []
+    for r in results["datasets"]:
+        name = f"`{r['dataset']}`"
+        if r["sft_steps"] != results["sft_steps"]:
+            name += (
+                f" (reference of {r['sft_steps']} SFT steps, `--max_steps {r['sft_steps']}`: at "
+                f"{results['sft_steps']} it answers {pct(r['validation_at_default_steps'], space=True)} of "
+                "validation)"
+            )
+        after = list(r["after"].values())
+        mid = median(after)
+        shown = pct(mid, space=True)
+        if mid - r["reference"] > max(after) - min(after):
+            shown = f"**{shown}**"
+        rows.append(
+            [
+                name,
+                f"`{r['prompt']}` -> `{r['answer']}`",
+                pct(r["reference"], space=True),
+                f"{shown} ({each(after, lambda x: f'{100 * x:.1f}')})",
+                f"{r['seconds']:.0f} s",
+            ]
+        )
+    return markdown(head, rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))

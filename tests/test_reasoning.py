@@ -1,5 +1,6 @@
 """The reasoning experiment's pieces: the mixed reference's targets (SFTConfig.mix_column / mix_share), the format
-detector of multiplication, the share and accuracy of each format (held-out and sampled), and the study's table."""
+detector of multiplication, the share and accuracy of each format (held-out and sampled), and the study's results
+and the tables drawn from them."""
 
 from __future__ import annotations
 
@@ -134,28 +135,197 @@ def test_held_out_metrics_report_formats_and_length_of_the_greedy_completions():
         assert held.metrics[f"eval/format/{name}"] == pytest.approx(formats[name] / 3)
 
 
-def test_reasoning_study_table_reads_finished_runs(tmp_path):
-    """studies.reasoning: one row per GRPO arm from its runs (the median over seeds of the first and last
-    evaluation), and the more-SFT control's row from its sft_summary.json."""
+def _grpo_run(d, evals, sampled_rows=()):
+    """A finished GRPO run: summary.json, and metrics.jsonl with its evaluations (step, elapsed seconds, accuracy,
+    worked share, mean length, accuracy within the worked format) and sampled rows."""
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text("{}")
+    rows = []
+    for step, secs, acc, share, length, within in evals:
+        row = {
+            "step": step,
+            "eval/accuracy": acc,
+            "eval/format/scratchpad": share,
+            "eval/mean_length": length,
+        }
+        row |= {} if secs is None else {"time/elapsed": secs}
+        row |= {} if within is None else {"eval/format_accuracy/scratchpad": within}
+        rows.append(row)
+    rows += list(sampled_rows)
+    rows.sort(key=lambda r: r["step"])
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _more_sft(tmp_path, monkeypatch, runs):
+    """The mixed reference's sft_summary.json (4000 steps in 800 s: 0.2 s a step) and the control's runs."""
     from studies import reasoning as study
 
-    for arm, shares in (("mixed", (0.8, 0.9, 0.85)), ("direct", (0.0, 0.0, 0.0))):
-        for seed, share in zip((42, 1, 2), shares, strict=True):
-            d = study.run_dir(tmp_path, arm, seed)
-            d.mkdir(parents=True)
-            (d / "summary.json").write_text("{}")
-            first = {"step": 0, "eval/accuracy": 0.03, "eval/format/scratchpad": 0.0, "eval/mean_length": 5.0}
-            last = {"step": 300, "time/elapsed": 600.0 + seed, "eval/accuracy": 0.3 + share / 2}
-            last |= {"eval/format/scratchpad": share, "eval/mean_length": 5 + 30 * share}
-            (d / "metrics.jsonl").write_text(json.dumps(first) + "\n" + json.dumps(last) + "\n")
-    lines = study.table(tmp_path, [42, 1, 2]).splitlines()
-    assert len(lines) == 4  # head, rule, mixed, direct (no more_sft run)
-    mixed = [c.strip() for c in lines[2].split("|")[1:-1]]
-    assert mixed[0] == "`mixed` (GRPO)" and mixed[1] == "3.0%"
-    assert mixed[2].startswith("**72.5%** (70.0% / 75.0% / 72.5%")  # median of 0.3 + share / 2
-    assert mixed[3] == "0.0% -> **85.0%**" and mixed[5] == "5.0 -> 30.5" and mixed[6] == "10.0"
-    direct = [c.strip() for c in lines[3].split("|")[1:-1]]
-    assert direct[3] == "0.0% -> **0.0%**"
+    monkeypatch.setattr(study, "REPO", tmp_path)
+    ref = tmp_path / "checkpoints" / study.MIXED
+    ref.mkdir(parents=True)
+    (ref / "sft_summary.json").write_text(json.dumps({"steps": 4000, "train_seconds": 800.0}))
+    for seed, steps, acc, share in runs:
+        d = study.run_dir(tmp_path, "more_sft", seed)
+        d.mkdir(parents=True)
+        summary = {"steps": steps, "train_seconds": 5000.0 + seed, "eval_accuracy": acc}
+        summary["eval_formats"] = {"scratchpad": share, "direct": 1 - share, "other": 0.0}
+        (d / "sft_summary.json").write_text(json.dumps(summary))
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.split("|")[1:-1]]
+
+
+def test_reasoning_study_summarizes_finished_runs_and_draws_its_table(tmp_path, monkeypatch):
+    """studies.reasoning: summarize (runs -> docs/results/reasoning.json) then table (results -> markdown). A row per
+    GRPO arm from the FIRST and the LAST evaluation of each run (a middle one differs from both), the MEDIAN over
+    seeds in every column (the seeds are skewed so that a mean gives other text in each), and the more-SFT
+    control's row from its sft_summary.json."""
+    from studies import reasoning as study
+
+    mixed = {  # seed: (start acc, share, length; after acc, share, length, within; seconds)
+        42: (0.20, 0.10, 10.0, 0.40, 0.80, 30.0, 0.40, 600.0),
+        1: (0.21, 0.12, 11.0, 0.45, 0.88, 33.0, 0.50, 660.0),
+        2: (0.30, 0.26, 17.0, 0.62, 0.99, 39.0, 0.90, 900.0),
+    }
+    for seed, (a0, s0, l0, a1, s1, l1, w1, secs) in mixed.items():
+        middle = (150, secs / 2, 0.05, 0.5, 20.0, 0.01)
+        evals = [(0, None, a0, s0, l0, None), middle, (300, secs, a1, s1, l1, w1)]
+        _grpo_run(study.run_dir(tmp_path, "mixed", seed), evals)
+    _grpo_run(
+        study.run_dir(tmp_path, "direct", 42),
+        [(0, None, 0.03, 0.0, 5.0, None), (300, 90.0, 0.04, 0.0, 5.0, None)],
+    )
+    _more_sft(tmp_path, monkeypatch, [(42, 7000, 0.30, 0.10), (1, 7300, 0.20, 0.12), (2, 9000, 0.22, 0.30)])
+    results = study.summarize(tmp_path, [42, 1, 2], "python -m studies.reasoning")
+    assert results["measurement"]["command"] == "python -m studies.reasoning" and results["losses"] is None
+    assert results["tokens"] is None  # (no completions logged)
+    lines = study.table(json.loads(json.dumps(results))).splitlines()  # (as read back from the results file)
+    assert len(lines) == 5  # head, rule, mixed, direct, more_sft
+    row = _cells(lines[2])
+    assert row[0] == "`mixed` (GRPO)" and row[1] == "21.0%"  # (mean 23.7%)
+    assert row[2] == "**45.0%** (40.0% / 45.0% / 62.0%; seeds 42, 1, 2)"  # (mean 49.0%)
+    assert row[3] == "12.0% -> **88.0%**"  # (means 16.0% and 89.0%)
+    assert (
+        row[4] == "50.0%" and row[5] == "11.0 -> 33.0" and row[6] == "11.0"
+    )  # (means 60.0%, 12.7 -> 34.0, 12.0)
+    direct = [
+        "`direct` (GRPO)",
+        "3.0%",
+        "**4.0%** (4.0%; seeds 42)",
+        "0.0% -> **0.0%**",
+        "n/a",
+        "5.0 -> 5.0",
+        "1.5",
+    ]
+    assert _cells(lines[3]) == direct
+    # the control: 7000 steps (its first seed's) against the reference's 4000; the median accuracy, worked share and
+    # extra minutes (3000, 3300 and 5000 extra steps at 0.2 s: 10.0, 11.0 and 16.7 minutes)
+    sft = _cells(lines[4])
+    assert sft[0] == "`more_sft` (no RL: 7000 SFT steps, not 4000)" and sft[1] == "(the same recipe)"
+    assert sft[2] == "**22.0%** (30.0% / 20.0% / 22.0%; seeds 42, 1, 2)"  # (mean 24.0%)
+    assert (
+        sft[3] == "-> 12.0%" and sft[6] == "11.0 more of SFT (at the reference's rate)"
+    )  # (means 17.3%, 12.6)
+
+
+def test_reasoning_loss_table_averages_the_last_windows_of_the_median_seed(tmp_path):
+    """The loss table from the loss arms' runs: accuracy after (median; each), the median worked share after, and
+    the sampled lengths over the LAST WINDOWS windows of BIN steps (each seed's window means, the median over seeds,
+    the mean over the windows; the first window, far longer, is left out); nothing with one normaliser alone."""
+    from studies import reasoning as study
+
+    def sampled_rows(right, wrong_offset):
+        rows = []
+        for step in range(1, 61):  # windows 0..5; the table's: 1..5 (steps 11-60)
+            window = (step - 1) // study.BIN
+            r = 100.0 if window == 0 else right
+            w = 100.0 if window == 0 else 19.0 + window + wrong_offset
+            rows.append({"step": step, "reward": 0.1, "completions/mean_length_right": r})
+            rows[-1]["completions/mean_length_wrong"] = w
+        return rows
+
+    seeds = {42: (0.20, 0.80, 30.0, 0.0), 1: (0.25, 0.84, 31.0, 0.0), 2: (0.50, 0.99, 38.0, 9.0)}
+    for seed, (acc, share, right, offset) in seeds.items():
+        evals = [(0, None, 0.1, 0.1, 10.0, None), (60, 60.0, acc, share, 30.0, 0.5)]
+        _grpo_run(study.run_dir(tmp_path, "mixed", seed), evals, sampled_rows(right, offset))
+    assert study.summarize(tmp_path, [42, 1, 2], "x")["losses"] is None  # one normaliser: no comparison
+    for seed, (acc, share, right, offset) in seeds.items():
+        evals = [(0, None, 0.1, 0.1, 10.0, None), (60, 60.0, acc - 0.1, share - 0.1, 30.0, 0.5)]
+        _grpo_run(study.run_dir(tmp_path, "mixed_dr_grpo", seed), evals, sampled_rows(right - 1, offset))
+    results = json.loads(json.dumps(study.summarize(tmp_path, [42, 1, 2], "x")))
+    assert results["losses"]["steps"] == [11, 60]
+    lines = study.losses_table(results).splitlines()
+    assert lines[0].endswith("| sampled length in steps 11-60, right / wrong |") and len(lines) == 4
+    # median 25.0 (mean 31.7); share 84.0 (mean 87.7); right: 31 in each window (the first windows: 44.8; the
+    # mean seed: 33); wrong: 20..24 in windows 1..5, mean 22.0 (the mean seed's: 25.0)
+    assert _cells(lines[2]) == ["`dapo`", "25.0 % (20.0 / 25.0 / 50.0)", "84.0 %", "31.0 / 22.0"]
+    assert _cells(lines[3]) == ["`dr_grpo`", "15.0 % (10.0 / 15.0 / 40.0)", "74.0 %", "30.0 / 22.0"]
+
+
+def test_reasoning_screen_tables_draw_their_hand_typed_results():
+    """The validation screens of docs/reasoning.md (docs/results/reasoning_shares.json, reasoning_recipe.json):
+    a run stopped early shows its last evaluation in the next column, a longer run its LAST one in the last column;
+    a reference shared with the row above is 'the same', the chosen recipe is in bold, an empty cell is '| |'."""
+    from studies import reasoning as study
+
+    def pair(a, w):
+        return {"accuracy": a, "worked": w}
+
+    ref = {"accuracy": 0.05, "worked": 0.06, "accuracy_worked": 0.03, "accuracy_direct": 0.047}
+    shares = {
+        "steps": [25, 50],
+        "rows": [
+            {"mix_share": 0.1, "reference": ref, "evals": {"25": pair(0.07, 0.01), "50": pair(0.08, 0.02)}},
+            {
+                "mix_share": 0.25,
+                "reference": ref,
+                "stopped_at": 30,
+                "evals": {"25": pair(0.1, 0.5), "30": pair(0.2, 0.6)},
+            },
+            {
+                "mix_share": 0.5,
+                "reference": ref,
+                "evals": {
+                    "25": pair(0.3, 0.9),
+                    "50": pair(0.3, 0.9),
+                    "100": pair(0.31, 0.91),
+                    "300": pair(0.4, 0.95),
+                },
+            },
+        ],
+    }
+    lines = study.shares_table(shares).splitlines()
+    assert lines[0].endswith("| GRPO step 25 | step 50 |")
+    assert lines[2] == "| 10 % | 5.0 %, 6.0 %, 3.0 % / 4.7 % | 7.0 %, 1.0 % | 8.0 %, 2.0 % |"
+    assert _cells(lines[3])[2:] == ["10.0 %, 50.0 %", "(stopped at 30: 20.0 %, 60.0 %)"]
+    assert _cells(lines[4])[3] == "30.0 %, 90.0 % (300 steps: 40.0 %, 95.0 %)"
+    recipe = {
+        "steps": [50, 150],
+        "rows": [
+            {
+                "sft_steps": 2000,
+                "reference": pair(0.08, 0.17),
+                "lr": 5e-4,
+                "grpo_steps": 50,
+                "evals": {"50": pair(0.2, 0.8)},
+            },
+            {
+                "sft_steps": 2000,
+                "reference": pair(0.08, 0.17),
+                "lr": 1e-3,
+                "grpo_steps": 150,
+                "evals": {"50": pair(0.3, 0.8), "150": pair(0.4, 0.85)},
+                "minutes": 12.84,
+                "chosen": True,
+            },
+            {"sft_steps": 8000, "reference": pair(0.22, 0.12), "lr": None, "extra_sft_minutes": 14.8},
+        ],
+    }
+    lines = study.recipe_table(recipe).splitlines()
+    assert lines[2] == "| 2000 steps: 8.0 %, 17.0 % worked | lr 5e-4, 50 steps | 20.0 %, 80.0 % | | |"
+    assert lines[3] == "| the same | **lr 1e-3, 150 steps** | 30.0 %, 80.0 % | **40.0 %, 85.0 %** | 12.8 |"
+    assert lines[4] == "| 8000 steps, no GRPO | | | 22.0 %, 12.0 % worked | 14.8 more of SFT |"
 
 
 def test_reasoning_length_figure_draws_each_loss_from_its_runs(tmp_path):
@@ -226,9 +396,9 @@ def test_binned_compares_runs_logged_at_different_steps_window_by_window():
 
 
 def test_token_moves_averages_each_kind_of_token(tmp_path):
-    from studies.reasoning import token_moves
+    from studies.reasoning import token_moves, tokens_table
 
-    assert token_moves(tmp_path) == ""  # no completions logged
+    assert token_moves(tmp_path) is None  # no completions logged
     row = {
         "step": 1,
         "prompt": "12*34=",
@@ -239,20 +409,23 @@ def test_token_moves_averages_each_kind_of_token(tmp_path):
     (tmp_path / "completions.jsonl").write_text(
         json.dumps(row) + "\n" + json.dumps({"step": 1, "prompt": "x"}) + "\n"
     )
-    lines = token_moves(tmp_path).splitlines()
-    assert lines[0].startswith("1 logged completions of ")
-    assert lines[4] == "| the first | 1 | 0.5000 | 0.600 |"
-    assert lines[5] == "| the other digits | 2 | 0.1000 | 0.300 |"  # 2 and 4: |0.9 - 1|, |1.1 - 1|
-    assert lines[6] == "| the syntax | 3 | 0.0000 | 0.033 |"
+    moves = json.loads(json.dumps(token_moves(tmp_path)))
+    assert moves["completions"] == 1 and moves["run"] == f"{tmp_path.parent.name}/{tmp_path.name}"
+    lines = tokens_table({"tokens": moves}).splitlines()
+    assert lines[2] == "| the first (the format's choice) | 1 | 0.5000 | 0.600 |"
+    # 2 and 4: |0.9 - 1|, |1.1 - 1|
+    assert lines[3] == "| the other digits (partial products, sum, answer) | 2 | 0.1000 | 0.300 |"
+    assert lines[4] == "| the work's syntax (`*`, `=`, `,`, `+`, `<eos>`) | 3 | 0.0000 | 0.033 |"
 
 
 def test_reasoning_study_on_validation_writes_beside_its_runs_never_over_the_published_docs(tmp_path):
-    """A choice made on validation (`--eval_split validation`) writes its table and figures into --out; only the
-    test split's runs write docs/ by default."""
+    """A choice made on validation (`--eval_split validation`) writes its results and figures into --out; only the
+    test split's runs write docs/ and docs/results/ by default."""
     from studies import reasoning as study
 
     docs = study.REPO / "docs"
-    before = {p.name: p.read_bytes() for p in docs.glob("reasoning*")}
+    published = [*docs.glob("reasoning*"), *(docs / "results").glob("reasoning*")]
+    before = {p: p.read_bytes() for p in published}
     d = study.run_dir(tmp_path, "mixed", 42)
     d.mkdir(parents=True)
     (d / "summary.json").write_text("{}")
@@ -260,9 +433,13 @@ def test_reasoning_study_on_validation_writes_beside_its_runs_never_over_the_pub
     rows.append({"step": 5, "time/elapsed": 60.0, "eval/accuracy": 0.2, "eval/format/scratchpad": 0.5})
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     study.main(["--summarize", "--eval_split", "validation", "--seeds", "42", "--out", str(tmp_path)])
-    assert "`mixed` (GRPO)" in (tmp_path / "reasoning_table.md").read_text()
+    results = json.loads((tmp_path / "reasoning.json").read_text())
+    assert results["measurement"]["command"].endswith("--seeds 42 --eval_split validation")
+    assert "`mixed` (GRPO)" in study.table(results)
     assert (tmp_path / "reasoning.png").stat().st_size > 0
-    assert {p.name: p.read_bytes() for p in docs.glob("reasoning*")} == before
+    assert {
+        p: p.read_bytes() for p in [*docs.glob("reasoning*"), *(docs / "results").glob("reasoning*")]
+    } == before
 
 
 def test_more_sft_row_gives_the_minutes_its_extra_steps_buy_at_the_references_rate(tmp_path, monkeypatch):
@@ -270,17 +447,10 @@ def test_more_sft_row_gives_the_minutes_its_extra_steps_buy_at_the_references_ra
     by), not its wall seconds, which depend on what else ran beside it."""
     from studies import reasoning as study
 
-    monkeypatch.setattr(study, "REPO", tmp_path)
-    ref = tmp_path / "checkpoints" / study.MIXED
-    ref.mkdir(parents=True)
-    (ref / "sft_summary.json").write_text(json.dumps({"steps": 4000, "train_seconds": 800.0}))
-    for seed, acc in ((42, 0.3), (1, 0.2)):
-        d = study.run_dir(tmp_path, "more_sft", seed)
-        d.mkdir(parents=True)
-        summary = {"steps": 7000, "train_seconds": 5000.0 + seed, "eval_accuracy": acc}
-        summary["eval_formats"] = {"scratchpad": 0.1, "direct": 0.9, "other": 0.0}
-        (d / "sft_summary.json").write_text(json.dumps(summary))
-    row = study.table(tmp_path, [42, 1]).splitlines()[-1]
+    _more_sft(tmp_path, monkeypatch, [(42, 7000, 0.3, 0.1), (1, 7000, 0.2, 0.1)])
+    results = study.summarize(tmp_path, [42, 1], "python -m studies.reasoning --arms more_sft")
+    assert results["arms"] == [] and results["more_sft"]["reference_steps"] == 4000
+    row = study.table(results).splitlines()[-1]
     assert row.startswith("| `more_sft` (no RL: 7000 SFT steps, not 4000) |")
     assert "**25.0%** (30.0% / 20.0%; seeds 42, 1)" in row
     assert row.endswith(f"| {3000 * 800 / 4000 / 60:.1f} more of SFT (at the reference's rate) |")

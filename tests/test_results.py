@@ -14,6 +14,7 @@ REFERENCE_TABLES = {
     "| you want | touch | and |",
     "| task | problems | completion | verifier (held-out accuracy) | other rewards |",
     "| script | measures |",
+    "| file | what it holds |",
 }
 
 

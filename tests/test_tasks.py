@@ -350,6 +350,115 @@ def test_tasks_study_table_reads_finished_runs(tmp_path):
     assert cells[5] == "+24.0 points" and cells[6] == "1.1"  # median 66 s
 
 
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.split("|")[1:-1]]
+
+
+def test_tasks_references_table_draws_its_results():
+    """docs/tasks.md's references (docs/results/tasks_references.json): a model shared with the row above is 'the
+    same' (the first row names its parameters), and a longer run's, the worked share's and the minutes' cells."""
+    from studies.tasks import references_table
+
+    small, big = (
+        {"layers": 2, "width": 64, "parameters": 104000},
+        {"layers": 3, "width": 96, "parameters": 342624},
+    )
+    results = {
+        "references": [
+            {"task": "reverse", "model": small, "sft": "400 steps", "validation": 0.46},
+            {
+                "task": "a",
+                "model": big,
+                "sft": "2000 steps",
+                "validation": 0.036,
+                "longer": {"steps": 1000, "validation": 0.96},
+            },
+            {"task": "b", "model": dict(big), "sft": "the same", "validation": 0.174, "worked": 0.176},
+            {"task": "c", "model": small, "sft": "4000 steps", "sft_minutes": 14.0, "validation": 0.048},
+        ]
+    }
+    lines = references_table(json.loads(json.dumps(results))).splitlines()
+    assert lines[0] == "| task | model | SFT | validation |" and len(lines) == 6
+    assert _cells(lines[2]) == ["`reverse`", "2 layers, 64 wide (104,000 parameters)", "400 steps", "46.0 %"]
+    assert _cells(lines[3]) == [
+        "`a`",
+        "3 layers, 96 wide (342,624)",
+        "2000 steps",
+        "3.6 % (1000 steps: 96.0 %)",
+    ]
+    assert _cells(lines[4]) == ["`b`", "the same", "the same", "17.4 % (17.6 % of greedy completions worked)"]
+    assert _cells(lines[5]) == ["`c`", "2 layers, 64 wide (104,000)", "4000 steps (14 min)", "4.8 %"]
+
+
+def test_tasks_recipe_screen_table_draws_its_results():
+    """docs/tasks.md's GRPO recipe screen (docs/results/tasks_recipes.json): each method's evaluations in step order
+    (the first and the last both shown), the rates in the head, other rates after a ';'."""
+    from studies.tasks import recipes_table
+
+    results = {
+        "default_lr": 2e-3,
+        "lr": 5e-4,
+        "rows": [
+            {
+                "task": "countdown",
+                "reference": 0.124,
+                "default": {"evals": {"25": 0.288, "75": 0.336}, "collapsed": True},
+                "no_explore": {"evals": {"300": 0.156}},
+                "other_lr": [{"lr": 1e-3, "evals": {"300": 0.166, "1000": 0.286}}],
+            }
+        ],
+    }
+    lines = recipes_table(json.loads(json.dumps(results))).splitlines()
+    assert lines[0] == "| task | default method (lr 2e-3, explore rounds) | lr 5e-4, no explore rounds |"
+    assert _cells(lines[2]) == [
+        "`countdown`",
+        "12.4 % -> 28.8 % at step 25, 33.6 % at step 75 (collapsed, stopped)",
+        "12.4 % -> 15.6 % at step 300; at lr 1e-3 16.6 % at step 300, 28.6 % at step 1000",
+    ]
+
+
+def test_tasks_reasoning_gym_table_shows_the_median_seed():
+    """docs/tasks.md's reasoning-gym table (docs/results/tasks_reasoning_gym.json): the MEDIAN of the seeds (they
+    are skewed so that a mean gives other text), in bold only where its gain over the reference is larger than the
+    seeds' spread; a reference of other SFT steps than the table's says so."""
+    from studies.tasks import reasoning_gym_table
+
+    results = {
+        "sft_steps": 1000,
+        "datasets": [
+            {
+                "dataset": "spell_backward",
+                "prompt": "sniff=",
+                "answer": "ffins",
+                "sft_steps": 250,
+                "validation_at_default_steps": 0.99,
+                "reference": 0.1,
+                "after": {"42": 0.5, "1": 0.6, "2": 0.62},
+                "seconds": 131.4,
+            },
+            {
+                "dataset": "chain_sum",
+                "prompt": "1+2=",
+                "answer": "3",
+                "sft_steps": 1000,
+                "reference": 0.30,
+                "after": {"42": 0.30, "1": 0.31, "2": 0.60},
+                "seconds": 51.0,
+            },
+        ],
+    }
+    lines = reasoning_gym_table(json.loads(json.dumps(results))).splitlines()
+    assert _cells(lines[2]) == [
+        "`spell_backward` (reference of 250 SFT steps, `--max_steps 250`: at 1000 it answers 99.0 % of validation)",
+        "`sniff=` -> `ffins`",
+        "10.0 %",
+        "**60.0 %** (50.0 / 60.0 / 62.0)",  # (mean 57.3 %)
+        "131 s",
+    ]
+    # median 31.0 % (mean 40.3 %): a gain of 1 point within a spread of 30, not bold
+    assert _cells(lines[3])[2:] == ["30.0 %", "31.0 % (30.0 / 31.0 / 60.0)", "51 s"]
+
+
 def test_build_script_refuses_an_unknown_task(tmp_path):
     r = _run("data/build.py", "--task", "nope", "--out", str(tmp_path))
     assert r.returncode == 1 and r.stderr.startswith("error: unknown task 'nope' (known tasks: ")
