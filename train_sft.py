@@ -1,9 +1,12 @@
-"""Supervised training of the reference policy:  python train_sft.py [--task NAME] [--flag value]
+"""Supervised training of the reference policy:  python train_sft.py [--task NAME] [--config recipe.yaml] [--flag value]
 
 With no arguments it trains the default experiment's deliberately imperfect reference into checkpoints/reference
-(400 training problems, 1000 steps; ~66 % held-out). `--task NAME` trains that task's reference with its recipe
-(tinygrpo/tasks/NAME.py) into checkpoints/NAME; flags override the recipe. `python train_sft.py --help` lists every
-option; the recipe and its reasons are in tinygrpo/sft.py.
+(400 training problems, 1000 steps). `--task NAME` trains that task's reference with its recipe
+(tinygrpo/tasks/NAME.py) into checkpoints/NAME; a `--config` recipe overrides the task's, and flags override both
+(as in train_grpo.py, whose names these share where the concept is the same: per_device_train_batch_size,
+lr_scheduler_type, torch_num_threads, logging_steps; TRL's dataset_name, dataset_train_split, dataset_test_split
+are accepted too). `python train_sft.py --help` lists every option; the recipe and its reasons are in
+tinygrpo/sft.py.
 """
 
 from __future__ import annotations
@@ -11,28 +14,47 @@ from __future__ import annotations
 import sys
 
 
+def task_of(argv: list[str]) -> str:
+    """The --task of a command line (or ''), before anything else is parsed: its recipe sets the defaults."""
+    for i, a in enumerate(argv):
+        if a == "--task" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--task="):
+            return a.removeprefix("--task=")
+    return ""
+
+
+def old_names(argv: list[str]) -> list[str]:
+    """`--cosine_decay true|false`, this script's earlier flag, as `--lr_scheduler_type cosine|constant`."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in ("--cosine_decay", "--cosine-decay") and i + 1 < len(argv):
+            on = argv[i + 1].lower() in ("true", "1", "yes")
+            out += ["--lr_scheduler_type", "cosine" if on else "constant"]
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     import datasets
-    from transformers import HfArgumentParser
     from transformers.utils import logging as hf_logging
 
+    from tinygrpo.recipe import parse_args
     from tinygrpo.sft import SFTConfig, task_recipe, train_reference
     from tinygrpo.update import NonFiniteError
 
-    class Parser(HfArgumentParser):
-        def error(self, message: str) -> None:
-            raise ValueError(message)  # one `error:` line instead of argparse's usage and exit 2
-
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()  # (no "Generating train split" bars around the script's own lines)
+    argv = old_names(list(sys.argv[1:] if argv is None else argv))
+    cfg = None
     try:
-        parser = Parser(SFTConfig, allow_abbrev=False)
-        known, _ = parser.parse_known_args(args=argv)
-        if (
-            known.task
-        ):  # the task's recipe sets the defaults; flags given override them (as a YAML recipe does)
-            parser.set_defaults(**task_recipe(known.task))
-        (cfg,) = parser.parse_args_into_dataclasses(args=argv)
+        task = task_of(argv)
+        cfg = parse_args(
+            SFTConfig, argv, __doc__.split("\n\n")[0], defaults=task_recipe(task) if task else None
+        )
         train_reference(cfg)
     except (ValueError, NonFiniteError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -40,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a full disk, a read-only place: the file, the cause, and that nothing was saved
         from tinygrpo.writes import describe_write_error
 
-        print(f"error: {describe_write_error(e, f'no model was saved in {cfg.output_dir}')}", file=sys.stderr)
+        where = cfg.output_dir if cfg is not None else "the output directory"
+        print(f"error: {describe_write_error(e, f'no model was saved in {where}')}", file=sys.stderr)
         return 1
     return 0
 

@@ -96,8 +96,8 @@ def more_sft(seed: int, out: Path, eval_split: str, seconds: float) -> int:
     steps = summary["steps"] + round(seconds / per_step)
     d = run_dir(out, "more_sft", seed)
     cmd = [sys.executable, "train_sft.py", "--task", MIXED, "--seed", str(seed), "--max_steps", str(steps)]
-    cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--threads", "1"]
-    cmd += ["--eval_split", eval_split, "--log_every", "500"]
+    cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1"]
+    cmd += ["--eval_split", eval_split, "--logging_steps", "500"]
     return run_logged(cmd, d)
 
 

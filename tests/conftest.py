@@ -27,11 +27,11 @@ def seed_reference(tmp_path_factory) -> str:
         eval_split="",
         train_size=0,
         max_steps=60,
-        batch_size=32,
+        per_device_train_batch_size=32,
         n_embd=32,
         n_head=2,
         n_positions=16,
-        log_every=0,
+        logging_steps=0,
         seed=0,
     )
     train_reference(cfg, verbose=False)

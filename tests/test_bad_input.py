@@ -849,16 +849,17 @@ SFT_CASES = {
         ["--label_smoothing", "1.5"],
         "error: label_smoothing must be in [0, 1], got 1.5",
     ),
-    "sft/threads_negative": (["--threads", "-1"], "error: threads must be >= 0, got -1"),
+    "sft/threads_negative": (["--threads", "-1"], "error: torch_num_threads must be >= 0, got -1"),
     "sft/threads_beyond_the_cores": (
         ["--threads", "100000"],
-        "error: threads=100000 is more than this machine's {cores} cores (threads beyond them only wait for one); "
+        "error: torch_num_threads=100000 is more than this machine's {cores} cores (threads beyond them only wait for one); "
         "use at most {cores}, or 0 for automatic",
     ),
     "sft/seed_negative": (["--seed", "-1"], "error: seed must be in [0, 2**32), got -1"),
     "sft/model_beyond_memory": (
         ["--n_embd", "1000000"],
-        "error: n_layer=2, n_embd=1000000, n_positions=16 (24,000,058,000,000 parameters) and batch_size=8 x 7 "
+        "error: n_layer=2, n_embd=1000000, n_positions=16 (24,000,058,000,000 parameters) and per_device_train_batch_size=8 "
+        "x 7 "
         "tokens would need ~357,635.4 GB at once to train (limit ~{limit}, half this machine's memory); lower them",
     ),
 }

@@ -45,7 +45,7 @@ import train_sft
 from rewards import REWARD_REGISTRY
 from tinygrpo.config import BOUNDS, CHOICES, Bound, GRPOConfig
 from tinygrpo.recipe import _field_kind  # (the parser's own reading of a field's annotation)
-from tinygrpo.sft import SFTConfig
+from tinygrpo.sft import SFT_CHOICES, SFTConfig
 
 EXAMPLES = int(os.environ.get("TINYGRPO_FUZZ_EXAMPLES", "0"))
 # CI: an example takes 0.05-1 s (most end at start-up); with these the file takes ~60 s on one busy core.
@@ -123,8 +123,8 @@ def _field_values(cls: type, skip: set[str], special: dict[str, list[str]]) -> d
         kind, is_list, nullable = _field_kind(hints[f.name])
         if f.name in special:
             values = special[f.name]
-        elif f.name in CHOICES and cls is GRPOConfig:
-            allowed = list(CHOICES[f.name])
+        elif f.name in (choices := CHOICES if cls is GRPOConfig else SFT_CHOICES):
+            allowed = list(choices[f.name])
             values = [*allowed, allowed[0].upper(), "nope", ""]
         elif kind is bool:
             values = BOOLS

@@ -31,8 +31,8 @@ def sft_run(tmp_path_factory):
         dataset="seed_bank",
         eval_split="train",
         max_steps=150,
-        batch_size=32,
-        log_every=0,
+        per_device_train_batch_size=32,
+        logging_steps=0,
         seed=0,
     )
     return out, train_reference(cfg, verbose=False)
@@ -88,7 +88,7 @@ def test_encode_examples_labels_only_answer_and_eos():
     [
         ("max_steps", 0),  # no training at all
         ("train_size", -1),  # negative sample size
-        ("batch_size", 0),  # empty batches
+        ("per_device_train_batch_size", 0),  # empty batches
         ("n_positions", 0),  # no context
         ("learning_rate", 0.0),  # a learning rate of zero never moves
         ("learning_rate", -1e-3),  # negative: gradient ascent
@@ -105,7 +105,7 @@ def test_sft_config_accepts_train_size_zero():
 
 def test_sft_rejects_too_short_context(tmp_path):
     # "99+99=198<eos>" is 10 tokens; a context of 8 cannot hold it, and the run must say so before training.
-    cfg = SFTConfig(output_dir=str(tmp_path), n_positions=8, max_steps=1, log_every=0, train_size=50)
+    cfg = SFTConfig(output_dir=str(tmp_path), n_positions=8, max_steps=1, logging_steps=0, train_size=50)
     with pytest.raises(ValueError, match="n_positions"):
         train_reference(cfg, verbose=False)
     assert not (tmp_path / "model.safetensors").exists()
@@ -132,7 +132,7 @@ def test_cli_help_lists_the_options():
         [sys.executable, "train_sft.py", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0, r.stderr
-    assert "--cosine_decay" in r.stdout and "--train_size" in r.stdout
+    assert "--lr_scheduler_type" in r.stdout and "--train_size" in r.stdout
 
 
 def test_encode_examples_match_model_loss():
@@ -158,7 +158,12 @@ def test_sft_never_overwrites_a_model_unless_asked(sft_run, tmp_path):
     out, _ = sft_run
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     cfg = SFTConfig(
-        output_dir=str(out), dataset="seed_bank", eval_split="", max_steps=2, batch_size=8, log_every=0
+        output_dir=str(out),
+        dataset="seed_bank",
+        eval_split="",
+        max_steps=2,
+        per_device_train_batch_size=8,
+        logging_steps=0,
     )
     with pytest.raises(ValueError, match="already holds a model; pass --overwrite_output_dir true"):
         train_reference(cfg, verbose=False)
@@ -170,8 +175,8 @@ def test_sft_never_overwrites_a_model_unless_asked(sft_run, tmp_path):
         dataset="seed_bank",
         eval_split="",
         max_steps=2,
-        batch_size=8,
-        log_every=0,
+        per_device_train_batch_size=8,
+        logging_steps=0,
         overwrite_output_dir=True,
     )
     train_reference(cfg, verbose=False)

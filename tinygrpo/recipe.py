@@ -40,7 +40,9 @@ class ArgParser(HfArgumentParser):
             main = self._actions[before]
             for action in self._actions[before + 1 :]:  # the --no_X of a field that defaults to True
                 action.help = f"Turn {f.name} off (as --{f.name} false)."
-                action.default = argparse.SUPPRESS  # (never used: the field's own action sets the default first)
+                action.default = (
+                    argparse.SUPPRESS
+                )  # (never used: the field's own action sets the default first)
             for alias in (a for a, name in aliases.items() if name == f.name):
                 target.add_argument(
                     f"--{alias}",
@@ -50,7 +52,7 @@ class ArgParser(HfArgumentParser):
                     choices=main.choices,
                     metavar=main.metavar,
                     default=argparse.SUPPRESS,  # (the field's own default stands)
-                    help=f"The same as --{f.name} (TRL's name).",
+                    help=f"The same as --{f.name}.",
                 )
 
 
@@ -138,13 +140,21 @@ def read_recipe(path: str, parser: ArgParser, cls: type) -> dict[str, object]:
     return values
 
 
-def parse_args(cls: type, argv: list[str] | None = None, description: str | None = None) -> typing.Any:
-    """`--config file.yaml` (optional, anywhere in argv) sets the defaults; flags override them."""
+def parse_args(
+    cls: type,
+    argv: list[str] | None = None,
+    description: str | None = None,
+    defaults: dict[str, object] | None = None,
+) -> typing.Any:
+    """`--config file.yaml` (optional, anywhere in argv) sets the defaults, over `defaults` (a task's recipe);
+    flags override them."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # allow_abbrev=False: a misspelt flag (--learning 0.1) is an error, not a silent prefix match.
     usage = f"{Path(sys.argv[0]).name} [--config RECIPE.yaml] [--OPTION VALUE ...]"  # (the groups below list them)
     parser = ArgParser(cls, description=description, allow_abbrev=False, usage=usage)
     parser.add_argument("--config", help="YAML recipe whose keys are the fields below (flags override it).")
+    if defaults:
+        parser.set_defaults(**defaults)
     at = next((i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), None)
     if at is not None:
         if argv[at] != "--config":  # --config=PATH

@@ -1,7 +1,7 @@
 """Supervised training of the reference policy on "a+b=c<eos>" strings (the CLI is train_sft.py).
 
     python train_sft.py                                                    # the default, deliberately imperfect reference
-    python train_sft.py --train_size 0 --max_steps 3000 --cosine_decay true   # the whole train split: 100 %
+    python train_sft.py --train_size 0 --max_steps 3000 --lr_scheduler_type cosine   # the whole train split: 100 %
 
 The default recipe's budget is explicit: 400 training problems (a fixed sample of the train split), 1000 steps of
 batch 128, AdamW 3e-3. That gives a reference that has learnt the format (digits then <eos>) and about two thirds
@@ -17,6 +17,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +37,16 @@ from .writes import save_model_files
 
 @dataclass
 class SFTConfig:
+    # Other names for a field, on the command line and in a --config recipe: TRL's, and this script's earlier ones.
+    ALIASES: ClassVar[dict[str, str]] = {
+        "dataset_name": "dataset",
+        "dataset_train_split": "train_split",
+        "dataset_test_split": "eval_split",
+        "batch_size": "per_device_train_batch_size",
+        "threads": "torch_num_threads",
+        "log_every": "logging_steps",
+    }
+
     task: str = field(
         default="",
         metadata={
@@ -80,23 +91,26 @@ class SFTConfig:
         metadata={"help": "Train on this many problems (a fixed sample of the split); 0 = all of it."},
     )
     max_steps: int = field(default=1000, metadata={"help": "Optimizer steps."})
-    batch_size: int = field(default=128, metadata={"help": "Sequences per step."})
+    per_device_train_batch_size: int = field(
+        default=128, metadata={"help": "Sequences per step (TRL's SFTConfig name; batch_size also accepted)."}
+    )
     learning_rate: float = field(default=3e-3, metadata={"help": "AdamW learning rate."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
-    cosine_decay: bool = field(
-        default=False,
+    lr_scheduler_type: str = field(
+        default="constant",
         metadata={
-            "help": "Cosine-decay the learning rate to a tenth (default: constant). A decayed run memorises its "
-            "400 problems (loss ~0.002) into a sharper reference that GRPO improves more slowly."
+            "help": "constant, or cosine (decayed to a tenth of the rate over max_steps; `--cosine_decay true` "
+            "also accepted). The default experiment's reference keeps a constant rate: decayed, it memorises its "
+            "400 problems into a sharper reference that GRPO improves more slowly."
         },
     )
     n_layer: int = field(default=2, metadata={"help": "Transformer blocks."})
     n_embd: int = field(default=64, metadata={"help": "Model width."})
     n_head: int = field(default=4, metadata={"help": "Attention heads."})
-    threads: int = field(
+    torch_num_threads: int = field(
         default=1,
         metadata={
-            "help": "torch threads (0 = torch's default). 1 by default: the float sums' order, and so the "
+            "help": "torch threads (0 = torch's default; threads also accepted). 1 by default: the float sums' order, and so the "
             "reference's weights, are then the same whether `python train_sft.py`, `python train_grpo.py` or "
             "`accelerate launch train_grpo.py` (one thread a process) trains it; at this size one thread is as fast."
         },
@@ -108,11 +122,13 @@ class SFTConfig:
         default=0.0,
         metadata={"help": "Cross-entropy label smoothing (keeps the reference's sampling diverse)."},
     )
-    log_every: int = field(default=100, metadata={"help": "Print the loss every N steps (0 = never)."})
+    logging_steps: int = field(
+        default=100, metadata={"help": "Print the loss every N steps (0 = never; log_every also accepted)."}
+    )
 
     def __post_init__(self) -> None:
-        check_fields(self, SFT_BOUNDS, {})  # the same checks, messages and loop as GRPOConfig's
-        check_threads("threads", self.threads)
+        check_fields(self, SFT_BOUNDS, SFT_CHOICES)  # the same checks, messages and loop as GRPOConfig's
+        check_threads("torch_num_threads", self.torch_num_threads)
         if self.mix_share > 0 and not self.mix_column:
             raise ConfigError(f"mix_share={self.mix_share} needs mix_column: the column its problems imitate")
 
@@ -135,18 +151,21 @@ def task_recipe(name: str) -> dict:
     return {"dataset": task.dataset, "chars": task.chars, **task.reference}
 
 
+SFT_CHOICES = {"lr_scheduler_type": ("constant", "cosine")}
 # Single-field bounds, checked in this order by tinygrpo.config.check_fields (after the finite-number check), as
 # GRPOConfig's BOUNDS: "{name} must be {bound.describe()}, got {value}".
 SFT_BOUNDS: dict[str, Bound] = {
-    **dict.fromkeys(("max_steps", "batch_size", "n_layer", "n_embd", "n_head", "n_positions"), Bound(1)),
+    **dict.fromkeys(
+        ("max_steps", "per_device_train_batch_size", "n_layer", "n_embd", "n_head", "n_positions"), Bound(1)
+    ),
     "train_size": Bound(0),  # 0 = the whole split
     "learning_rate": Bound(0, lo_open=True),
     "weight_decay": Bound(0),
-    "threads": Bound(0),  # 0 = torch's default
+    "torch_num_threads": Bound(0),  # 0 = torch's default
     "seed": BOUNDS["seed"],  # numpy and torch take 32-bit seeds
     "label_smoothing": Bound(0, 1),  # the probability mass moved from the label to the other tokens
     "mix_share": Bound(0, 1),
-    "log_every": Bound(0),  # 0 = never
+    "logging_steps": Bound(0),  # 0 = never
 }
 
 
@@ -159,11 +178,11 @@ def check_memory(cfg: SFTConfig, vocab: int, tokens: int) -> None:
     params = (
         (vocab + cfg.n_positions) * c + cfg.n_layer * (12 * c * c + 13 * c) + 2 * c
     )  # TinyLM's, tied head
-    need, budget = 16 * params + shape.train_bytes(cfg.batch_size, tokens), memory_budget()
+    need, budget = 16 * params + shape.train_bytes(cfg.per_device_train_batch_size, tokens), memory_budget()
     if need > budget:
         raise ConfigError(
             f"n_layer={cfg.n_layer}, n_embd={cfg.n_embd}, n_positions={cfg.n_positions} ({params:,} parameters) and "
-            f"batch_size={cfg.batch_size} x {tokens} tokens would need ~{gigabytes(need)} at once to train (limit "
+            f"per_device_train_batch_size={cfg.per_device_train_batch_size} x {tokens} tokens would need ~{gigabytes(need)} at once to train (limit "
             f"~{gigabytes(budget)}, half this machine's memory); lower them"
         )
 
@@ -209,8 +228,8 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         )
     check_apart(out, [Input("dataset", cfg.dataset, dataset_dir(cfg.dataset), True)])
     t0 = time.time()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    if cfg.torch_num_threads:
+        torch.set_num_threads(cfg.torch_num_threads)
     torch.manual_seed(cfg.seed)
     tokenizer = build_tokenizer(cfg.chars)
     if cfg.task:
@@ -249,14 +268,14 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         opt,
         lambda s: (
             0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.max_steps) / cfg.max_steps))
-            if cfg.cosine_decay
+            if cfg.lr_scheduler_type == "cosine"
             else 1.0
         ),
     )
     gen = torch.Generator().manual_seed(cfg.seed)
     first_loss = last_loss = float("nan")
     for step in range(1, cfg.max_steps + 1):
-        idx = torch.randint(0, ids.size(0), (cfg.batch_size,), generator=gen)
+        idx = torch.randint(0, ids.size(0), (cfg.per_device_train_batch_size,), generator=gen)
         logits = model(ids[idx], attention_mask=mask[idx], use_cache=False).logits  # (B, T, V)
         # Position t predicts token t + 1; only the answer and <eos> carry labels (-100 elsewhere).
         loss = F.cross_entropy(
@@ -278,7 +297,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             )
         if step == 1:
             first_loss = last_loss
-        if verbose and cfg.log_every and step % cfg.log_every == 0:
+        if verbose and cfg.logging_steps and step % cfg.logging_steps == 0:
             print(f"sft step {step:5d}  loss {last_loss:.4f}", flush=True)
     train_time = time.time() - t0
 

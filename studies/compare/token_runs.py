@@ -74,13 +74,13 @@ def build_references(out: Path, seed: int, st: Settings) -> dict:
             eval_split="",
             train_size=0,
             max_steps=steps,
-            batch_size=st.sft_batch,
+            per_device_train_batch_size=st.sft_batch,
             learning_rate=st.sft_lr,
             n_embd=st.n_embd,
             n_head=st.n_head,
             n_layer=st.n_layer,
             n_positions=st.n_positions,
-            log_every=0,
+            logging_steps=0,
             seed=seed,
         )
         summary = train_reference(cfg, verbose=False)
@@ -237,7 +237,8 @@ def addition_section(out: Path, st: Settings, log: Callable[[str], None]) -> dic
             f"no {ADDITION_REFERENCE}: training the addition reference into {ref_path} (tinygrpo.sft, {kw or 'defaults'})"
         )
         train_reference(
-            SFTConfig(output_dir=str(ref_path), overwrite_output_dir=True, log_every=0, **kw), verbose=False
+            SFTConfig(output_dir=str(ref_path), overwrite_output_dir=True, logging_steps=0, **kw),
+            verbose=False,
         )
     sft_cfg = (
         json.loads((ref_path / "sft_config.json").read_text())

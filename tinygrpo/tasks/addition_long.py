@@ -64,7 +64,7 @@ TASK = register_task(
             "n_positions": 24,
             "max_steps": 4000,
             "learning_rate": 1e-3,
-            "threads": 1,
+            "torch_num_threads": 1,
         },
         kinds=kinds,
     )

@@ -109,5 +109,5 @@ MIXED = _task(
     max_steps=4000,
     mix_column="worked",
     mix_share=0.25,
-    threads=1,
+    torch_num_threads=1,
 )

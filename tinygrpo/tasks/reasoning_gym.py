@@ -113,7 +113,7 @@ def make(name: str) -> Task:
             "n_positions": longest + COMPLETION_ROOM,
             "max_steps": 1000,
             "learning_rate": 3e-3,
-            "threads": 1,  # (the same weights on any machine)
+            "torch_num_threads": 1,  # (the same weights on any machine)
         },
     )
 
