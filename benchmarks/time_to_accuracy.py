@@ -126,6 +126,17 @@ def parse_seeds(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--seeds {text!r}: expected comma-separated integers") from None
 
 
+class SeedsAction(argparse.Action):
+    """--seeds 42 1 2, or 42,1,2 (the earlier form): one list of distinct seeds."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        try:
+            seeds = parse_seeds(",".join(values))
+        except argparse.ArgumentTypeError as e:
+            parser.error(str(e))
+        setattr(namespace, self.dest, seeds)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = script_parser(__doc__)
     p.add_argument(
@@ -138,9 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--seeds",
         "--seed",
         dest="seeds",
-        type=parse_seeds,
+        nargs="+",
+        action=SeedsAction,
         default=None,
-        help="Comma-separated run seeds, each peer runs each (default: train_grpo.py's, 42).",
+        help="Run seeds, each peer runs each: --seeds 42 1 2 (42,1,2 also works; default: train_grpo.py's, 42).",
     )
     p.add_argument(
         "--max_steps", type=int, default=None, help="Training steps (default: train_grpo.py's, 1000)."

@@ -1,10 +1,10 @@
 """The seed tutorials' tabular runs from the command line, with their outputs and plots.
 
-python -m studies.bandit demo [--steps 120] [--output-dir runs/bandit_demo]
+python -m studies.bandit demo [--steps 120] [--output_dir runs/bandit_demo]
     The seed demo, GRPO vs REINFORCE on 36 a+b questions (`tinygrpo.bandit.train_demo`); writes config.json,
     metrics.jsonl, summary.json and bandit_demo.png (accuracy; GRPO's cumulative skipped fraction).
 
-python -m studies.bandit chapter --epochs 40 --group-size 4 [--output-dir runs/bandit_chapter] [--seed 42]
+python -m studies.bandit chapter --epochs 40 --group-size 4 [--output_dir runs/bandit_chapter] [--seed 42]
     The "GRPO bandit" chapter, 3 prompts x 3 actions (`tinygrpo.bandit.train_chapter`).
 """
 
@@ -150,12 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the seed demo: GRPO vs REINFORCE on 36 a+b questions")
     demo.add_argument("--steps", type=int, default=DEMO_STEPS)
-    demo.add_argument("--output-dir", type=Path, default=Path("runs/bandit_demo"))
+    demo.add_argument("--output_dir", "--output-dir", type=Path, default=Path("runs/bandit_demo"))
     chapter = sub.add_parser("chapter", help="the chapter's 3-prompt x 3-action GRPO bandit")
     chapter.add_argument("--epochs", type=int, default=40)
     chapter.add_argument("--group-size", type=int, default=4)
     chapter.add_argument("--seed", type=int, default=42)
-    chapter.add_argument("--output-dir", type=Path, default=Path("runs/bandit_chapter"))
+    chapter.add_argument("--output_dir", "--output-dir", type=Path, default=Path("runs/bandit_chapter"))
     return parser
 
 

@@ -125,7 +125,10 @@ def headline(results: dict) -> str:
         [f"seed {r['seed']}, lower kernels", pct(r["reference"]), pct(r["final"]), times([r])] for r in lower
     ]
     head = ["the default experiment", "reference", "after GRPO", "s to 90 / 95 / 98 / 99 %"]
-    return markdown(head, rows) + f"\n\n(Test split; {cpu}, one thread; a median is shown where most runs got there.)"
+    return (
+        markdown(head, rows)
+        + f"\n\n(Test split; {cpu}, one thread; a median is shown where most runs got there.)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

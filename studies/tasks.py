@@ -217,8 +217,15 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
     p.add_argument("--seeds", nargs="+", type=int, default=[42, 1, 2])
-    p.add_argument("--out", type=Path, default=REPO / "runs" / "tasks")
-    p.add_argument("--parallel", type=int, default=2, help="runs side by side (one thread each; default 2)")
+    p.add_argument("--output_dir", "--out", dest="out", type=Path, default=REPO / "runs" / "tasks")
+    p.add_argument(
+        "--jobs",
+        "--parallel",
+        dest="parallel",
+        type=int,
+        default=2,
+        help="runs side by side (one thread each; default 2)",
+    )
     p.add_argument("--summarize", action="store_true", help="only summarize the runs already there")
     p.add_argument("--results", type=Path, default=RESULTS / "tasks.json", help="where the results go")
     args = p.parse_args(argv)

@@ -1,6 +1,6 @@
 """Tabular GRPO/REINFORCE (the seed demo) against token-level GRPO/REINFORCE on the tiny char GPT, same questions.
 
-    python -m studies.compare --output-dir runs/compare [--seeds 5] [--quick] [--docs docs]
+    python -m studies.compare --output_dir runs/compare [--seeds 0 1 2 3 4] [--quick] [--docs docs]
 
 On the seed demo's 36 questions a + b (a, b in 0..5, answers 0..12), every method samples groups of G = 8 answers
 and is scored by greedy accuracy on the same 36 questions against the number of completions it has sampled:
@@ -23,7 +23,7 @@ with `tinygrpo.sft.train_reference`:
 Token-level steps sample 8 prompts x 8 completions = 64 completions; the table samples 8 per step; every run gets
 the same budget of sampled completions (19,200 by default: 2,400 table steps, 300 token-level steps; --quick: 640).
 
-Outputs (in --output-dir): comparison.md, comparison.json (the results it is drawn from: mean and std over seeds,
+Outputs (in --output_dir): comparison.md, comparison.json (the results it is drawn from: mean and std over seeds,
 the settings it names, the command and the machine), results.json (every curve of every seed),
 accuracy_vs_completions.png, skipped_fraction.png, beliefs.png, plus the SFT references and the addition run's
 files. `--docs docs` writes docs/results/comparison.json, docs/comparison.md (its page between markers that

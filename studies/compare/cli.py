@@ -17,8 +17,15 @@ from .settings import Settings, quick_settings
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m studies.compare", description=DOC.split("\n")[0])
-    p.add_argument("--output-dir", type=Path, default=Path("runs/compare"))
-    p.add_argument("--seeds", type=int, default=None, help="seeds per method (default 5; 2 with --quick)")
+    p.add_argument("--output_dir", "--output-dir", type=Path, default=Path("runs/compare"))
+    p.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="the seeds, as offsets from each method's base seed (default 0 1 2 3 4; 0 1 with --quick); a single "
+        "number N (the earlier form) means 0 .. N-1",
+    )
     p.add_argument(
         "--quick", action="store_true", help="CI smoke test: 2 seeds, 640 completions, 2 addition steps"
     )
@@ -39,9 +46,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     st = quick_settings() if args.quick else Settings()
     if args.seeds is not None:
-        if args.seeds < 1:
-            raise SystemExit("error: --seeds must be >= 1")
-        st.seeds = args.seeds
+        seeds = list(range(args.seeds[0])) if len(args.seeds) == 1 and args.seeds[0] > 1 else args.seeds
+        if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+            raise SystemExit("error: --seeds must be distinct offsets >= 0")
+        st.seeds, st.offsets = len(seeds), tuple(seeds)
     return run(
         args.output_dir, st, command=shlex.join(["python", "-m", "studies.compare", *argv]), docs=args.docs
     )

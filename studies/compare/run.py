@@ -119,7 +119,7 @@ def run(
     beliefs: dict = {}
     # tables
     for kind in ("reinforce", "grpo"):
-        seeds = [bandit.DEMO_SEEDS[kind] + i for i in range(st.seeds)]
+        seeds = [bandit.DEMO_SEEDS[kind] + i for i in st.offsets or range(st.seeds)]
         runs, b = run_table(
             kind, seeds, st.table_steps, seeds[st.belief_seed_index] if kind == "grpo" else None
         )
@@ -129,7 +129,7 @@ def run(
         log(f"table {kind}: final acc {[round(r['acc'][-1], 3) for r in runs]}")
     # char GPT
     refs: dict = {}
-    token_seeds = [TOKEN_SEED_BASE + i for i in range(st.seeds)]
+    token_seeds = [TOKEN_SEED_BASE + i for i in st.offsets or range(st.seeds)]
     for i, seed in enumerate(token_seeds):
         t = time.perf_counter()
         refs[str(seed)] = r = build_references(out, seed, st)

@@ -32,6 +32,9 @@ THRESHOLDS = (0.9, 1.0)
 @dataclass
 class Settings:
     seeds: int = 5
+    offsets: tuple[int, ...] | None = (
+        None  # the seeds, as offsets from each method's base (None: 0 .. seeds - 1)
+    )
     budget: int = 19200  # sampled completions per run, every method
     prompts_per_step: int = 8  # token-level: 8 prompts x G = 64 completions per step
     token_lr: float = 3e-3
