@@ -136,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
             train, evald = load_splits(cfg.dataset, cfg.train_split, cfg.eval_split or None)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        if evald is not None:  # which rule decides held-out accuracy, and why that one
+            from tinygrpo.evaluation import Verifier
+
+            try:
+                verifier, why = Verifier.choose(cfg.dataset, cfg.eval_reward)
+            except ValueError as e:
+                raise ConfigError(f"eval_reward={cfg.eval_reward}: {e}") from None
+            acc.print(f"held-out accuracy: {cfg.eval_split} split, decided by the reward {verifier.name!r} ({why})")
         trainer = GRPOTrainer(cfg, model, tokenizer, train, evald, ref_model=ref_model, accelerator=acc)
         if acc.is_main_process:
             write_atomic(out / "config.json", json.dumps(cfg.__dict__, indent=2))

@@ -14,7 +14,8 @@ from tinygrpo.trainer import GRPOTrainer
 
 REPO = Path(train_grpo.__file__).resolve().parent
 SMALL = (
-    "--dataset seed_bank --train_split train --eval_split train --per_device_train_batch_size 32 "
+    "--dataset seed_bank --train_split train --eval_split train --allow_overlapping_splits true "
+    "--per_device_train_batch_size 32 "
     "--num_generations 4 --max_completion_length 3 --disable_tqdm true --make_plots false --torch_num_threads 1"
 ).split()
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}

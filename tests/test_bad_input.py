@@ -309,7 +309,7 @@ CASES = {
         "from them: put the KL in the loss (use_kl_in_reward false)",
     ),
     "settings/eval_pass_k_beyond_memory": (
-        lambda t, r, p: "--eval_split train --eval_pass_k 1000000000".split(),
+        lambda t, r, p: "--eval_split train --allow_overlapping_splits true --eval_pass_k 1000000000".split(),
         "error: eval_pass_k=1000000000: 36 prompts x 1,000,000,000 samples of up to 3 tokens would need "
         "~89,585.8 GB at once (limit ~{limit}, half this machine's memory); lower eval_pass_k",
     ),
@@ -819,7 +819,14 @@ def test_a_run_that_skips_some_steps_says_how_many(seed_reference, tmp_path, cap
     body = _after_checkpoint(tmp_path, BIG, "[float(i % 2) for i in range(n)]")
     extra = [*_reward_file(tmp_path, body, "f"), *REINFORCE, *"--save_steps 1 --on_nonfinite skip".split()]
     capfd.readouterr()
-    rc = _rc(cli(seed_reference, tmp_path / "out", *"--max_steps 2 --eval_split train".split(), *extra))
+    rc = _rc(
+        cli(
+            seed_reference,
+            tmp_path / "out",
+            *"--max_steps 2 --eval_split train --allow_overlapping_splits true".split(),
+            *extra,
+        )
+    )
     captured = capfd.readouterr()
     assert rc == 0, captured.err
     lines = captured.out.splitlines()

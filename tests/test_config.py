@@ -133,7 +133,7 @@ def test_flags_override_yaml_of_every_kind(tmp_path):
 
 def test_recipes_in_configs_parse_as_their_flags():
     assert parse_config(["--config", str(REPO / "configs/default.yaml")]) == parse_config([])
-    flags = "--dataset seed_bank --eval_split train --per_device_train_batch_size 288 --beta 0.02 --kl_estimator full"
+    flags = "--dataset seed_bank --eval_split train --allow_overlapping_splits true --per_device_train_batch_size 288 --beta 0.02 --kl_estimator full"
     flags += " --max_steps 200 --prompt_sampler uniform --explore_rounds 0 --eval_steps 20 --logging_steps 5"
     flags += " --save_steps 0 --output_dir runs/seed_bank"
     assert parse_config(["--config", str(REPO / "configs/seed_bank.yaml")]) == parse_config(flags.split())

@@ -331,7 +331,7 @@ def grpo_base(ref: str, out: Path) -> list[str]:
     """A 2-step run of 2 prompts x 4 samples on the seed bank, evaluated on its train split, nothing else written."""
     return [
         *("--model_name_or_path", ref, "--dataset", "seed_bank", "--train_split", "train"),
-        *"--eval_split train --per_device_train_batch_size 8 --num_generations 4 --max_completion_length 3".split(),
+        *"--eval_split train --allow_overlapping_splits true --per_device_train_batch_size 8 --num_generations 4 --max_completion_length 3".split(),
         *"--max_steps 2 --save_steps 0 --logging_steps 1 --eval_steps 1 --make_plots false --make_report false".split(),
         *"--torch_num_threads 1 --disable_tqdm true --output_dir".split(),
         str(out),

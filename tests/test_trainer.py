@@ -60,7 +60,14 @@ def metric_rows(out: Path) -> list[dict]:
 
 def test_two_step_run_changes_every_parameter_and_writes_all_outputs(seed_reference, tmp_path):
     out = tmp_path / "run"
-    assert run_main(seed_reference, out, *"--eval_split train --make_plots true".split()) == 0
+    assert (
+        run_main(
+            seed_reference,
+            out,
+            *"--eval_split train --allow_overlapping_splits true --make_plots true".split(),
+        )
+        == 0
+    )
 
     for name in ("metrics.jsonl", "completions.jsonl", "plots.png", "summary.json", "config.json"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
@@ -304,7 +311,7 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
     argv = [
         "--model_name_or_path",
         seed_reference,
-        *"--dataset seed_bank --eval_split train --num_generations 4 --per_device_train_batch_size 32".split(),
+        *"--dataset seed_bank --eval_split train --allow_overlapping_splits true --num_generations 4 --per_device_train_batch_size 32".split(),
         *"--max_completion_length 3 --max_steps 2 --logging_steps 1 --disable_tqdm true --make_plots false".split(),
         *"--dynamic_sampling false --lr_scheduler_type linear --explore_rounds 0 --output_dir".split(),
         str(out),

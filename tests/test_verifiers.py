@@ -3,9 +3,12 @@ behaviour that a hand mutation round found no test for, as a table of cases or a
 
 - countdown: each number used exactly as many times as it is given (a count, not a set), and the 64-character limit;
 - every verifier: a right completion cut off before its <eos> (or followed by anything else) scores 0;
-- held-out accuracy: right means a score of exactly 1.0, whatever partial credit the verifier gives;
-- a family's data directory (data/reasoning_gym_chain_sum) names its task, and so its verifier;
-- countdown's generator: no problem twice, whatever order its numbers were drawn in;
+- held-out accuracy: right means a score of exactly 1.0, whatever partial credit the verifier gives; pass@k is any of
+  k; a task's verifier carries its kinds and formats;
+- a family's data directory (data/reasoning_gym_chain_sum) names its task, and so its verifier; a committed task's
+  files without a manifest are the user's;
+- the generators: countdown's problems distinct whatever the numbers' order, every documented value reached, a small
+  reasoning-gym generator's splits;
 - reasoning-gym's prompts: the instruction every question shares is dropped;
 - the problem kinds held-out accuracy is broken down by, at their boundaries.
 """
@@ -365,6 +368,29 @@ def test_reasoning_gym_data_directory_gives_its_verifier(
         "reasoning_gym_",
     ):
         assert task_of_dataset(other) is None and Verifier.of(other).name == "accuracy", other
+
+
+def test_a_committed_tasks_files_without_a_manifest_are_used_as_they_are(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Task.ensure_data: a family's build without its manifest is unfinished and written again; a committed task's
+    files without one are the user's (edited by hand, or from before manifests): never overwritten."""
+    monkeypatch.setattr(task_module, "DATA_DIR", tmp_path)
+    task = get_task("reverse")
+    said: list[str] = []
+    (tmp_path / "reverse").mkdir()
+    mine = '{"prompt": "ab=", "answer": "ba", "id": 0}\n'
+    (tmp_path / "reverse" / "train.jsonl").write_text(mine)
+    task.ensure_data(say=said.append)
+    assert sorted(p.name for p in (tmp_path / "reverse").iterdir()) == ["train.jsonl"] and not said
+    assert (tmp_path / "reverse" / "train.jsonl").read_text() == mine
+    (tmp_path / "reverse" / "train.jsonl").unlink()  # nothing there: written, with its manifest
+    task.ensure_data(say=said.append)
+    assert {p.name for p in (tmp_path / "reverse").iterdir()} >= {
+        "train.jsonl",
+        "test.jsonl",
+        "manifest.json",
+    }
 
 
 # ------------------------------------------------------------------------- countdown's generator: no repeats

@@ -8,8 +8,10 @@ rules that tie fields together one by one below them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -275,6 +277,50 @@ class GRPOConfig(
         return self.num_iterations > 1 or self.mini_batches > 1
 
 
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of `--flag v` or `--flag=v` in a command line, before it is parsed (None if absent)."""
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.removeprefix(flag + "=")
+    return None
+
+
+def task_defaults(spec: str) -> tuple[list[str], dict[str, object]]:
+    """What `--task SPEC` sets: its GRPO recipe file (if it has one), then its inline recipe, its dataset and its
+    reference (`tinygrpo/task.py`)."""
+    from .task import get_task
+
+    try:
+        task = get_task(spec)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    defaults: dict[str, object] = {"task": spec, "dataset": task.dataset}
+    if task.reference is not None and "output_dir" in task.reference:
+        defaults["model_name_or_path"] = task.reference["output_dir"]
+    defaults.update(task.grpo or {})
+    return ([task.config] if task.config else []), defaults
+
+
+def recipe_task(path: str | None) -> str | None:
+    """The `task:` a --config recipe names, if any (read again, checked, by the parser)."""
+    if not path:
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None  # (the parser says what is wrong with the file, in one line)
+    task = data.get("task") if isinstance(data, dict) else None
+    return task if isinstance(task, str) else None
+
+
 def parse_config(argv: list[str] | None = None) -> GRPOConfig:
-    """`--config file.yaml` (optional, anywhere in argv) sets the defaults; flags override them (tinygrpo/recipe.py)."""
-    return parse_args(GRPOConfig, argv, "Token-level GRPO on a tiny transformer.")
+    """`--task NAME` sets the task's defaults, `--config file.yaml` (optional, anywhere in argv) overrides them, and
+    flags override both (tinygrpo/recipe.py)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    spec = flag_value(argv, "--task") or recipe_task(flag_value(argv, "--config"))
+    recipes, defaults = task_defaults(spec) if spec else ([], {})
+    return parse_args(GRPOConfig, argv, "Token-level GRPO on a tiny transformer.", defaults, recipes)

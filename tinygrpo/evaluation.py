@@ -32,14 +32,26 @@ class Verifier:
     formats: Formats | None = field(default=None, compare=False)
 
     @classmethod
-    def of(cls, dataset: str) -> Verifier:
-        """The task's `correct` reward and kinds; the strict integer rule for a directory of the user's own."""
+    def of(cls, dataset: str, eval_reward: str | None = None) -> Verifier:
+        """The verifier `choose` picks."""
+        return cls.choose(dataset, eval_reward)[0]
+
+    @classmethod
+    def choose(cls, dataset: str, eval_reward: str | None = None) -> tuple[Verifier, str]:
+        """The rule held-out accuracy is decided by, and where the choice came from: `eval_reward` when given, else
+        the dataset's task's `correct` reward, else the strict integer rule (`accuracy`) for data no task names.
+        Kinds and formats are the task's either way."""
         from .task import task_of_dataset
 
         task = task_of_dataset(dataset)
+        kinds, formats = (task.kinds, task.formats) if task is not None else (None, None)
+        if eval_reward:
+            return cls(eval_reward, resolve_reward(eval_reward), kinds, formats), "--eval_reward"
         if task is None:
-            return cls()
-        return cls(task.correct, resolve_reward(task.correct), task.kinds, task.formats)
+            return cls(), "the default for data no task names; --eval_reward chooses another"
+        return cls(
+            task.correct, resolve_reward(task.correct), kinds, formats
+        ), f"the task {task.name}'s verifier"
 
     def __call__(self, completions: list[str], rows: dict[str, list], k: int = 1) -> list[bool]:
         """Whether each completion is right; rows[c][i] are the columns of completions[i * k : (i + 1) * k]."""
@@ -222,7 +234,7 @@ class HeldOutEvaluator:
     ) -> None:
         self.rows = rows if rows is not None and "answer" in rows else None  # (no answers: nothing to score)
         self.tokenizer, self.backend, self.cfg = tokenizer, backend, cfg
-        self.verifier = verifier or Verifier.of(cfg.dataset)
+        self.verifier = verifier or Verifier.of(cfg.dataset, getattr(cfg, "eval_reward", None))
         self.prompts: tuple[torch.Tensor, torch.Tensor] | None = None  # (P, Tp) left-padded ids and mask
         self.last: HeldOut | None = None
 

@@ -20,6 +20,14 @@ class ModelAndData:
 
     _argument_group_name: ClassVar[str] = "model and data"
 
+    task: str | None = field(
+        default=None,
+        metadata={
+            "help": "A task: a built-in name (reverse, countdown, ...), reasoning_gym:NAME, a file of your own "
+            "(path/to/my_task.py, or my_task.py:NAME) or module:NAME. Its dataset, held-out verifier, reference and "
+            "GRPO recipe become the defaults; a --config recipe and flags override them."
+        },
+    )
     model_name_or_path: str = field(
         default="checkpoints/reference",
         metadata={
@@ -42,6 +50,13 @@ class ModelAndData:
     eval_split: str | None = field(
         default="test",
         metadata={"help": "Held-out split for greedy accuracy (None or '' to skip evaluation)."},
+    )
+    allow_overlapping_splits: bool = field(
+        default=False,
+        metadata={
+            "help": "Train and evaluate on splits that share prompts (a run stops at start-up otherwise, with the "
+            "count and an example: held-out accuracy on prompts trained on measures memory, not generalisation)."
+        },
     )
     grouped_forward: bool = field(
         default=True,
@@ -118,6 +133,14 @@ class RewardsAndAdvantages:
 
     _argument_group_name: ClassVar[str] = "rewards and advantages"
 
+    eval_reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "The reward that decides held-out accuracy (right when it scores exactly 1.0): a registered name, "
+            "module:function or file.py:function. Default: the task's verifier, or `accuracy` (the strict integer "
+            "rule) for a dataset no task names. Every gold answer is checked to score 1.0 under it at start-up."
+        },
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["accuracy"],
         metadata={

@@ -20,7 +20,17 @@ from .progress import progress
 if TYPE_CHECKING:  # (datasets is imported where a split is loaded: the builders stay cheap to import)
     from datasets import Dataset, DatasetDict
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+def _data_dir() -> Path:
+    """Where the problem sets live: $TINYGRPO_DATA_DIR if set; else data/ beside the package (the repository, in
+    an editable install); else ./data (a non-editable install, run from the repository root)."""
+    if env := os.environ.get("TINYGRPO_DATA_DIR"):
+        return Path(env).resolve()
+    beside = Path(__file__).resolve().parent.parent / "data"
+    return beside if beside.is_dir() else (Path.cwd() / "data").resolve()
+
+
+DATA_DIR = _data_dir()
 # What a build wrote, beside its splits: {"task": name, "splits": {split: {"rows": n, "sha256": hex}}}, written last. A directory
 # with one is checked against it on every load: a split cut short or changed since is refused, never trained on.
 MANIFEST = "manifest.json"
@@ -83,9 +93,15 @@ def load_problems(name_or_path: str) -> DatasetDict:
     """Load a problem set by name (`seed_bank`, `addition`) or by a directory holding `<split>.jsonl` files."""
     path = dataset_dir(name_or_path)
     if not path.is_dir():
+        where = ""
+        if not DATA_DIR.is_dir():  # (a non-editable install, run from elsewhere than the repository's root)
+            where = (
+                f"; the built-in problem sets are looked for in {DATA_DIR}, which does not exist: run from the "
+                "repository's root, set TINYGRPO_DATA_DIR, or install with pip install -e ."
+            )
         raise ValueError(
             f"dataset {name_or_path!r}: no such directory (known names: {', '.join(_dataset_names())}; or a "
-            f"directory of <split>.jsonl files)"
+            f"directory of <split>.jsonl files){where}"
         )
     files = {p.stem: str(p) for p in sorted(path.glob("*.jsonl"))}
     if not files:

@@ -145,14 +145,17 @@ def parse_args(
     argv: list[str] | None = None,
     description: str | None = None,
     defaults: dict[str, object] | None = None,
+    recipes: typing.Sequence[str] = (),
 ) -> typing.Any:
-    """`--config file.yaml` (optional, anywhere in argv) sets the defaults, over `defaults` (a task's recipe);
-    flags override them."""
+    """`--config file.yaml` (optional, anywhere in argv) sets the defaults, over `recipes` (YAML files, in order)
+    and then `defaults` (a task's recipe); flags override them."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # allow_abbrev=False: a misspelt flag (--learning 0.1) is an error, not a silent prefix match.
     usage = f"{Path(sys.argv[0]).name} [--config RECIPE.yaml] [--OPTION VALUE ...]"  # (the groups below list them)
     parser = ArgParser(cls, description=description, allow_abbrev=False, usage=usage)
     parser.add_argument("--config", help="YAML recipe whose keys are the fields below (flags override it).")
+    for recipe in recipes:  # (a task's recipe file, under its own settings below)
+        parser.set_defaults(**read_recipe(recipe, parser, cls))
     if defaults:
         parser.set_defaults(**defaults)
     at = next((i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")), None)

@@ -18,6 +18,8 @@ registered yet, as `rewards/` is.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +47,7 @@ class Task:
     summary: str  # one line: what the model is asked and what it must answer
     build: Callable[[], Splits]  # the problems, split (deterministic: the same rows on every call)
     chars: str  # the tokenizer's characters (besides <pad> and <eos>)
-    config: str  # the GRPO recipe, a path from the repository root
+    config: str = ""  # the GRPO recipe, a YAML file (a path from the repository root); "" = `grpo` alone
     correct: str = "accuracy"  # the registered reward that decides right (1.0) or wrong (0.0)
     rewards: tuple[str, ...] = ()  # other registered rewards the task defines (partial credit, format, ...)
     reference: dict[str, Any] | None = (
@@ -54,6 +56,9 @@ class Task:
     dataset: str = ""  # the directory under data/ ("" = the task's name)
     kinds: Callable[[dict[str, list]], dict[str, list[bool]]] | None = None  # rows -> {kind: which rows}
     formats: Formats | None = None  # the forms a completion may take
+    grpo: dict[str, Any] | None = (
+        None  # GRPOConfig fields of its GRPO recipe, over `config`'s (a one-file task)
+    )
 
     def __post_init__(self) -> None:
         if not self.dataset:
@@ -124,8 +129,47 @@ def task_names() -> list[str]:
     return sorted(TASKS)
 
 
+def load_task_file(path: str, name: str | None = None) -> Task:
+    """The task a file of the user's registers (`--task my_task.py`, or `my_task.py:NAME` when it registers
+    several): the file is imported once, by path, and calls `register_task` as a built-in task's file does."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--task {path}: no such file")
+    before = set(TASKS)
+    module = f"tinygrpo_user_task_{abs(hash(str(p.resolve())))}"
+    if module not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module, p)
+        code = importlib.util.module_from_spec(spec)
+        sys.modules[module] = code
+        try:
+            spec.loader.exec_module(code)
+        except Exception as e:  # noqa: BLE001  (the user's file: say which and why, in one line)
+            del sys.modules[module]
+            raise ValueError(f"--task {path}: importing it failed: {type(e).__name__}: {e}") from None
+    mine = [t for n, t in TASKS.items() if n not in before or t.build.__module__ == module]
+    if name is not None:
+        mine = [t for t in mine if t.name == name]
+    if len(mine) != 1:
+        names = ", ".join(t.name for t in mine) or "none"
+        raise ValueError(
+            f"--task {path}: expected it to register one task{f' named {name!r}' if name else ''} with "
+            f"register_task(Task(...)), it registered: {names}"
+        )
+    return mine[0]
+
+
 def get_task(name: str) -> Task:
-    """The task registered as `name`; a ValueError listing the known tasks otherwise."""
+    """The task `name` names: a registered one (`reverse`), a family's (`reasoning_gym:chain_sum`), a file's
+    (`path/to/my_task.py`, `my_task.py:NAME`) or a module's (`mypkg.tasks:NAME`); a ValueError listing the known
+    tasks otherwise."""
+    head, _, tail = name.partition(":")
+    if head.endswith(".py") or (name.endswith(".py") and not tail):
+        return load_task_file(head, tail or None)
+    if tail and head not in TASK_FAMILIES and "." in head:  # module:NAME
+        try:
+            importlib.import_module(head)
+        except ImportError as e:
+            raise ValueError(f"--task {name}: cannot import module {head!r} ({e})") from None
     if name not in TASKS:
         discover_tasks()
     prefix, sep, member = name.partition(":")

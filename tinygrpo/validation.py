@@ -173,11 +173,54 @@ def check_inputs(
     binary = f"advantage_mode {cfg.advantage_mode}" if needs_binary_rewards(cfg) else None
     where = f"{cfg.dataset}/{cfg.train_split}"
     probe(reward_funcs, reward_names, train_dataset, where, reward_kwargs, weights, binary)
-    if scored:
-        from .evaluation import Verifier
+    from .evaluation import Verifier
 
-        verifier = Verifier.of(cfg.dataset)  # the rule held-out accuracy is decided by
-        probe([verifier.fn], [verifier.name], eval_dataset, f"{cfg.dataset}/{cfg.eval_split}", reward_kwargs)
+    verifier = Verifier.of(cfg.dataset, cfg.eval_reward)  # the rule held-out accuracy is decided by
+    # It judges the held-out split, and each step's sampled completions of the train split (the verified metrics):
+    # every gold answer of both must be right under it, or its accuracy means nothing.
+    for split, ds in ((cfg.eval_split, eval_dataset if scored else None), (cfg.train_split, train_dataset)):
+        if ds is not None and "answer" in ds.column_names:
+            where = f"{cfg.dataset}/{split}"
+            probe([verifier.fn], [verifier.name], ds, where, reward_kwargs)
+            check_gold(verifier, ds, where)
+    if scored and not cfg.allow_overlapping_splits:
+        check_apart(train_dataset, eval_dataset, cfg)
+
+
+def check_gold(verifier, dataset, where: str) -> None:
+    """Every gold answer (the `answer` column, then <eos>) scores exactly 1.0 under the verifier; ConfigError
+    naming the first row that does not."""
+    table = dataset.to_dict()
+    n = len(table["prompt"])
+    for lo, hi in chunks(n):
+        rows = {c: v[lo:hi] for c, v in table.items()}
+        answers = ["" if a is None else str(a) + EOS for a in rows["answer"]]
+        cols = {c: v for c, v in rows.items() if c != "prompt"}
+        ids = [[0] * len(a) for a in answers]
+        scores = compute_rewards([verifier.fn], [verifier.name], rows["prompt"], answers, ids, cols)[:, 0]
+        for i, (a, score) in enumerate(zip(rows["answer"], scores.tolist(), strict=True)):
+            if a is not None and score != 1.0:
+                got = "None" if score != score else f"{score:g}"
+                raise ConfigError(
+                    f"{where} row {lo + i + 1}: the held-out verifier {verifier.name!r} scores the gold answer "
+                    f"{str(a)!r} {got}, not 1.0, so it would count right answers wrong; choose the rule that "
+                    "reads this data's answers with --eval_reward NAME"
+                )
+
+
+def check_apart(train_dataset, eval_dataset, cfg: GRPOConfig) -> None:
+    """The held-out split shares no prompt with the training split (held-out accuracy on trained prompts measures
+    memory); ConfigError with the count and an example, unless allow_overlapping_splits."""
+    train = set(train_dataset.select_columns(["prompt"]).to_dict()["prompt"])
+    held = eval_dataset.select_columns(["prompt"]).to_dict()["prompt"]
+    shared = [p for p in held if p in train]
+    if shared:
+        raise ConfigError(
+            f"the training split {cfg.train_split!r} and the held-out split {cfg.eval_split!r} of {cfg.dataset} "
+            f"share {len(shared):,} of the {len(held):,} held-out prompts (e.g. {shared[0]!r}): held-out accuracy "
+            "would be measured on prompts trained on. Evaluate on a split apart (a task's test, or its "
+            "validation with the training split that leaves it out), or pass --allow_overlapping_splits true"
+        )
 
 
 def probe(

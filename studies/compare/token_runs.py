@@ -152,6 +152,7 @@ def run_token(
         model_name_or_path=ref["path"],
         dataset="seed_bank",
         eval_split="train",
+        allow_overlapping_splits=True,  # (the seed bank: judged on its own 36 questions, as the table is)
         num_generations=G,
         per_device_train_batch_size=st.completions_per_token_step,
         learning_rate=st.token_lr,

@@ -13,8 +13,7 @@ import random
 import numpy as np
 
 from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS
-
-from ..task import Task, register_task
+from tinygrpo.task import Task, register_task
 
 TEST_SIZE = 500
 SPLIT_SEED = 1234

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import random
 
-from ..task import Task, register_task
-from ._splits import split_rows
+from tinygrpo.task import Task, register_task
+from tinygrpo.tasks._splits import split_rows
 
 DIGITS = range(3, 7)
 SIZES = {"validation": 500, "test": 500, "train": 20_000}  # (train last: see split_rows)

@@ -12,9 +12,8 @@ from __future__ import annotations
 import random
 
 from rewards.countdown import parse_expression
-
-from ..task import Task, register_task
-from ._splits import split_rows
+from tinygrpo.task import Task, register_task
+from tinygrpo.tasks._splits import split_rows
 
 SIZES = {"validation": 500, "test": 500, "train": 20_000}  # (train last: see split_rows)
 SEED = 2029

@@ -16,9 +16,8 @@ from __future__ import annotations
 import random
 
 from tiny_lm.tokenization_tiny_lm import EOS_TOKEN
-
-from ..task import Formats, Task, register_task
-from ._splits import split_rows
+from tinygrpo.task import Formats, Task, register_task
+from tinygrpo.tasks._splits import split_rows
 
 SIZES = {"validation": 500, "test": 500, "train": 20_000}  # (train last: see split_rows)
 SEED = 2028

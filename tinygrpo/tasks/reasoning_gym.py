@@ -16,8 +16,8 @@ import os
 import sys
 from functools import lru_cache
 
-from ..task import Task, register_task_family
-from ._splits import split_rows
+from tinygrpo.task import Task, register_task_family
+from tinygrpo.tasks._splits import split_rows
 
 SIZES = {"validation": 500, "test": 500, "train": 10_000}  # (train last: see split_rows)
 SEED = 2031
@@ -120,14 +120,14 @@ def make(name: str) -> Task:
 
 def _data_exists(dataset: str) -> bool:
     """A finished build is there (its manifest is written last)."""
-    from ..problems import DATA_DIR, MANIFEST
+    from tinygrpo.problems import DATA_DIR, MANIFEST
 
     return (DATA_DIR / dataset / MANIFEST).is_file()
 
 
 def _read(dataset: str) -> dict[str, list[dict]]:
-    from ..metrics_io import read_jsonl
-    from ..problems import DATA_DIR
+    from tinygrpo.metrics_io import read_jsonl
+    from tinygrpo.problems import DATA_DIR
 
     return {path.stem: read_jsonl(path) for path in sorted((DATA_DIR / dataset).glob("*.jsonl"))}
 

@@ -1,5 +1,8 @@
 """Reverse a string of 5 to 12 lowercase letters: "grpoworks=" -> "skrowoprg<eos>" (6 to 13 tokens).
 
+The task to copy for a task of your own (README, "Your task"): a file of this shape anywhere, then `--task
+path/to/it.py` for data/build.py, train_sft.py and train_grpo.py.
+
 Letters are drawn uniformly (no words: nothing to memorise, only the rule); distinct strings only.
 """
 
@@ -8,8 +11,8 @@ from __future__ import annotations
 import random
 import string
 
-from ..task import Task, register_task
-from ._splits import split_rows
+from tinygrpo.task import Task, register_task
+from tinygrpo.tasks._splits import split_rows
 
 SIZES = {"validation": 500, "test": 500, "train": 20_000}  # (train last: see split_rows)
 SEED = 2030

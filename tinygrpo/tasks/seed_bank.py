@@ -7,9 +7,8 @@ from addition's reference; the task trains none of its own.
 from __future__ import annotations
 
 from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS
-
-from ..task import Task, register_task
-from .addition import make_row, row_kinds
+from tinygrpo.task import Task, register_task
+from tinygrpo.tasks.addition import make_row, row_kinds
 
 
 def build_seed_bank() -> dict[str, list[dict]]:
