@@ -143,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                 verifier, why = Verifier.choose(cfg.dataset, cfg.eval_reward)
             except ValueError as e:
                 raise ConfigError(f"eval_reward={cfg.eval_reward}: {e}") from None
-            acc.print(f"held-out accuracy: {cfg.eval_split} split, decided by the reward {verifier.name!r} ({why})")
+            acc.print(
+                f"held-out accuracy: {cfg.eval_split} split, decided by the reward {verifier.name!r} ({why})"
+            )
         trainer = GRPOTrainer(cfg, model, tokenizer, train, evald, ref_model=ref_model, accelerator=acc)
         if acc.is_main_process:
             write_atomic(out / "config.json", json.dumps(cfg.__dict__, indent=2))

@@ -299,6 +299,8 @@ def task_defaults(spec: str) -> tuple[list[str], dict[str, object]]:
     defaults: dict[str, object] = {"task": spec, "dataset": task.dataset}
     if task.reference is not None and "output_dir" in task.reference:
         defaults["model_name_or_path"] = task.reference["output_dir"]
+    if not task.config:  # (a one-file task: its verifier is its reward unless its recipe says otherwise)
+        defaults["reward_funcs"] = [task.correct]
     defaults.update(task.grpo or {})
     return ([task.config] if task.config else []), defaults
 

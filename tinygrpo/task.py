@@ -165,11 +165,16 @@ def get_task(name: str) -> Task:
     head, _, tail = name.partition(":")
     if head.endswith(".py") or (name.endswith(".py") and not tail):
         return load_task_file(head, tail or None)
-    if tail and head not in TASK_FAMILIES and "." in head:  # module:NAME
+    if tail and head not in TASK_FAMILIES:
+        discover_tasks()  # (the families register with the built-in tasks)
+    if tail and head not in TASK_FAMILIES:  # module:NAME
         try:
             importlib.import_module(head)
         except ImportError as e:
             raise ValueError(f"--task {name}: cannot import module {head!r} ({e})") from None
+        if tail not in TASKS:
+            raise ValueError(f"--task {name}: importing {head!r} registered no task named {tail!r}")
+        return TASKS[tail]
     if name not in TASKS:
         discover_tasks()
     prefix, sep, member = name.partition(":")

@@ -181,10 +181,20 @@ def check_inputs(
     for split, ds in ((cfg.eval_split, eval_dataset if scored else None), (cfg.train_split, train_dataset)):
         if ds is not None and "answer" in ds.column_names:
             where = f"{cfg.dataset}/{split}"
-            probe([verifier.fn], [verifier.name], ds, where, reward_kwargs)
+            try:
+                probe([verifier.fn], [verifier.name], ds, where, reward_kwargs)
+            except (
+                ConfigError
+            ) as e:  # (the verifier cannot read this data's answers: say how to choose another)
+                raise ConfigError(
+                    f"{e}; {verifier.name!r} decides held-out accuracy: {CHOOSE_VERIFIER}"
+                ) from None
             check_gold(verifier, ds, where)
     if scored and not cfg.allow_overlapping_splits:
         check_apart(train_dataset, eval_dataset, cfg)
+
+
+CHOOSE_VERIFIER = "choose the rule that reads this data's answers with --eval_reward NAME"
 
 
 def check_gold(verifier, dataset, where: str) -> None:
@@ -203,8 +213,7 @@ def check_gold(verifier, dataset, where: str) -> None:
                 got = "None" if score != score else f"{score:g}"
                 raise ConfigError(
                     f"{where} row {lo + i + 1}: the held-out verifier {verifier.name!r} scores the gold answer "
-                    f"{str(a)!r} {got}, not 1.0, so it would count right answers wrong; choose the rule that "
-                    "reads this data's answers with --eval_reward NAME"
+                    f"{str(a)!r} {got}, not 1.0, so it would count right answers wrong; {CHOOSE_VERIFIER}"
                 )
 
 
