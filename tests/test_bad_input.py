@@ -525,7 +525,8 @@ CASES = {
         lambda t, r, p: _dataset(
             t, GOOD, _rows({"prompt": "1+1=", "answer": "2"}, {"prompt": "1+0=", "answer": "1."})
         ),
-        "error: {t}/ds/test row 2: reward 'accuracy' raised ValueError: gold answer '1.' is not an integer",
+        "error: {t}/ds/test row 2: reward 'accuracy' raised ValueError: gold answer '1.' is not an integer; "
+        "'accuracy' decides held-out accuracy: choose the rule that reads this data's answers with --eval_reward NAME",
     ),
     "char_outside_vocab": (
         lambda t, r, p: _dataset(t, GOOD + _rows({"prompt": "3*4=", "answer": "12"})),

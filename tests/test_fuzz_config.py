@@ -360,6 +360,9 @@ GRPO_VALUES = _field_values(
         "eval_split": SPLITS,
         "resume_from_checkpoint": ["latest", "nope", ""],
         "reward_funcs": REWARDS,
+        # (a task's dataset, verifier and recipe are defaults, the base argv's flags override them)
+        "task": ["reverse", "seed_bank", "nope", "reasoning_gym:nope", "nope.py", ""],
+        "eval_reward": ["accuracy", "accuracy_lenient", "countdown", "nope", "os:getcwd", ""],
     },
 )
 SFT_VALUES = _field_values(

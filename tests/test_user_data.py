@@ -116,8 +116,8 @@ def test_each_built_in_recipe_trains_and_evaluates_on_splits_apart():
     checked = 0
     for name in task_names():
         task = get_task(name)
-        if not task.config:
-            continue
+        if not task.config or ":" in name or not task.build.__module__.startswith("tinygrpo.tasks."):
+            continue  # (the built-in tasks only: other tests register their own, with data of their own)
         recipe = yaml.safe_load((ROOT / task.config).read_text())
         d = DATA_DIR / task.dataset
         prompts = {

@@ -171,7 +171,13 @@ def get_task(name: str) -> Task:
         try:
             importlib.import_module(head)
         except ImportError as e:
-            raise ValueError(f"--task {name}: cannot import module {head!r} ({e})") from None
+            families = "".join(
+                f", {p}:NAME" for p in sorted(TASK_FAMILIES)
+            )  # (a family's name mistyped, likely)
+            raise ValueError(
+                f"unknown task {name!r} (known tasks: {', '.join(task_names())}{families}; or module:NAME for a "
+                f"module that registers the task NAME, and {head!r} cannot be imported: {e})"
+            ) from None
         if tail not in TASKS:
             raise ValueError(f"--task {name}: importing {head!r} registered no task named {tail!r}")
         return TASKS[tail]
