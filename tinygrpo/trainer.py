@@ -291,7 +291,7 @@ class GRPOTrainer:
         if not cfg.needs_old_logps:
             self.acc.print(
                 "num_iterations=1, one mini-batch: the ratio is exactly 1, so the clip never acts and the "
-                "gradient is the policy gradient; the loss value itself hovers near 0 (see README)."
+                "gradient is the policy gradient; the loss value itself hovers near 0 (docs/algorithm.md says why)."
             )
         bar = ProgressBar(cfg.max_steps, self.step, enabled=not cfg.disable_tqdm and self.procs.is_main)
         # A signal from the first evaluation to the last file written asks for a stop at the next step boundary;
