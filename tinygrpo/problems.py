@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,7 +136,26 @@ def load_problems(name_or_path: str) -> DatasetDict:
                 )
     from datasets import load_dataset
 
-    return load_dataset("json", data_files=files)
+    boms = [split for split, f in files.items() if _starts_with_bom(f)]
+    if not boms:
+        return load_dataset("json", data_files=files)
+    # datasets' JSON reader takes a byte-order mark for a bad value in some releases (4.7.0, the floor CI tests, among
+    # them): those splits are read from copies without it, in a directory of their own (the loaded tables live in
+    # datasets' cache, not there).
+    with tempfile.TemporaryDirectory(prefix="tinygrpo-bom-") as tmp:
+        for split in boms:
+            copy = Path(tmp, f"{split}.jsonl")
+            copy.write_bytes(Path(files[split]).read_bytes()[3:])
+            files[split] = str(copy)
+        return load_dataset("json", data_files=files)
+
+
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
+
+
+def _starts_with_bom(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(3) == BOM
 
 
 def check_rows(path: Path) -> dict[str, str]:
