@@ -8,6 +8,7 @@ differ from another's only by those flags.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -36,6 +37,20 @@ def train_command(out: Path, seed: int, eval_steps: int, model: str, flags: list
         model,
         *flags,
     ]
+
+
+def add_output_and_jobs(p: argparse.ArgumentParser, out: Path) -> None:
+    """--output_dir (where the runs go; --out still accepted) and --jobs (runs side by side; --parallel still
+    accepted), as args.out and args.parallel."""
+    p.add_argument("--output_dir", "--out", dest="out", type=Path, default=out)
+    p.add_argument(
+        "--jobs",
+        "--parallel",
+        dest="parallel",
+        type=int,
+        default=2,
+        help="runs side by side (one thread each; default 2)",
+    )
 
 
 def log_path(out: Path) -> Path:

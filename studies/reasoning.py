@@ -39,7 +39,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ._runs import REPO, read_metrics, run_logged
+from ._runs import REPO, add_output_and_jobs, read_metrics, run_logged
 from .results import RESULTS, each, markdown, measurement, median, pct, save
 from .tasks import ensure_reference
 
@@ -552,15 +552,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     p.add_argument("--seeds", nargs="+", type=int, default=[42, 1, 2])
     p.add_argument("--eval_split", default="test", help="test (reporting) or validation (choices)")
-    p.add_argument("--output_dir", "--out", dest="out", type=Path, default=REPO / "runs" / "reasoning")
-    p.add_argument(
-        "--jobs",
-        "--parallel",
-        dest="parallel",
-        type=int,
-        default=2,
-        help="runs side by side (one thread each; default 2)",
-    )
+    add_output_and_jobs(p, REPO / "runs" / "reasoning")
     p.add_argument(
         "--summarize", action="store_true", help="only write the results and figures of the runs there"
     )

@@ -102,16 +102,6 @@ def each(xs: Sequence[float], fmt: Callable[[float], str] = pct, sep: str = " / 
     return sep.join(fmt(x) for x in xs)
 
 
-def mean_std(xs: Sequence[float], fmt: str = "{:.1f}", scale: float = 1.0, unit: str = "") -> str:
-    """'mean ± std' of xs * scale (the sample std; one value alone has none; none: '-')."""
-    xs = [x * scale for x in xs]
-    if not xs:
-        return "-"
-    if len(xs) == 1:
-        return fmt.format(xs[0]) + unit
-    return f"{fmt.format(statistics.mean(xs))} ± {fmt.format(statistics.stdev(xs))}{unit}"
-
-
 # ------------------------------------------------------------------------------------------------ the docs
 
 

@@ -22,7 +22,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ._runs import REPO, read_metrics, run_logged
+from ._runs import REPO, add_output_and_jobs, read_metrics, run_logged
 from .results import RESULTS, each, markdown, measurement, median, pct, save
 
 DEFAULT_TASKS = ("reverse", "countdown", "multiplication", "multiplication_scratchpad", "addition_long")
@@ -217,15 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
     p.add_argument("--seeds", nargs="+", type=int, default=[42, 1, 2])
-    p.add_argument("--output_dir", "--out", dest="out", type=Path, default=REPO / "runs" / "tasks")
-    p.add_argument(
-        "--jobs",
-        "--parallel",
-        dest="parallel",
-        type=int,
-        default=2,
-        help="runs side by side (one thread each; default 2)",
-    )
+    add_output_and_jobs(p, REPO / "runs" / "tasks")
     p.add_argument("--summarize", action="store_true", help="only summarize the runs already there")
     p.add_argument("--results", type=Path, default=RESULTS / "tasks.json", help="where the results go")
     args = p.parse_args(argv)
