@@ -68,7 +68,8 @@ BOUNDS: dict[str, Bound] = {
     **each(AT_LEAST_1, "max_completion_length max_steps num_iterations logging_steps eval_steps"),
     # counts where 0 means "none" or "off" (save_steps 0: only at the end; top_k 0: every token; threads 0: auto)
     **each(NON_NEGATIVE, "save_steps warmup_steps eval_pass_k top_k num_completions_to_log"),
-    **each(NON_NEGATIVE, "torch_num_threads max_dynamic_sampling_rounds"),
+    **each(NON_NEGATIVE, "torch_num_threads max_dynamic_sampling_rounds signal_forecast_prompts"),
+    "signal_forecast_min": PROBABILITY,  # a share of groups
     "save_total_limit": AT_LEAST_1,  # the newest checkpoint is always kept
     "temperature": POSITIVE,  # log-probs divide by it (0 would be greedy)
     "top_p": Bound(0, 1, lo_open=True),  # a probability mass; 0 keeps no token

@@ -34,6 +34,7 @@ from .batch import Batch, concat_batches
 from .config import GRPOConfig
 from .core import selective_log_softmax
 from .distributed import Processes
+from .forecast import SignalForecast, forecast_signal
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
 from .rollout import SamplingParams, decode_rows, sample_completions
@@ -290,6 +291,41 @@ class BatchGenerator:
             greedy,
             kl,
         )
+
+    def forecast(self, count: int, verifier) -> SignalForecast:
+        """The signal forecast (tinygrpo/forecast.py): G completions of `count` training prompts drawn uniformly,
+        sampled from the current policy at the run's temperature and scored by the run's rewards and by `verifier`.
+        Its prompts and samples come from generators of their own, seeded by the run's seed: the training RNG does not
+        move, so a run samples what it would without the forecast. Every process computes the same forecast."""
+        cfg, G = self.cfg, self.G
+        t0 = time.perf_counter()
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 104_729)
+        order = torch.randperm(len(self.prompts), generator=gen)[: min(count, len(self.prompts))]
+        idx = sorted(order.tolist())
+        device = next(self.model.parameters()).device
+        prompt_ids, prompt_mask = (t.to(device) for t in self.prompts.batch(idx))
+        params = SamplingParams(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, gen)
+        ro = sample_completions(
+            self.model,
+            prompt_ids,
+            prompt_mask,
+            G,
+            params,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+            backend=self.backend,
+        )
+        try:
+            _, completions, _, rewards = self.score(idx, ro.completion_ids, ro.completion_mask.sum(1), G)
+        except RewardFailure as e:
+            raise RewardError(f"the signal forecast, before the first step: {e}") from None
+        rows = {c: [v[i] for i in idx] for c, v in self.prompts.columns.items()}
+        right = (
+            torch.tensor(verifier(completions, rows, k=G))
+            if "answer" in rows
+            else torch.zeros(len(completions))
+        )
+        return forecast_signal(rewards, right, G, time.perf_counter() - t0)
 
     def score(
         self, idx: list[int], completion_ids: torch.Tensor, lengths: torch.Tensor, reps: int

@@ -58,6 +58,8 @@ RESUMABLE_CHANGES = frozenset(
         "disable_tqdm",
         "make_plots",
         "torch_num_threads",
+        "signal_forecast_prompts",  # (sampled before the first step, from generators of its own)
+        "signal_forecast_min",
     }
 )
 

@@ -199,6 +199,22 @@ class Exploration:
     max_dynamic_sampling_rounds: int = field(
         default=3, metadata={"help": "Bound on dynamic sampling refills (extra generation rounds per step)."}
     )
+    signal_forecast_prompts: int = field(
+        default=256,
+        metadata={
+            "help": "Before the first step, sample G completions of this many training prompts from the initial "
+            "policy and print the share of groups whose rewards differ (the groups GRPO learns from; a prompt of "
+            "pass rate p gives one with probability 1 - p^G - (1-p)^G, which dynamic sampling, DAPO, Yu et al. 2025, "
+            "is built around) and pass@G. Its own generator: training samples what it would without it (0 = off)."
+        },
+    )
+    signal_forecast_min: float = field(
+        default=0.2,
+        metadata={
+            "help": "Below this forecast share of groups with signal, one line says so and what usually helps (a "
+            "larger G, explore rounds, a partial-credit reward, a better reference or format)."
+        },
+    )
     prompt_sampler: str = field(
         default="unsolved",
         metadata={

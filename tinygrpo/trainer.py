@@ -225,6 +225,20 @@ class GRPOTrainer:
             self.step, self.prompt_stats.pass_rate, rows, held.completions, held.right, beliefs
         )
 
+    def forecast(self) -> dict[str, float]:
+        """The signal forecast before the first step (tinygrpo/forecast.py): printed, below signal_forecast_min a
+        warning with what usually helps; returns its metrics ({} when off)."""
+        cfg = self.cfg
+        if not cfg.signal_forecast_prompts:
+            return {}
+        f = self.generator.forecast(cfg.signal_forecast_prompts, self.evaluator.verifier)
+        self.acc.print(f.line())
+        warning = f.warning(cfg.signal_forecast_min)
+        if warning is not None and self.procs.is_main:
+            print(warning, file=sys.stderr)
+            self.logs.warning(0, warning)
+        return f.metrics
+
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_parts(self) -> dict:
         """The components whose state a checkpoint holds, by name: shared (the same on every process), per process,
@@ -297,9 +311,11 @@ class GRPOTrainer:
         # A signal from the first evaluation to the last file written asks for a stop at the next step boundary;
         # after the last step there is none left, and the end-of-run writes are finished first.
         with launch.StopOnSignal(self.procs.is_main) as stop:
+            forecast = self.forecast() if self.step == 0 else {}
             first_eval = self.evaluate() if self.step == 0 else {}
+            if first_eval or forecast:
+                self.log({**first_eval, **forecast, "num_completions": 0, "time/elapsed": 0.0})
             if first_eval:
-                self.log({**first_eval, "num_completions": 0, "time/elapsed": 0.0})
                 self.log_evaluation_details()
             m: dict = {}
             try:
@@ -337,6 +353,7 @@ class GRPOTrainer:
             finally:
                 bar.close()
             summary = {
+                "forecast": forecast,
                 "eval_before": first_eval,
                 "eval_after": {k: v for k, v in m.items() if k.startswith("eval/")},
                 "steps": self.step,

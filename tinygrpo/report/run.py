@@ -38,6 +38,24 @@ def reproduce_command(config: dict) -> str:
     return shlex.join(["accelerate", "launch", "train_grpo.py", *argv])
 
 
+def forecast_text(forecast: dict, steps: list[dict], first: int = 20) -> str:
+    """The forecast share of groups with signal and pass@G, beside the share measured on the first steps logged
+    (1 - frac_reward_zero_std, the first round's groups: what the forecast estimates)."""
+    G = next((k.removeprefix("forecast/pass@") for k in forecast if k.startswith("forecast/pass@")), "G")
+    text = (
+        f"{_pct(forecast['forecast/frac_groups_with_signal'])} of groups with signal, pass@{G} "
+        f"{_pct(forecast.get(f'forecast/pass@{G}'))} ({int(forecast.get('forecast/prompts', 0))} training prompts)"
+    )
+    early = [
+        1 - r["frac_reward_zero_std"]
+        for r in steps
+        if r.get("step", 0) <= first and "frac_reward_zero_std" in r
+    ]
+    if early:
+        text += f"; measured in the steps logged up to step {first}: {_pct(sum(early) / len(early))}"
+    return text
+
+
 def section_run(run: Path, config: dict, metrics: list[dict], warnings: list[dict] = ()) -> str:
     evals = [r for r in metrics if "eval/accuracy" in r]
     steps = [r for r in metrics if "reward" in r]
@@ -60,6 +78,9 @@ def section_run(run: Path, config: dict, metrics: list[dict], warnings: list[dic
             f"{last['time/elapsed']:.1f}" if "time/elapsed" in last else "n/a",
         ),
     ]
+    forecast = next((r for r in metrics if "forecast/frac_groups_with_signal" in r), None)
+    if forecast is not None:
+        rows.append(("signal forecast (before step 1)", forecast_text(forecast, steps)))
     rows += [(f"step {w['step']}", w["warning"]) for w in warnings]  # what the run said it could not learn
     table = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     settings = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in sorted(config.items()))
