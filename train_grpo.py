@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             from tinygrpo.evaluation import Verifier
 
             try:
-                verifier, why = Verifier.choose(cfg.dataset, cfg.eval_reward)
+                verifier, why = Verifier.choose(cfg.dataset, cfg.eval_reward, cfg.task)
             except ValueError as e:
                 raise ConfigError(f"eval_reward={cfg.eval_reward}: {e}") from None
             acc.print(

@@ -2,7 +2,7 @@
 
 ``fn(prompts, completions, completion_ids, **columns) -> list[float | None]``; see
 ``rewards/README.md``. Built-ins: ``accuracy``, ``accuracy_lenient``, ``format``,
-``digit_match``, ``length_penalty``, ``final_answer`` and the tasks' verifiers in ``strings.py``,
+``digit_match``, ``length_penalty``, ``final_answer``, ``reversed_answer`` and the tasks' verifiers in ``strings.py``,
 ``countdown.py``, ``reasoning_gym.py``. ``python -m rewards list`` shows what is registered.
 """
 
@@ -19,6 +19,7 @@ from .builtin import (
     length_penalty,
     make_accuracy,
     make_length_penalty,
+    reversed_answer,
     soft_overlong_punishment,
 )
 from .registry import (
@@ -58,6 +59,7 @@ __all__ = [
     "list_rewards",
     "make_accuracy",
     "make_length_penalty",
+    "reversed_answer",
     "register_reward",
     "resolve_reward",
     "resolve_rewards",

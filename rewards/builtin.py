@@ -126,6 +126,30 @@ def final_answer(
     return _accuracy(completions, answer, _worked_pattern(eos))
 
 
+@register_reward("reversed_answer")
+def reversed_answer(
+    completions: Sequence[str], answer: Sequence[Any], eos: str = EOS, **kwargs: Any
+) -> list[float | None]:
+    """Least significant digit first: 1.0 iff the completion is ^[0-9]+<eos>$ and its digits read backwards are
+    ^(0|[1-9][0-9]*)$ and equal the gold integer (which is written the usual way).
+
+    So "02194<eos>" scores 1.0 for 48213+907 (49120); "021940<eos>" (a leading zero once read backwards), signs,
+    spaces, a missing <eos> or text after it score 0.0, as ``accuracy`` reads the usual order.
+    """
+    written = _pattern("([0-9]+)", eos)
+    scores: list[float | None] = []
+    for completion, gold_raw in zip(completions, answer, strict=True):
+        gold = _gold(gold_raw)
+        if gold is None:
+            scores.append(None)
+            continue
+        m = written.fullmatch(_text(completion))
+        digits = m.group(1)[::-1] if m else ""
+        ok = m is not None and (digits == "0" or not digits.startswith("0"))
+        scores.append(1.0 if ok and _canonical("", digits) == gold else 0.0)
+    return scores
+
+
 @lru_cache(maxsize=8)
 def _worked_pattern(eos: str) -> re.Pattern[str]:
     # Any work not holding the eos marker, up to its last '=' (greedy), then the strict integer and eos.

@@ -27,6 +27,9 @@ TASKS = task_names()
 BUILT_IN = {
     "addition",
     "addition_long",
+    "addition_long_mixed",
+    "addition_long_reversed",
+    "addition_long_worked",
     "countdown",
     "multiplication",
     "multiplication_mixed",
@@ -63,19 +66,28 @@ def test_generator_is_seeded_and_its_splits_are_disjoint(name, splits):
 @pytest.mark.parametrize("name", sorted(BUILT_IN))
 def test_every_gold_answer_passes_its_own_verifier_and_fits_the_alphabet(name, splits):
     task = get_task(name)
-    verifier = Verifier.of(task.dataset)
-    assert verifier.name == task.correct
+    verifier = Verifier.of(task.dataset, task=name)
+    assert verifier.name == task.correct and verifier.target == task.target
+    # (the dataset alone names the task of its own name, whose verifier decides unless a run names another)
+    assert (
+        Verifier.of(task.dataset).name
+        == get_task(min(n for n in TASKS if get_task(n).dataset == task.dataset)).correct
+    )
     for split, rows in splits[name].items():
         table = {c: [r[c] for r in rows] for c in rows[0]}
-        assert all(verifier([a + EOS for a in table["answer"]], table)), f"{name}/{split}"
-        if "worked" in table:  # the scratchpad ends in the same answer
-            assert all(verifier([w + EOS for w in table["worked"]], table)), f"{name}/{split} worked"
+        golds = table[task.target]
+        assert all(verifier([a + EOS for a in golds], table)), f"{name}/{split}"
+        shown = [task.target]
+        if task.formats is not None:  # a task with formats: the direct answer and the worked one both right
+            shown = ["answer", "worked"]
+            for column in shown:
+                assert all(verifier([w + EOS for w in table[column]], table)), f"{name}/{split} {column}"
         # A wrong answer is wrong (the verifier is not constant).
-        wrong = [a[:-1] if len(a) > 1 else a + a for a in table["answer"]]
+        wrong = [a[:-1] if len(a) > 1 else a + a for a in golds]
         assert not any(verifier([w + EOS for w in wrong[:50]], {c: v[:50] for c, v in table.items()}))
         alphabet = set(task.chars)
         for r in rows:
-            text = r["prompt"] + r["answer"] + r.get("worked", "")
+            text = r["prompt"] + "".join(r[c] for c in shown)
             assert set(text) <= alphabet, f"{name}/{split}: {r['prompt']!r}"
 
 
@@ -137,6 +149,49 @@ def test_reverse_and_addition_long_rows(splits):
         assert r["answer"] == word[::-1] and 5 <= len(word) <= 12 and word.isalpha()
     for r in splits["addition_long"]["test"]:
         assert r["answer"] == str(r["a"] + r["b"]) and all(100 <= x < 10**6 for x in (r["a"], r["b"]))
+    # the formats share one problem set: the same rows, each with its three targets (the reversed format's prompts
+    # zero-padded to 6 digits)
+    plain = splits["addition_long"]
+    assert splits["addition_long_worked"] == splits["addition_long_mixed"] == plain
+    padded = splits["addition_long_reversed"]
+    assert padded.keys() == plain.keys()
+    for split, rows in padded.items():
+        for r, q in zip(rows, plain[split], strict=True):
+            a, _, b = r["prompt"].removesuffix("=").partition("+")
+            assert len(a) == len(b) == 6 and (int(a), int(b)) == (q["a"], q["b"]) == (r["a"], r["b"])
+            assert {**r, "prompt": q["prompt"]} == q
+
+
+def _column_totals_by_hand(a: int, b: int) -> list[int]:
+    """Schoolbook addition on the digit strings, right-aligned by padding: each column's two digits and the carry."""
+    x, y = str(a), str(b)
+    n = max(len(x), len(y))
+    x, y = x.zfill(n), y.zfill(n)
+    totals, carry = [], 0
+    for i in range(n - 1, -1, -1):
+        totals.append(int(x[i]) + int(y[i]) + carry)
+        carry = 1 if totals[-1] >= 10 else 0
+    return totals
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(100, 999_999), st.integers(100, 999_999))
+def test_long_addition_targets_are_the_sum_in_each_format(a, b):
+    """The worked target's totals are schoolbook addition's columns and their units, read backwards after the last
+    carry, are the sum; the reversed target read backwards is the sum."""
+    from tinygrpo.tasks import addition_long
+
+    work, _, total = addition_long.worked(a, b).rpartition("=")
+    totals = [int(t) for t in work.split(",")]
+    assert totals == _column_totals_by_hand(a, b) and int(total) == a + b
+    digits = "".join(str(t % 10) for t in reversed(totals))
+    assert (("1" if totals[-1] >= 10 else "") + digits).lstrip("0") == str(a + b)
+    assert int(str(a + b)[::-1][::-1]) == a + b
+    worked = resolve_reward("final_answer")(
+        completions=[addition_long.worked(a, b) + EOS], answer=[str(a + b)]
+    )
+    reversed_ = resolve_reward("reversed_answer")(completions=[str(a + b)[::-1] + EOS], answer=[str(a + b)])
+    assert worked == reversed_ == [1.0]
 
 
 # ----------------------------------------------------------------------------------------------------- verifiers
@@ -235,6 +290,32 @@ EXACT_CASES = [
     ("olleh<eos><eos>", "olleh", 0.0),
     ("<eos>", "", 1.0),
 ]
+
+
+REVERSED_CASES = [
+    # (completion, gold, reversed_answer)
+    ("02194<eos>", "49120", 1.0),  # least significant digit first
+    ("49120<eos>", "49120", 0.0),  # the usual order is wrong here
+    ("021940<eos>", "49120", 0.0),  # a leading zero once read backwards
+    ("0<eos>", "0", 1.0),
+    ("00<eos>", "0", 0.0),
+    ("1<eos>", 1, 1.0),  # an int gold
+    ("02194", "49120", 0.0),  # truncated: no <eos>
+    ("02194<eos>4", "49120", 0.0),  # text after <eos>
+    ("0219 4<eos>", "49120", 0.0),
+    ("+02194<eos>", "49120", 0.0),
+    ("０２１９４<eos>", "49120", 0.0),  # full-width digits
+    ("<eos>", "0", 0.0),
+    ("1000000000000000000000000000001<eos>", "1000000000000000000000000000001", 1.0),  # any length, exactly
+    ("2000000000000000000000000000001<eos>", "1000000000000000000000000000001", 0.0),
+]
+
+
+@pytest.mark.parametrize("completion, gold, want", REVERSED_CASES)
+def test_reversed_answer(completion, gold, want):
+    completion = completion.replace("<eos>", EOS)
+    assert resolve_reward("reversed_answer")(completions=[completion], answer=[gold]) == [want]
+    assert resolve_reward("reversed_answer")(completions=[completion], answer=[None]) == [None]
 
 
 @pytest.mark.parametrize("completion, gold, want", EXACT_CASES)

@@ -75,6 +75,7 @@ RIGHT: dict[str, list[tuple[str, Columns]]] = {
     "accuracy": [("85", {"answer": "85"}), ("0", {"answer": 0})],
     "final_answer": [("296+1480=1776", {"answer": "1776"}), ("1776", {"answer": 1776})],
     "digit_match": [("85", {"answer": "85"}), ("1000", {"answer": 1000})],
+    "reversed_answer": [("02194", {"answer": "49120"}), ("1", {"answer": 1})],
     "format": [("85", {}), ("007", {})],  # (well formed is all `format` asks)
     "exact_match": [("olleh", {"answer": "olleh"}), ("a", {"answer": "a"})],
     "countdown": [

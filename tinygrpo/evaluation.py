@@ -30,28 +30,35 @@ class Verifier:
     fn: Callable[..., Any] = accuracy
     kinds: Callable[[dict[str, list]], dict[str, list[bool]]] | None = field(default=None, compare=False)
     formats: Formats | None = field(default=None, compare=False)
+    target: str = (
+        "answer"  # the column whose text, then <eos>, is a right completion (the start-up gold check)
+    )
 
     @classmethod
-    def of(cls, dataset: str, eval_reward: str | None = None) -> Verifier:
+    def of(cls, dataset: str, eval_reward: str | None = None, task: str | None = None) -> Verifier:
         """The verifier `choose` picks."""
-        return cls.choose(dataset, eval_reward)[0]
+        return cls.choose(dataset, eval_reward, task)[0]
 
     @classmethod
-    def choose(cls, dataset: str, eval_reward: str | None = None) -> tuple[Verifier, str]:
+    def choose(
+        cls, dataset: str, eval_reward: str | None = None, task: str | None = None
+    ) -> tuple[Verifier, str]:
         """The rule held-out accuracy is decided by, and where the choice came from: `eval_reward` when given, else
-        the dataset's task's `correct` reward, else the strict integer rule (`accuracy`) for data no task names.
-        Kinds and formats are the task's either way."""
-        from .task import task_of_dataset
+        the `correct` reward of the task named (a run's `task`: formats of one problem set may be read by different
+        verifiers) or of the dataset's task, else the strict integer rule (`accuracy`) for data no task names.
+        Kinds, formats and the target column are the task's either way."""
+        from .task import get_task, task_of_dataset
 
-        task = task_of_dataset(dataset)
-        kinds, formats = (task.kinds, task.formats) if task is not None else (None, None)
+        named = get_task(task) if task else task_of_dataset(dataset)
+        kinds, formats = (named.kinds, named.formats) if named is not None else (None, None)
+        target = named.target if named is not None else "answer"
         if eval_reward:
-            return cls(eval_reward, resolve_reward(eval_reward), kinds, formats), "--eval_reward"
-        if task is None:
+            return cls(eval_reward, resolve_reward(eval_reward), kinds, formats, target), "--eval_reward"
+        if named is None:
             return cls(), "the default for data no task names; --eval_reward chooses another"
         return cls(
-            task.correct, resolve_reward(task.correct), kinds, formats
-        ), f"the task {task.name}'s verifier"
+            named.correct, resolve_reward(named.correct), kinds, formats, target
+        ), f"the task {named.name}'s verifier"
 
     def __call__(self, completions: list[str], rows: dict[str, list], k: int = 1) -> list[bool]:
         """Whether each completion is right; rows[c][i] are the columns of completions[i * k : (i + 1) * k]."""
@@ -234,7 +241,9 @@ class HeldOutEvaluator:
     ) -> None:
         self.rows = rows if rows is not None and "answer" in rows else None  # (no answers: nothing to score)
         self.tokenizer, self.backend, self.cfg = tokenizer, backend, cfg
-        self.verifier = verifier or Verifier.of(cfg.dataset, getattr(cfg, "eval_reward", None))
+        self.verifier = verifier or Verifier.of(
+            cfg.dataset, getattr(cfg, "eval_reward", None), getattr(cfg, "task", None)
+        )
         self.prompts: tuple[torch.Tensor, torch.Tensor] | None = None  # (P, Tp) left-padded ids and mask
         self.last: HeldOut | None = None
 

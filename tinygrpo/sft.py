@@ -314,7 +314,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     if cfg.eval_split:
         test = load_split(cfg.dataset, cfg.eval_split)
         summary["eval_split"] = cfg.eval_split
-        verifier = Verifier.of(cfg.dataset)
+        verifier = Verifier.of(cfg.dataset, task=cfg.task or None)
         rows = test.to_dict()
         summary["eval_accuracy"], outs = greedy_accuracy(model, tokenizer, rows, max_new, verifier)
         summary["eval_problems"] = len(test)

@@ -65,6 +65,12 @@ class Task:
             object.__setattr__(self, "dataset", self.name)
 
     @property
+    def target(self) -> str:
+        """The column whose text is a right completion: what its reference imitates (`answer` unless its recipe's
+        completion_column says otherwise)."""
+        return (self.reference or {}).get("completion_column", "answer")
+
+    @property
     def data_dir(self) -> Path:
         return DATA_DIR / self.dataset
 
@@ -194,8 +200,9 @@ def get_task(name: str) -> Task:
 
 def task_of_dataset(dataset: str) -> Task | None:
     """The task whose problems `dataset` names (`multiplication` or `data/multiplication`), if any: its verifier
-    decides held-out accuracy. A dataset shared by several tasks (two formats of one problem set) gives the first
-    by name; they share the verifier. None for a directory of the user's own."""
+    decides held-out accuracy. A dataset shared by several tasks (formats of one problem set) gives the first by
+    name (the one named like the dataset: `addition_long`); a run of another format names its task (`task:` in its
+    recipe), whose verifier then decides. None for a directory of the user's own."""
     discover_tasks()
     path = Path(dataset)
     for task in sorted(TASKS.values(), key=lambda t: t.name):

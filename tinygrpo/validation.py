@@ -175,7 +175,7 @@ def check_inputs(
     probe(reward_funcs, reward_names, train_dataset, where, reward_kwargs, weights, binary)
     from .evaluation import Verifier
 
-    verifier = Verifier.of(cfg.dataset, cfg.eval_reward)  # the rule held-out accuracy is decided by
+    verifier = Verifier.of(cfg.dataset, cfg.eval_reward, cfg.task)  # the rule held-out accuracy is decided by
     # It judges the held-out split, and each step's sampled completions of the train split (the verified metrics):
     # every gold answer of both must be right under it, or its accuracy means nothing.
     for split, ds in ((cfg.eval_split, eval_dataset if scored else None), (cfg.train_split, train_dataset)):
@@ -198,22 +198,27 @@ CHOOSE_VERIFIER = "choose the rule that reads this data's answers with --eval_re
 
 
 def check_gold(verifier, dataset, where: str) -> None:
-    """Every gold answer (the `answer` column, then <eos>) scores exactly 1.0 under the verifier; ConfigError
-    naming the first row that does not."""
+    """Every gold completion (the verifier's target column, `answer` unless the task's format is another, then
+    <eos>) of a row with an answer scores exactly 1.0 under the verifier; ConfigError naming the first row that does
+    not."""
     table = dataset.to_dict()
     n = len(table["prompt"])
+    column = verifier.target if verifier.target in table else "answer"
     for lo, hi in chunks(n):
         rows = {c: v[lo:hi] for c, v in table.items()}
-        answers = ["" if a is None else str(a) + EOS for a in rows["answer"]]
+        golds = ["" if a is None else str(t) + EOS for a, t in zip(rows["answer"], rows[column], strict=True)]
         cols = {c: v for c, v in rows.items() if c != "prompt"}
-        ids = [[0] * len(a) for a in answers]
-        scores = compute_rewards([verifier.fn], [verifier.name], rows["prompt"], answers, ids, cols)[:, 0]
+        ids = [[0] * len(a) for a in golds]
+        scores = compute_rewards([verifier.fn], [verifier.name], rows["prompt"], golds, ids, cols)[:, 0]
         for i, (a, score) in enumerate(zip(rows["answer"], scores.tolist(), strict=True)):
             if a is not None and score != 1.0:
                 got = "None" if score != score else f"{score:g}"
+                what = (
+                    f"gold answer {str(a)!r}" if column == "answer" else f"gold {column} {rows[column][i]!r}"
+                )
                 raise ConfigError(
-                    f"{where} row {lo + i + 1}: the held-out verifier {verifier.name!r} scores the gold answer "
-                    f"{str(a)!r} {got}, not 1.0, so it would count right answers wrong; {CHOOSE_VERIFIER}"
+                    f"{where} row {lo + i + 1}: the held-out verifier {verifier.name!r} scores the {what} "
+                    f"{got}, not 1.0, so it would count right answers wrong; {CHOOSE_VERIFIER}"
                 )
 
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import random
 
-from tiny_lm.tokenization_tiny_lm import EOS_TOKEN
-from tinygrpo.task import Formats, Task, register_task
+from tinygrpo.task import Task, register_task
+from tinygrpo.tasks._formats import FORMATS, completion_format
 from tinygrpo.tasks._splits import split_rows
+
+__all__ = ["DIRECT", "FORMATS", "MIXED", "SCRATCHPAD", "completion_format", "worked"]
 
 SIZES = {"validation": 500, "test": 500, "train": 20_000}  # (train last: see split_rows)
 SEED = 2028
@@ -46,18 +48,6 @@ def build() -> dict[str, list[dict]]:
 def kinds(rows: dict[str, list]) -> dict[str, list[bool]]:
     """2x2 or 3x2 digits."""
     return {f"{d}x2": [len(str(a)) == d for a in rows["a"]] for d in (2, 3)}
-
-
-def completion_format(completion: str) -> str:
-    """ "direct" for digits alone, "scratchpad" when the completion shows work (an '=' before its answer), "other"
-    for anything else (a product begun and not finished, a stray comma)."""
-    text = completion.removesuffix(EOS_TOKEN)
-    if text.isdigit():
-        return "direct"
-    return "scratchpad" if "=" in text else "other"
-
-
-FORMATS = Formats(("direct", "scratchpad", "other"), completion_format)
 
 
 def _task(name: str, summary: str, column: str, max_steps: int = 2000, **mix) -> Task:
