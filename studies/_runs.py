@@ -39,9 +39,9 @@ def train_command(out: Path, seed: int, eval_steps: int, model: str, flags: list
     ]
 
 
-def add_output_and_jobs(p: argparse.ArgumentParser, out: Path) -> None:
+def add_output_and_jobs(p: argparse.ArgumentParser, out: Path | None) -> None:
     """--output_dir (where the runs go; --out still accepted) and --jobs (runs side by side; --parallel still
-    accepted), as args.out and args.parallel."""
+    accepted), as args.out and args.parallel (`out` None: the study picks it after parsing)."""
     p.add_argument("--output_dir", "--out", dest="out", type=Path, default=out)
     p.add_argument(
         "--jobs",

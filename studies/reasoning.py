@@ -37,20 +37,41 @@ import re
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from ._runs import REPO, add_output_and_jobs, read_metrics, run_logged
 from .results import RESULTS, each, markdown, measurement, median, pct, save
 from .tasks import ensure_reference
 
-CONFIG = "configs/multiplication_mixed.yaml"
-MIXED, DIRECT = "multiplication_mixed", "multiplication"  # the tasks whose references the arms start from
-# GRPO arms: the task whose reference they start from, and their flags on top of the recipe.
+
+@dataclass(frozen=True)
+class Experiment:
+    """One problem set the experiment runs on: the recipe, the task of the mixed reference and of the direct one,
+    and where its runs, results and figures go (the multiplication experiment's are the published defaults)."""
+
+    config: str
+    mixed: str
+    direct: str
+    name: str = "reasoning"  # runs/<name>, docs/results/<name>.json, docs/<name>.png, docs/<name>_length.png
+
+
+EXPERIMENTS = {
+    "multiplication": Experiment(
+        "configs/multiplication_mixed.yaml", "multiplication_mixed", "multiplication"
+    ),
+    "addition_long": Experiment(
+        "configs/addition_long_mixed.yaml", "addition_long_mixed", "addition_long", "reasoning_addition_long"
+    ),
+}
+MULTIPLICATION = EXPERIMENTS["multiplication"]
+CONFIG, MIXED, DIRECT = MULTIPLICATION.config, MULTIPLICATION.mixed, MULTIPLICATION.direct
+# GRPO arms: the reference they start from (the experiment's mixed or direct one), and their flags on the recipe.
 GRPO_ARMS = {
-    "mixed": (MIXED, []),
-    "direct": (DIRECT, []),
-    "mixed_grpo": (MIXED, ["--loss_type", "grpo"]),
-    "mixed_dr_grpo": (MIXED, ["--loss_type", "dr_grpo"]),
+    "mixed": ("mixed", []),
+    "direct": ("direct", []),
+    "mixed_grpo": ("mixed", ["--loss_type", "grpo"]),
+    "mixed_dr_grpo": ("mixed", ["--loss_type", "dr_grpo"]),
 }
 ARMS = (*GRPO_ARMS, "more_sft")
 # Each step's sampled statistics are logged (the first is the reference's: what it samples before any update).
@@ -62,18 +83,20 @@ def run_dir(out: Path, arm: str, seed: int) -> Path:
     return out / arm / f"seed{seed}"
 
 
-def grpo(arm: str, seed: int, out: Path, eval_split: str, flags: list[str]) -> int:
+def grpo(
+    arm: str, seed: int, out: Path, eval_split: str, flags: list[str], exp: Experiment = MULTIPLICATION
+) -> int:
     """One GRPO run of the experiment's recipe (one thread), from the arm's reference."""
     from tinygrpo.task import get_task
 
     d = run_dir(out, arm, seed)
-    task, arm_flags = GRPO_ARMS[arm]
-    model = get_task(task).reference["output_dir"]
+    role, arm_flags = GRPO_ARMS[arm]
+    model = get_task(getattr(exp, role)).reference["output_dir"]
     cmd = [
         sys.executable,
         "train_grpo.py",
         "--config",
-        CONFIG,
+        exp.config,
         "--seed",
         str(seed),
         "--model_name_or_path",
@@ -84,18 +107,27 @@ def grpo(arm: str, seed: int, out: Path, eval_split: str, flags: list[str]) -> i
     return run_logged(cmd, d)
 
 
-def reference_sft() -> tuple[dict, float]:
+def reference_sft(exp: Experiment = MULTIPLICATION) -> tuple[dict, float]:
     """The mixed reference's SFT summary and its seconds per step: the rate the more-SFT control is sized by."""
-    summary = json.loads((REPO / "checkpoints" / MIXED / "sft_summary.json").read_text())
+    summary = json.loads((REPO / "checkpoints" / exp.mixed / "sft_summary.json").read_text())
     return summary, summary["train_seconds"] / summary["steps"]
 
 
-def more_sft(seed: int, out: Path, eval_split: str, seconds: float) -> int:
+def more_sft(seed: int, out: Path, eval_split: str, seconds: float, exp: Experiment = MULTIPLICATION) -> int:
     """The mixed reference's recipe at `seed`, with as many more steps as `seconds` of its SFT buy (one thread)."""
-    summary, per_step = reference_sft()
+    summary, per_step = reference_sft(exp)
     steps = summary["steps"] + round(seconds / per_step)
     d = run_dir(out, "more_sft", seed)
-    cmd = [sys.executable, "train_sft.py", "--task", MIXED, "--seed", str(seed), "--max_steps", str(steps)]
+    cmd = [
+        sys.executable,
+        "train_sft.py",
+        "--task",
+        exp.mixed,
+        "--seed",
+        str(seed),
+        "--max_steps",
+        str(steps),
+    ]
     cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1"]
     cmd += ["--eval_split", eval_split, "--logging_steps", "500"]
     return run_logged(cmd, d)
@@ -147,10 +179,12 @@ def sft_results(out: Path, seeds: list[int]) -> list[tuple[int, dict]]:
     return res
 
 
-def extra_sft_minutes(sft: list[tuple[int, dict]]) -> tuple[dict, list[float]]:
+def extra_sft_minutes(
+    sft: list[tuple[int, dict]], exp: Experiment = MULTIPLICATION
+) -> tuple[dict, list[float]]:
     """The reference's SFT summary, and the minutes each more-SFT run's extra steps buy at the reference's own SFT
     rate (what the control was sized by; its wall seconds depend on what else ran beside it)."""
-    ref, rate = reference_sft()
+    ref, rate = reference_sft(exp)
     return ref, [(s["steps"] - ref["steps"]) * rate / 60 for _, s in sft]
 
 
@@ -183,13 +217,13 @@ def grpo_arm(arm: str, runs: list[tuple[int, list[dict]]]) -> dict:
     }
 
 
-def sft_control(out: Path, seeds: list[int]) -> dict | None:
+def sft_control(out: Path, seeds: list[int], exp: Experiment = MULTIPLICATION) -> dict | None:
     """The more-SFT control's row, from its runs' sft_summary.json: its steps and the reference's, the accuracy of
     each seed, the medians of its worked share and of the minutes its extra steps buy at the reference's rate."""
     sft = sft_results(out, seeds)
     if not sft:
         return None
-    ref, extra = extra_sft_minutes(sft)
+    ref, extra = extra_sft_minutes(sft, exp)
     return {
         "steps": sft[0][1]["steps"],
         "reference_steps": ref["steps"],
@@ -235,14 +269,16 @@ def length_question(out: Path, seeds: list[int]) -> dict | None:
     return {"steps": steps, "rows": rows}
 
 
-def summarize(out: Path, seeds: list[int], command: str, eval_split: str = "test") -> dict:
+def summarize(
+    out: Path, seeds: list[int], command: str, eval_split: str = "test", exp: Experiment = MULTIPLICATION
+) -> dict:
     """docs/results/reasoning.json from the runs in `out`: a row per GRPO arm with finished runs, the more-SFT
     control's, what the steps did to each kind of token (the first seed's `mixed` run), and the loss table when
     runs of two loss normalisers have finished (None where there are no runs for one)."""
     return {
         "measurement": measurement(command, threads=1, side_by_side=2, eval_split=eval_split),
         "arms": [grpo_arm(arm, runs) for arm in GRPO_ARMS if (runs := finished(out, arm, seeds))],
-        "more_sft": sft_control(out, seeds),
+        "more_sft": sft_control(out, seeds, exp),
         "tokens": token_moves(run_dir(out, "mixed", seeds[0])),
         "losses": length_question(out, seeds),
     }
@@ -418,7 +454,7 @@ def recipe_table(results: dict) -> str:
     return _tight(markdown(head, rows))
 
 
-def figure(out: Path, seeds: list[int], path: Path) -> None:
+def figure(out: Path, seeds: list[int], path: Path, exp: Experiment = MULTIPLICATION) -> None:
     """Held-out accuracy, the scratchpad's share and the mean greedy length against training minutes: every seed
     of each GRPO arm, and the more-SFT control as points at its extra minutes."""
     import matplotlib
@@ -442,7 +478,7 @@ def figure(out: Path, seeds: list[int], path: Path) -> None:
                 )
     sft = sft_results(out, seeds)
     if sft:
-        xs = extra_sft_minutes(sft)[1]
+        xs = extra_sft_minutes(sft, exp)[1]
         axes[0].scatter(
             xs, [s["eval_accuracy"] for _, s in sft], marker="x", color="tab:red", label="more SFT"
         )
@@ -549,10 +585,17 @@ def all_tables(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--experiment",
+        choices=list(EXPERIMENTS),
+        default="multiplication",
+        help="the problem set: multiplication (docs/reasoning.md's) or addition_long (its runs, results and figures "
+        "under reasoning_addition_long)",
+    )
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     p.add_argument("--seeds", nargs="+", type=int, default=[42, 1, 2])
     p.add_argument("--eval_split", default="test", help="test (reporting) or validation (choices)")
-    add_output_and_jobs(p, REPO / "runs" / "reasoning")
+    add_output_and_jobs(p, None)
     p.add_argument(
         "--summarize", action="store_true", help="only write the results and figures of the runs there"
     )
@@ -572,14 +615,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("flags", nargs="*", help="after --: more train_grpo.py flags for the GRPO arms")
     args = p.parse_args(argv)
+    exp = EXPERIMENTS[args.experiment]
+    if args.out is None:
+        args.out = REPO / "runs" / exp.name
     if args.docs is None:
         args.docs = REPO / "docs" if args.eval_split == "test" else args.out
     if args.results is None:
         published = args.docs.resolve() == (REPO / "docs").resolve()
-        args.results = RESULTS / "reasoning.json" if published else args.docs / "reasoning.json"
+        args.results = (RESULTS if published else args.docs) / f"{exp.name}.json"
     if not args.summarize:
-        for task in {GRPO_ARMS[a][0] for a in args.arms if a in GRPO_ARMS} | {MIXED}:
-            ensure_reference(task)
+        for role in {GRPO_ARMS[a][0] for a in args.arms if a in GRPO_ARMS} | {"mixed"}:
+            ensure_reference(getattr(exp, role))
         # First the mixed and direct arms; then the more-SFT control (it needs the mixed runs' seconds) beside the
         # other GRPO arms, two jobs at a time throughout.
         first = [("grpo", a, s) for a in ("mixed", "direct") if a in args.arms for s in args.seeds]
@@ -591,7 +637,7 @@ def main(argv: list[str] | None = None) -> None:
             for s in args.seeds
         ]
         with ThreadPoolExecutor(args.parallel) as pool:
-            codes = list(pool.map(lambda j: grpo(*j[1:], args.out, args.eval_split, args.flags), first))
+            codes = list(pool.map(lambda j: grpo(*j[1:], args.out, args.eval_split, args.flags, exp), first))
         seconds = None
         if later and later[0][0] == "sft":
             mixed = finished(args.out, "mixed", args.seeds)
@@ -602,8 +648,8 @@ def main(argv: list[str] | None = None) -> None:
         def job(j: tuple[str, str, int]) -> int:
             kind, arm, seed = j
             if kind == "sft":
-                return more_sft(seed, args.out, args.eval_split, seconds)
-            return grpo(arm, seed, args.out, args.eval_split, args.flags)
+                return more_sft(seed, args.out, args.eval_split, seconds, exp)
+            return grpo(arm, seed, args.out, args.eval_split, args.flags, exp)
 
         with ThreadPoolExecutor(args.parallel) as pool:
             codes += list(pool.map(job, later))
@@ -612,15 +658,16 @@ def main(argv: list[str] | None = None) -> None:
     command = (
         f"python -m studies.reasoning --arms {' '.join(args.arms)} --seeds {' '.join(map(str, args.seeds))}"
     )
+    command += f" --experiment {args.experiment}" if args.experiment != "multiplication" else ""
     command += f" --eval_split {args.eval_split}" if args.eval_split != "test" else ""
     command += f" -- {' '.join(args.flags)}" if args.flags else ""
-    results = summarize(args.out, args.seeds, command, args.eval_split)
+    results = summarize(args.out, args.seeds, command, args.eval_split, exp)
     save(args.results, results)
     print(all_tables(results))
     print(f"wrote {args.results}; python -m studies.results renders the docs' tables from it")
     args.docs.mkdir(parents=True, exist_ok=True)
-    figure(args.out, args.seeds, args.docs / "reasoning.png")
-    length_figure(args.out, args.seeds, args.docs / "reasoning_length.png")
+    figure(args.out, args.seeds, args.docs / f"{exp.name}.png", exp)
+    length_figure(args.out, args.seeds, args.docs / f"{exp.name}_length.png")
 
 
 if __name__ == "__main__":

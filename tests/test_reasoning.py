@@ -383,6 +383,25 @@ def test_each_grpo_arm_starts_from_its_reference_with_its_flags(tmp_path, monkey
         )
 
 
+@pytest.mark.parametrize("experiment", ["multiplication", "addition_long"])
+def test_each_experiment_runs_its_own_recipe_from_its_own_references(tmp_path, monkeypatch, experiment):
+    """--experiment picks the problem set: its recipe, its mixed and direct references, and where its runs and
+    results go (the addition experiment's never over the published multiplication ones)."""
+    from studies import reasoning as study
+
+    exp = study.EXPERIMENTS[experiment]
+    seen = {}
+    monkeypatch.setattr(study, "run_logged", lambda cmd, d: seen.setdefault(d.parent.name, cmd) and 0)
+    for arm in ("mixed", "direct"):
+        study.grpo(arm, 1, tmp_path, "validation", [], exp)
+    for arm, task in (("mixed", f"{experiment}_mixed"), ("direct", experiment)):
+        flag = dict(zip(seen[arm], seen[arm][1:], strict=False))
+        assert flag["--config"] == f"configs/{experiment}_mixed.yaml"
+        assert flag["--model_name_or_path"] == f"checkpoints/{task}"
+    names = {e.name for e in study.EXPERIMENTS.values()}
+    assert len(names) == len(study.EXPERIMENTS) and study.EXPERIMENTS["multiplication"].name == "reasoning"
+
+
 def test_binned_compares_runs_logged_at_different_steps_window_by_window():
     from studies.reasoning import BIN, binned
 
