@@ -132,3 +132,36 @@ def test_a_run_prints_logs_and_warns_and_trains_what_it_would_without(seed_refer
     assert "warning: only " in report and "signal forecast (before step 1)" in report
     assert "measured in the steps logged up to step 20" in report
     assert "signal forecast" not in (outs[0] / "report.html").read_text()
+
+
+def _fake_run(d, forecast: float, shares: list[float]) -> None:
+    d.mkdir(parents=True)
+    rows = [{"step": 0, "forecast/frac_groups_with_signal": forecast, "forecast/pass@8": 0.5}]
+    rows[0] |= {"forecast/pass_rate": 0.25, "forecast/seconds": 1.0, "eval/accuracy": 0.3}
+    rows += [{"step": i + 1, "frac_reward_zero_std": 1 - x} for i, x in enumerate(shares)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "summary.json").write_text("{}")
+
+
+def test_forecast_study_table_compares_each_seed_and_flags_a_gap_over_10_points(tmp_path):
+    """studies.forecast: the forecast beside the mean share over steps 1-20 and at step 1 (from the runs' own rows),
+    medians over seeds, and the largest gap of any seed, flagged past 10 points."""
+    from studies import forecast as study
+
+    steps = study.STEPS
+    _fake_run(tmp_path / "reverse" / "seed42", 0.50, [0.40] * steps)
+    _fake_run(tmp_path / "reverse" / "seed1", 0.60, [0.70] + [0.55] * (steps - 1))
+    _fake_run(tmp_path / "reverse" / "seed2", 0.70, [0.30] * steps)  # 40 points off
+    _fake_run(tmp_path / "countdown" / "seed42", 0.30, [0.30] * (steps - 1))  # a step missing: refused
+    with pytest.raises(ValueError, match="19 of the first 20 steps"):
+        study.summarize(["countdown"], [42], tmp_path, "cmd")
+    results = json.loads(json.dumps(study.summarize(["reverse", "addition"], [42, 1, 2], tmp_path, "cmd")))
+    assert [t["task"] for t in results["tasks"]] == ["reverse"]  # (no runs of addition: no row)
+    runs = results["tasks"][0]["runs"]
+    assert runs["1"]["measured"] == pytest.approx((0.70 + 0.55 * (steps - 1)) / steps)
+    assert runs["1"]["step_1"] == pytest.approx(0.70)
+    (line,) = [x for x in study.table(results).splitlines() if x.startswith("| `reverse`")]
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    assert cells[1] == "60.0% (50.0% / 60.0% / 70.0%)" and cells[2] == "50.0% (G = 8)"
+    assert cells[3].startswith("40.0% (40.0% / ") and cells[4] == "40.0 points (over 10)"
+    assert cells[5] == "40.0%"

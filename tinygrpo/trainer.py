@@ -307,11 +307,11 @@ class GRPOTrainer:
                 "num_iterations=1, one mini-batch: the ratio is exactly 1, so the clip never acts and the "
                 "gradient is the policy gradient; the loss value itself hovers near 0 (docs/algorithm.md says why)."
             )
+        forecast = self.forecast() if self.step == 0 else {}  # (its line before the progress bar's)
         bar = ProgressBar(cfg.max_steps, self.step, enabled=not cfg.disable_tqdm and self.procs.is_main)
         # A signal from the first evaluation to the last file written asks for a stop at the next step boundary;
         # after the last step there is none left, and the end-of-run writes are finished first.
         with launch.StopOnSignal(self.procs.is_main) as stop:
-            forecast = self.forecast() if self.step == 0 else {}
             first_eval = self.evaluate() if self.step == 0 else {}
             if first_eval or forecast:
                 self.log({**first_eval, **forecast, "num_completions": 0, "time/elapsed": 0.0})
