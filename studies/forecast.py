@@ -35,6 +35,7 @@ TASKS = (
     "addition_long",
     "addition_long_reversed",
     "addition_long_worked",
+    "addition_long_mixed",
 )
 STEPS = 20
 PROMPTS = 256

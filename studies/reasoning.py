@@ -54,6 +54,9 @@ class Experiment:
     mixed: str
     direct: str
     name: str = "reasoning"  # runs/<name>, docs/results/<name>.json, docs/<name>.png, docs/<name>_length.png
+    direct_flags: tuple[
+        str, ...
+    ] = ()  # what the direct reference needs beside the recipe (its shorter context)
 
 
 EXPERIMENTS = {
@@ -61,7 +64,12 @@ EXPERIMENTS = {
         "configs/multiplication_mixed.yaml", "multiplication_mixed", "multiplication"
     ),
     "addition_long": Experiment(
-        "configs/addition_long_mixed.yaml", "addition_long_mixed", "addition_long", "reasoning_addition_long"
+        "configs/addition_long_mixed.yaml",
+        "addition_long_mixed",
+        "addition_long",
+        "reasoning_addition_long",
+        # (addition_long's reference has 24 positions: room for the direct answer, 8 tokens, as its own recipe)
+        ("--max_completion_length", "8"),
     ),
 }
 MULTIPLICATION = EXPERIMENTS["multiplication"]
@@ -103,7 +111,8 @@ def grpo(
         model,
     ]
     cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1", *LOGGING]
-    cmd += ["--disable_tqdm", "true", "--save_steps", "0", "--eval_split", eval_split, *arm_flags, *flags]
+    cmd += ["--disable_tqdm", "true", "--save_steps", "0", "--eval_split", eval_split, *arm_flags]
+    cmd += [*(exp.direct_flags if role == "direct" else ()), *flags]
     return run_logged(cmd, d)
 
 

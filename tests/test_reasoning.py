@@ -398,6 +398,8 @@ def test_each_experiment_runs_its_own_recipe_from_its_own_references(tmp_path, m
         flag = dict(zip(seen[arm], seen[arm][1:], strict=False))
         assert flag["--config"] == f"configs/{experiment}_mixed.yaml"
         assert flag["--model_name_or_path"] == f"checkpoints/{task}"
+    # the direct reference's context: the recipe's room for a worked sum would not fit addition_long's 24 positions
+    assert (flag.get("--max_completion_length") == "8") == (experiment == "addition_long")
     names = {e.name for e in study.EXPERIMENTS.values()}
     assert len(names) == len(study.EXPERIMENTS) and study.EXPERIMENTS["multiplication"].name == "reasoning"
 
