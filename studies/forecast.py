@@ -101,7 +101,7 @@ def summarize(names: list[str], seeds: list[int], out: Path, command: str) -> di
                     "forecast": forecast["forecast/frac_groups_with_signal"],
                     "pass_at_g": forecast[f"forecast/pass@{G}"],
                     "pass_rate": forecast["forecast/pass_rate"],
-                    "seconds": forecast["forecast/seconds"],
+                    "seconds": forecast["time/forecast"],
                     "measured": share,
                     "step_1": first,
                     "G": int(G),

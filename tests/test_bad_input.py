@@ -454,7 +454,7 @@ CASES = {
     # ---- the data
     "unknown_dataset": (
         lambda t, r, p: ["--dataset", str(t / "nope")],
-        "error: dataset '{t}/nope': no such directory (known names: addition, addition_long, countdown, multiplication, reverse, seed_bank, reasoning_gym_NAME; "
+        "error: dataset '{t}/nope': no such directory (known names: addition, addition_long, addition_long_padded, countdown, multiplication, reverse, seed_bank, reasoning_gym_NAME; "
         "or a directory of "
         "<split>.jsonl files)",
     ),
@@ -584,7 +584,7 @@ CASES = {
     "unknown_reward": (
         lambda t, r, p: ["--reward_funcs", "acuracy"],
         "error: unknown reward 'acuracy'; registered: accuracy, accuracy_lenient, countdown, countdown_partial, "
-        "digit_match, exact_match, final_answer, format, length_penalty, reasoning_gym (or use "
+        "digit_match, exact_match, final_answer, format, length_penalty, reasoning_gym, reversed_answer (or use "
         "'package.module:function' / 'path/to/file.py:function')",
     ),
     "missing_reward_file": (
@@ -807,13 +807,52 @@ def test_a_failure_mid_run_is_one_exact_error_line(name, seed_reference, tmp_pat
     build, expected = RUN_CASES[name]
     out = tmp_path / "out"
     capfd.readouterr()
-    rc = _rc(cli(seed_reference, out, *"--max_steps 2 --eval_split".split(), "", *build(tmp_path)))
+    # (no signal forecast: its samples, before step 1, would meet the failure first; FORECAST_CASES test that)
+    argv = [*"--max_steps 2 --signal_forecast_prompts 0 --eval_split".split(), "", *build(tmp_path)]
+    rc = _rc(cli(seed_reference, out, *argv))
     lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
     want = re.escape(expected.format(t=tmp_path, out=out, n="{n}", msg="{msg}"))
     pattern = want.replace(re.escape("{n}"), r"\d+").replace(re.escape("{msg}"), r"'\S.*'")
     assert rc == 1, (rc, lines)
     assert len(lines) == 1 and re.fullmatch(pattern, lines[0]), lines
     assert not (out / "final").exists()
+
+
+FORECAST_CASES = {
+    # A reward that fails on the first samples it sees fails in the signal forecast, before step 1, as step 1 would.
+    "reward_not_binary": (
+        lambda t: _pass_at_k(t, HALF_WRONG, "half"),
+        "error: before the first step (the signal forecast): advantage_mode pass_at_k needs rewards of 0 or 1 (or "
+        "None), but reward 'half' gave 0.5 for sample {n} (completion {msg}); there is no checkpoint to resume from",
+    ),
+    "reward_raises": (
+        lambda t: _reward_file(t, FLAKY, "flaky"),
+        "error: before the first step (the signal forecast): reward 'flaky' raised RuntimeError: cannot score that; "
+        "there is no checkpoint to resume from",
+    ),
+    "reward_always_none": (
+        lambda t: _reward_file(
+            t, "def none(completions, **kw):\n    return [None] * len(completions)\n", "none"
+        ),
+        "error: no reward function applies to any of the {n} samples (every reward is None): nothing to learn from; "
+        "check the reward functions (none) and the dataset's columns",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORECAST_CASES))
+def test_a_reward_that_fails_in_the_signal_forecast_is_one_exact_error_line(
+    name, seed_reference, tmp_path, capfd
+):
+    build, expected = FORECAST_CASES[name]
+    out = tmp_path / "out"
+    capfd.readouterr()
+    rc = _rc(cli(seed_reference, out, *"--max_steps 2 --eval_split".split(), "", *build(tmp_path)))
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    pattern = re.escape(expected).replace(re.escape("{n}"), r"\d+").replace(re.escape("{msg}"), r"'\S.*'")
+    assert rc == 1, (rc, lines)
+    assert len(lines) == 1 and re.fullmatch(pattern, lines[0]), lines
+    assert not (out / "final").exists() and not list(out.glob("checkpoint-*"))
 
 
 def test_a_run_that_skips_some_steps_says_how_many(seed_reference, tmp_path, capfd):

@@ -137,7 +137,7 @@ def test_a_run_prints_logs_and_warns_and_trains_what_it_would_without(seed_refer
 def _fake_run(d, forecast: float, shares: list[float]) -> None:
     d.mkdir(parents=True)
     rows = [{"step": 0, "forecast/frac_groups_with_signal": forecast, "forecast/pass@8": 0.5}]
-    rows[0] |= {"forecast/pass_rate": 0.25, "forecast/seconds": 1.0, "eval/accuracy": 0.3}
+    rows[0] |= {"forecast/pass_rate": 0.25, "time/forecast": 1.0, "eval/accuracy": 0.3}
     rows += [{"step": i + 1, "frac_reward_zero_std": 1 - x} for i, x in enumerate(shares)]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (d / "summary.json").write_text("{}")

@@ -722,15 +722,18 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_saying_what_was_kept(
     assert ckpt.verify(out / "checkpoint-2") is None
 
 
-def test_a_run_whose_every_reward_is_none_stops(seed_reference, tmp_path, capfd):
+@pytest.mark.parametrize("forecast, samples", [(0, 32), (256, 144)])
+def test_a_run_whose_every_reward_is_none_stops(seed_reference, tmp_path, capfd, forecast, samples):
+    """At the first samples the rewards see: step 1's 32, or the signal forecast's 36 prompts x 4 before it."""
     (tmp_path / "none.py").write_text("def none(completions, **kw):\n    return [None] * len(completions)\n")
     out = tmp_path / "run"
     capfd.readouterr()
-    rc = run_inproc(seed_reference, out, "--reward_funcs", f"{tmp_path / 'none.py'}:none", "--eval_split", "")
+    argv = ["--reward_funcs", f"{tmp_path / 'none.py'}:none", "--eval_split", ""]
+    rc = run_inproc(seed_reference, out, *argv, "--signal_forecast_prompts", str(forecast))
     err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
     assert rc == 1 and err == [
-        "error: no reward function applies to any of the 32 samples (every reward is None): nothing to learn from; "
-        "check the reward functions (none) and the dataset's columns"
+        f"error: no reward function applies to any of the {samples} samples (every reward is None): nothing to "
+        "learn from; check the reward functions (none) and the dataset's columns"
     ]
     assert not (out / "final").exists()
 

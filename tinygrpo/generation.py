@@ -315,10 +315,11 @@ class BatchGenerator:
             pad_token_id=self.tokenizer.pad_token_id,
             backend=self.backend,
         )
-        try:
-            _, completions, _, rewards = self.score(idx, ro.completion_ids, ro.completion_mask.sum(1), G)
-        except RewardFailure as e:
-            raise RewardError(f"the signal forecast, before the first step: {e}") from None
+        _, completions, _, rewards = self.score(idx, ro.completion_ids, ro.completion_mask.sum(1), G)
+        if bool(
+            rewards.isnan().all()
+        ):  # (what the first round would find: said before it, as it would say it)
+            raise RewardError(no_reward_applies(rewards.numel(), self.rewards.names))
         rows = {c: [v[i] for i in idx] for c, v in self.prompts.columns.items()}
         right = (
             torch.tensor(verifier(completions, rows, k=G))
@@ -406,12 +407,7 @@ class BatchGenerator:
         if not self.rewarded and bool(all_rewards.isnan().all()):
             # Nothing has applied yet: a run on these rewards would train on nothing at all. (Later, a round whose
             # rewards all are None is a round without signal, like one whose rewards are all equal.)
-            rw = self.rewards
-            raise RewardError(
-                f"no reward function applies to any of the {all_rewards.numel()} samples (every reward is None): "
-                f"nothing to learn from; check the reward functions ({', '.join(rw.names)}) and the dataset's "
-                f"columns"
-            )
+            raise RewardError(no_reward_applies(all_rewards.numel(), self.rewards.names))
         shaped = all_rewards if s.kl is None else all_rewards - cfg.beta * self.procs.gather(s.kl)
         adv, zero_std = self.advantages(shaped, s, cfg.scale_rewards, self.procs.gather)
         self.rewarded = True
@@ -426,6 +422,14 @@ class BatchGenerator:
         """The next global batch of prompts (each process takes its share: whole groups)."""
         per_proc = self.cfg.generation_size // self.G
         return self.prompts.take(per_proc * self.procs.num)
+
+
+def no_reward_applies(samples: int, names: list[str]) -> str:
+    """The error of a run whose reward functions apply to none of its first samples."""
+    return (
+        f"no reward function applies to any of the {samples} samples (every reward is None): nothing to learn "
+        f"from; check the reward functions ({', '.join(names)}) and the dataset's columns"
+    )
 
 
 def reward_spec(funcs: list, names: list[str], weights: list[float], cfg: GRPOConfig) -> RewardSpec:

@@ -231,7 +231,11 @@ class GRPOTrainer:
         cfg = self.cfg
         if not cfg.signal_forecast_prompts:
             return {}
-        f = self.generator.forecast(cfg.signal_forecast_prompts, self.evaluator.verifier)
+        try:
+            f = self.generator.forecast(cfg.signal_forecast_prompts, self.evaluator.verifier)
+        except RewardFailure as e:  # (the first samples a reward sees: said as a step's failure would be)
+            where = ckpt.last_checkpoint(self.out, resume=True)
+            raise RewardError(f"before the first step (the signal forecast): {e}; {where}") from None
         self.acc.print(f.line())
         warning = f.warning(cfg.signal_forecast_min)
         if warning is not None and self.procs.is_main:
