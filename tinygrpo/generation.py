@@ -37,7 +37,7 @@ from .distributed import Processes
 from .forecast import SignalForecast, forecast_signal
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
-from .rollout import SamplingParams, decode_rows, sample_completions
+from .rollout import Rollout, SamplingParams, decode_rows, sample_completions
 
 
 class RewardFailure(RewardError):
@@ -245,19 +245,7 @@ class BatchGenerator:
         """G completions of each of the prompts `idx` (this process's), decoded and scored."""
         cfg, G = self.cfg, self.G
         t0 = time.perf_counter()
-        device = next(self.model.parameters()).device  # (prompts are tokenized on the CPU; a no-op there)
-        prompt_ids, prompt_mask = (t.to(device) for t in self.prompts.batch(idx))
-        params = SamplingParams(cfg.max_completion_length, temperature, cfg.top_k, cfg.top_p, self.generator)
-        ro = sample_completions(
-            self.model,
-            prompt_ids,
-            prompt_mask,
-            G,
-            params,
-            eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=self.tokenizer.pad_token_id,
-            backend=self.backend,
-        )
+        prompt_ids, prompt_mask, ro = self._rollout(idx, temperature, self.generator)
         completion_ids = ro.completion_ids.clone()  # out of inference mode: autograd may save it
         completion_mask = ro.completion_mask.float()
         is_eos = ro.is_eos.clone()
@@ -302,19 +290,7 @@ class BatchGenerator:
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 104_729)
         order = torch.randperm(len(self.prompts), generator=gen)[: min(count, len(self.prompts))]
         idx = sorted(order.tolist())
-        device = next(self.model.parameters()).device
-        prompt_ids, prompt_mask = (t.to(device) for t in self.prompts.batch(idx))
-        params = SamplingParams(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, gen)
-        ro = sample_completions(
-            self.model,
-            prompt_ids,
-            prompt_mask,
-            G,
-            params,
-            eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=self.tokenizer.pad_token_id,
-            backend=self.backend,
-        )
+        _, _, ro = self._rollout(idx, cfg.temperature, gen)
         _, completions, _, rewards = self.score(idx, ro.completion_ids, ro.completion_mask.sum(1), G)
         if bool(
             rewards.isnan().all()
@@ -327,6 +303,27 @@ class BatchGenerator:
             else torch.zeros(len(completions))
         )
         return forecast_signal(rewards, right, G, time.perf_counter() - t0)
+
+    def _rollout(
+        self, idx: list[int], temperature: float, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, Rollout]:
+        """G completions of each of the prompts `idx`, drawn from `generator`: the prompts (left-padded, on the
+        model's device) and the rollout."""
+        cfg = self.cfg
+        device = next(self.model.parameters()).device  # (prompts are tokenized on the CPU; a no-op there)
+        prompt_ids, prompt_mask = (t.to(device) for t in self.prompts.batch(idx))
+        params = SamplingParams(cfg.max_completion_length, temperature, cfg.top_k, cfg.top_p, generator)
+        ro = sample_completions(
+            self.model,
+            prompt_ids,
+            prompt_mask,
+            self.G,
+            params,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+            backend=self.backend,
+        )
+        return prompt_ids, prompt_mask, ro
 
     def score(
         self, idx: list[int], completion_ids: torch.Tensor, lengths: torch.Tensor, reps: int
