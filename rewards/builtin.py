@@ -137,17 +137,13 @@ def reversed_answer(
     spaces, a missing <eos> or text after it score 0.0, as ``accuracy`` reads the usual order.
     """
     written = _pattern("([0-9]+)", eos)
-    scores: list[float | None] = []
-    for completion, gold_raw in zip(completions, answer, strict=True):
-        gold = _gold(gold_raw)
-        if gold is None:
-            scores.append(None)
-            continue
+
+    def backwards(completion: Any) -> str:
+        # (the digits turned around, then `accuracy`'s own strict rule; anything else is left for it to refuse)
         m = written.fullmatch(_text(completion))
-        digits = m.group(1)[::-1] if m else ""
-        ok = m is not None and (digits == "0" or not digits.startswith("0"))
-        scores.append(1.0 if ok and _canonical("", digits) == gold else 0.0)
-    return scores
+        return m.group(1)[::-1] + eos if m else completion
+
+    return accuracy([backwards(c) for c in completions], answer, eos)
 
 
 @lru_cache(maxsize=8)

@@ -292,9 +292,8 @@ class BatchGenerator:
         idx = sorted(order.tolist())
         _, _, ro = self._rollout(idx, cfg.temperature, gen)
         _, completions, _, rewards = self.score(idx, ro.completion_ids, ro.completion_mask.sum(1), G)
-        if bool(
-            rewards.isnan().all()
-        ):  # (what the first round would find: said before it, as it would say it)
+        # (what the first round would find: said before it, as it would say it)
+        if bool(rewards.isnan().all()):
             raise RewardError(no_reward_applies(rewards.numel(), self.rewards.names))
         rows = {c: [v[i] for i in idx] for c, v in self.prompts.columns.items()}
         right = (
