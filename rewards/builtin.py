@@ -20,6 +20,8 @@ from ._constants import EOS
 from .registry import register_reward
 
 _INT_RE = re.compile(r"([+-]?)([0-9]+)", re.ASCII)
+# An integer as it is written: no leading zeros, no '+', '-' only before a non-zero one ("-0" is 0 written wrong).
+_STRICT_INT = "(-?[1-9][0-9]*|0)"
 
 
 @lru_cache(maxsize=64)
@@ -70,7 +72,7 @@ def _accuracy(
     completions: Sequence[str], answer: Sequence[Any], whole: re.Pattern[str] | None
 ) -> list[float | None]:
     """1.0 where the integer read from the completion equals the gold: group 1 of `whole` matching the whole
-    completion (a non-negative integer), or, with `whole` None, the first signed integer anywhere."""
+    completion (an integer as written: see _STRICT_INT), or, with `whole` None, the first signed integer anywhere."""
     scores: list[float | None] = []
     for completion, gold_raw in zip(completions, answer, strict=True):
         gold = _gold(gold_raw)
@@ -80,7 +82,7 @@ def _accuracy(
         text = _text(completion)
         if whole is not None:
             m = whole.fullmatch(text)
-            pred = _canonical("", m.group(1)) if m else None
+            pred = _canonical(*_INT_RE.fullmatch(m.group(1)).groups()) if m else None
         else:
             m = _INT_RE.search(text)
             pred = _canonical(m.group(1), m.group(2)) if m else None
@@ -92,13 +94,13 @@ def _accuracy(
 def accuracy(
     completions: Sequence[str], answer: Sequence[Any], eos: str = EOS, **kwargs: Any
 ) -> list[float | None]:
-    """Strict verifier: 1.0 iff the completion is exactly ^(0|[1-9][0-9]*)<eos>$ and equals the gold integer.
+    """Strict verifier: 1.0 iff the completion is exactly ^(-?[1-9][0-9]*|0)<eos>$ and equals the gold integer.
 
-    No leading zeros ("085<eos>"), signs ("+85", "-0"), spaces, non-ASCII digits, text
+    No leading zeros ("085<eos>"), plus signs ("+85"), "-0", spaces, non-ASCII digits, text
     after the number or after <eos>, and no truncated output (missing <eos>): all 0.0.
     Integers of any length compare exactly.
     """
-    return _accuracy(completions, answer, _pattern("(0|[1-9][0-9]*)", eos))
+    return _accuracy(completions, answer, _pattern(_STRICT_INT, eos))
 
 
 @register_reward("accuracy_lenient")
@@ -117,11 +119,11 @@ def accuracy_lenient(
 def final_answer(
     completions: Sequence[str], answer: Sequence[Any], eos: str = EOS, **kwargs: Any
 ) -> list[float | None]:
-    """Worked or direct: 1.0 iff the completion is ^(work=)?(0|[1-9][0-9]*)<eos>$ and the integer after its last
+    """Worked or direct: 1.0 iff the completion is ^(work=)?(-?[1-9][0-9]*|0)<eos>$ and the integer after its last
     '=' equals the gold; the work before it is not checked.
 
     So "296+1480=1776<eos>" and "1776<eos>" both score 1.0 for 37*48; the integer itself is read as strictly as
-    ``accuracy`` reads it (no leading zeros, signs, spaces; a missing <eos> or text after it scores 0.0).
+    ``accuracy`` reads it (no leading zeros, '+' or "-0", spaces; a missing <eos> or text after it scores 0.0).
     """
     return _accuracy(completions, answer, _worked_pattern(eos))
 
@@ -150,7 +152,7 @@ def reversed_answer(
 def _worked_pattern(eos: str) -> re.Pattern[str]:
     # Any work not holding the eos marker, up to its last '=' (greedy), then the strict integer and eos.
     work = f"(?:(?:(?!{re.escape(eos)}).)*=)?"
-    return re.compile(work + "(0|[1-9][0-9]*)" + re.escape(eos), re.ASCII | re.DOTALL)
+    return re.compile(work + _STRICT_INT + re.escape(eos), re.ASCII | re.DOTALL)
 
 
 def make_accuracy(strict: bool = True) -> Any:

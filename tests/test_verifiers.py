@@ -72,8 +72,12 @@ def _rg_rows(name: str, n: int = 2) -> tuple[tuple[str, Columns], ...]:
 # Per registered reward, completions that are right (the text before <eos>) with their row. A reward registered
 # later fails test_every_registered_reward_is_classified until it is added here or to NO_EOS_RULE with a reason.
 RIGHT: dict[str, list[tuple[str, Columns]]] = {
-    "accuracy": [("85", {"answer": "85"}), ("0", {"answer": 0})],
-    "final_answer": [("296+1480=1776", {"answer": "1776"}), ("1776", {"answer": 1776})],
+    "accuracy": [("85", {"answer": "85"}), ("0", {"answer": 0}), ("-85", {"answer": "-85"})],
+    "final_answer": [
+        ("296+1480=1776", {"answer": "1776"}),
+        ("1776", {"answer": 1776}),
+        ("+70000,-30000=-3", {"answer": "-3"}),
+    ],
     "digit_match": [("85", {"answer": "85"}), ("1000", {"answer": 1000})],
     "reversed_answer": [("02194", {"answer": "49120"}), ("1", {"answer": 1})],
     "format": [("85", {}), ("007", {})],  # (well formed is all `format` asks)
@@ -84,6 +88,7 @@ RIGHT: dict[str, list[tuple[str, Columns]]] = {
     ],
     "countdown_partial": [("(95-37)*2", {"numbers": [95, 37, 2], "target": 116})],
     "reasoning_gym": [],  # real entries, drawn in `_right`
+    "reasoning_gym_final_answer": [],  # chain_sum's real entries, worked and direct, drawn in `_right`
 }
 RG_SETS = ("chain_sum", "spell_backward", "basic_arithmetic")
 NO_EOS_RULE = {
@@ -100,6 +105,8 @@ def _registered() -> list[str]:
 def _right(name: str) -> list[tuple[str, Columns]]:
     if name == "reasoning_gym":
         return [row for s in RG_SETS for row in _rg_rows(s)]
+    if name == "reasoning_gym_final_answer":
+        return [(work + answer, row) for answer, row in _rg_rows("chain_sum") for work in ("", "+1,-2=")]
     return RIGHT[name]
 
 
@@ -427,6 +434,8 @@ def test_countdown_problems_are_distinct_whatever_the_numbers_order(countdown_ro
         ("reverse", lambda r: len(r["answer"]), set(range(5, 13))),  # 5 to 12 letters
         ("addition_long", lambda r: len(str(r["a"])), set(range(3, 7))),  # 3- to 6-digit operands
         ("multiplication", lambda r: len(str(r["a"])), {2, 3}),
+        ("chain_sum", lambda r: len(r["terms"]), set(range(2, 7))),  # reasoning-gym's default: 2 to 6 terms
+        ("chain_sum", lambda r: len(str(max(r["terms"]))), set(range(1, 5))),  # of 1 to 4 digits
     ],
 )
 def test_generators_reach_every_value_their_doc_names(
@@ -595,6 +604,9 @@ FORMATS = [
     ("1776<eos>", "direct"),
     ("1776", "direct"),  # cut off: still the answer alone
     ("0<eos>", "direct"),
+    ("-129<eos>", "direct"),  # a negative answer alone (chain_sum)
+    ("-<eos>", "other"),
+    ("-06000,-92100=-129<eos>", "scratchpad"),
     ("37*8=296,37*40=1480,296+1480=1776<eos>", "scratchpad"),
     ("37*8=29", "scratchpad"),  # work begun, cut off
     ("=1776<eos>", "scratchpad"),
@@ -619,6 +631,7 @@ def test_every_task_with_kinds_puts_each_problem_in_one_kind() -> None:
         "countdown": ("numbers_3", "numbers_4"),
         "multiplication": ("2x2", "3x2"),
         "addition_long": tuple(f"digits_{d}" for d in addition_long.DIGITS),
+        "chain_sum": tuple(f"terms_{n}" for n in range(2, 7)),
     }
     for name, parts in partitions.items():
         rows = _rows(name)

@@ -8,10 +8,10 @@ from tinygrpo.task import Formats
 
 
 def completion_format(completion: str) -> str:
-    """ "direct" for digits alone, "scratchpad" when the completion shows work (an '=' before its answer), "other"
-    for anything else (a product begun and not finished, a stray comma)."""
+    """ "direct" for an integer alone (digits, a minus before them), "scratchpad" when the completion shows work (an
+    '=' before its answer), "other" for anything else (a product begun and not finished, a stray comma)."""
     text = completion.removesuffix(EOS_TOKEN)
-    if text.isdigit():
+    if text.removeprefix("-").isdigit():
         return "direct"
     return "scratchpad" if "=" in text else "other"
 
