@@ -30,6 +30,8 @@ BUILT_IN = {
     "addition_long_mixed",
     "addition_long_reversed",
     "addition_long_worked",
+    "chain_sum",
+    "chain_sum_worked",
     "countdown",
     "multiplication",
     "multiplication_mixed",
@@ -194,6 +196,58 @@ def test_long_addition_targets_are_the_sum_in_each_format(a, b):
     assert worked == reversed_ == [1.0]
 
 
+def _expression(prompt: str) -> tuple[list[int], list[str]]:
+    """A padded chain-sum prompt read back: its terms (leading zeros dropped) and operators."""
+    words = re.findall(r"[+-]|[0-9]+", prompt.removesuffix("="))
+    return [int(w) for w in words[::2]], words[1::2]
+
+
+def test_chain_sum_rows_are_drawn_as_reasoning_gym_draws_them(splits):
+    """2 to 6 terms, all of one number of digits (1: 0 to 9; d: 10**(d-1) to 10**d - 1), + or -, padded to 4 digits;
+    the direct and worked formats share the rows; every class of terms and digits is drawn."""
+    rows = [r for split in splits["chain_sum"].values() for r in split]
+    assert splits["chain_sum_worked"] == splits["chain_sum"]
+    classes = Counter()
+    for r in rows:
+        terms, ops = _expression(r["prompt"])
+        assert (terms, "".join(ops)) == (r["terms"], r["ops"]) and 2 <= len(terms) <= 6
+        assert re.fullmatch(r"[0-9]{4}([+-][0-9]{4})+=", r["prompt"]), r["prompt"]
+        d = len(str(max(terms)))
+        low = 0 if d == 1 else 10 ** (d - 1)
+        assert all(low <= t < 10**d for t in terms) and 1 <= d <= 4
+        classes[len(terms), d] += 1
+    assert set(classes) == {(n, d) for n in range(2, 7) for d in range(1, 5)}
+    every = {t for r in rows for t in r["terms"]}
+    assert min(every) == 0 and max(every) == 9999  # both ends of the range
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 9999), min_size=2, max_size=6), st.data())
+def test_chain_sum_worked_totals_are_the_running_sums(terms, data):
+    """Each total of the worked target, read as its sign then its digits units first, is the sum of the terms so far
+    (by Python's own arithmetic on the expression's text); the answer after '=' is the whole sum; both formats'
+    verifiers score the targets 1.0."""
+    from tinygrpo.tasks import chain_sum
+
+    ops = data.draw(st.lists(st.sampled_from("+-"), min_size=len(terms) - 1, max_size=len(terms) - 1))
+    prompt = chain_sum.padded(terms, ops)
+    work, _, answer = chain_sum.worked_total(terms, ops).rpartition("=")
+    text = str(terms[0])
+    for op, t, total in zip(ops, terms[1:], work.split(","), strict=True):
+        text += f"{op}{t}"
+        assert re.fullmatch(r"[+-][0-9]{5}", total)
+        assert int(total[0] + total[:0:-1]) == eval(text)  # (sign, then the digits turned back around)
+    assert (
+        int(answer)
+        == eval(text)
+        == eval("".join(f"{op}{t}" for op, t in zip(["", *ops], terms, strict=True)))
+    )
+    assert _expression(prompt) == (terms, ops)
+    worked = resolve_reward("final_answer")(completions=[f"{work}={answer}" + EOS], answer=[str(eval(text))])
+    direct = resolve_reward("accuracy")(completions=[answer + EOS], answer=[eval(text)])
+    assert worked == direct == [1.0]
+
+
 # ----------------------------------------------------------------------------------------------------- verifiers
 
 COUNTDOWN_CASES = [
@@ -270,6 +324,12 @@ FINAL_ANSWER_CASES = [
     ("", 1776, 0.0),
     ("0<eos>", 0, 1.0),
     ("a\n=1776<eos>", 1776, 1.0),  # any work before the last '='
+    ("-06000,-63000,-71100,-92100=-129<eos>", -129, 1.0),  # a negative answer (chain_sum_worked)
+    ("-129<eos>", "-129", 1.0),
+    ("=-0<eos>", 0, 0.0),
+    ("=-129<eos>", 129, 0.0),
+    ("-92100=129<eos>", -129, 0.0),  # the minus of the work is not the answer's
+    ("=--129<eos>", -129, 0.0),
 ]
 
 
