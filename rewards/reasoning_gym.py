@@ -42,3 +42,17 @@ def reasoning_gym_score(
         score = scorer(item["metadata"]["source_dataset"])(answer=completion[: -len(eos)], entry=item)
         scores.append(float(score))
     return scores
+
+
+@register_reward("reasoning_gym_final_answer")
+def reasoning_gym_final_answer(
+    completions: Sequence[str], entry: Sequence[str], eos: str = EOS, **kwargs: Any
+) -> list[float]:
+    """Worked or direct: reasoning-gym's score_answer on the text after the completion's last '=' (all of it when
+    there is none), before <eos> (0.0 without <eos>); the work before it is not checked, as `final_answer` reads
+    the built-in tasks' worked completions."""
+    answers = [
+        c[: -len(eos)].rpartition("=")[2] + eos if isinstance(c, str) and c.endswith(eos) else c
+        for c in completions
+    ]
+    return reasoning_gym_score(answers, entry, eos)

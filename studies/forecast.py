@@ -36,6 +36,8 @@ TASKS = (
     "addition_long_reversed",
     "addition_long_worked",
     "addition_long_mixed",
+    "chain_sum",
+    "chain_sum_worked",
 )
 STEPS = 20
 PROMPTS = 256

@@ -33,27 +33,39 @@ DEFAULT_TASKS = (
     "addition_long",
     "addition_long_reversed",
     "addition_long_worked",
+    "chain_sum",
+    "chain_sum_worked",
+    "reasoning_gym:chain_sum_worked",
 )
 # Negative results kept on purpose: the same problems in a format a small model does not learn, beside the formats it
 # does (docs/tasks.md). The table labels them.
 CONTROLS = {
     "multiplication": "control: the answer alone, for multiplication_scratchpad",
     "addition_long": "control: the answer alone, for addition_long_reversed and _worked",
+    "chain_sum": "control: the answer alone, for chain_sum_worked",
 }
 
 
 def ensure_reference(name: str) -> Path:
-    from tinygrpo.task import get_task
+    """The reference the task's recipe starts from (its config's model_name_or_path: its own, or another task's, as
+    reasoning_gym:chain_sum_worked starts from chain_sum_worked's), trained first if missing."""
+    import yaml
 
-    path = REPO / get_task(name).reference["output_dir"]
+    from tinygrpo.task import get_task, task_of_reference
+
+    start = yaml.safe_load((REPO / get_task(name).config).read_text())["model_name_or_path"]
+    owner = task_of_reference(start)
+    if owner is None:
+        raise ValueError(f"{name}: its config starts from {start}, which no task's reference recipe trains")
+    path = REPO / start
     if not (path / "config.json").is_file():
-        print(f"training the reference of {name} (python train_sft.py --task {name})", flush=True)
-        subprocess.run([sys.executable, "train_sft.py", "--task", name], cwd=REPO, check=True)
+        print(f"training the reference of {owner.name} (python train_sft.py --task {owner.name})", flush=True)
+        subprocess.run([sys.executable, "train_sft.py", "--task", owner.name], cwd=REPO, check=True)
     return path
 
 
 def run_dir(out: Path, name: str, seed: int) -> Path:
-    return out / name / f"seed{seed}"
+    return out / name.replace(":", "_") / f"seed{seed}"  # (a family task: reasoning_gym_chain_sum_worked/)
 
 
 def grpo(name: str, seed: int, out: Path) -> int:

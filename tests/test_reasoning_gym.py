@@ -58,6 +58,38 @@ def test_wrong_answers_score_below_one(tasks):
     assert all(s < 1.0 for s in resolve_reward("reasoning_gym")(completions=wrong, entry=entries))
 
 
+def test_chain_sum_worked_is_reasoning_gyms_problems_in_the_built_in_format(tasks):
+    """reasoning_gym:chain_sum_worked: reasoning-gym's own rows (the same splits, answers and entries), each prompt the
+    built-in chain_sum's padded layout of the entry's expression and its worked target the built-in's; scored by
+    reasoning-gym's score_answer on the final answer (worked or direct right, a wrong answer after the work not)."""
+    from tinygrpo.tasks import chain_sum
+
+    worked_task = get_task("reasoning_gym:chain_sum_worked")
+    assert worked_task.dataset == "reasoning_gym_chain_sum_worked" and worked_task.target == "worked"
+    plain, worked = tasks["chain_sum"].build(), worked_task.build()
+    assert plain.keys() == worked.keys()
+    score = resolve_reward("reasoning_gym_final_answer")
+    for split, rows in worked.items():
+        assert len(rows) == len(plain[split])
+        for r, p in zip(rows, plain[split], strict=True):
+            words = json.loads(r["entry"])["metadata"]["expression"].split()
+            terms, ops = [int(w) for w in words[::2]], words[1::2]
+            assert (r["id"], r["answer"], r["entry"]) == (p["id"], p["answer"], p["entry"])
+            assert r["prompt"] == chain_sum.padded(terms, ops) and r["worked"] == chain_sum.worked_total(
+                terms, ops
+            )
+        head = rows[:100]
+        entries = [r["entry"] for r in head]
+        work = [r["worked"].rpartition("=")[0] for r in head]
+        right = [w + "=" + r["answer"] + EOS for w, r in zip(work, head, strict=True)]
+        wrong = [w + "=" + str(int(r["answer"]) + 1) + EOS for w, r in zip(work, head, strict=True)]
+        assert score(completions=right, entry=entries) == [1.0] * len(head), split
+        assert score(completions=[r["answer"] + EOS for r in head], entry=entries) == [1.0] * len(head)
+        assert all(s < 1.0 for s in score(completions=wrong, entry=entries))
+        assert set("".join(r["prompt"] + r["worked"] for r in rows)) <= set(worked_task.chars)
+    assert Verifier.of("reasoning_gym_chain_sum_worked").name == "reasoning_gym_final_answer"
+
+
 def test_family_lookups_and_errors():
     assert task_of_dataset("reasoning_gym_chain_sum").name == "reasoning_gym:chain_sum"
     assert Verifier.of("reasoning_gym_chain_sum").name == "reasoning_gym"
@@ -75,8 +107,15 @@ def test_missing_extra_says_how_to_install(monkeypatch):
         adapter.make("chain_sum")
 
 
-def test_chain_sum_trains_end_to_end(tmp_path):
-    """train_sft.py --task reasoning_gym:chain_sum (shrunk), then two GRPO steps of configs/reasoning_gym.yaml."""
+@pytest.mark.parametrize(
+    "task, config",
+    [
+        ("reasoning_gym:chain_sum", "configs/reasoning_gym.yaml"),
+        ("reasoning_gym:chain_sum_worked", "configs/reasoning_gym_chain_sum_worked.yaml"),
+    ],
+)
+def test_chain_sum_trains_end_to_end(task, config, tmp_path):
+    """train_sft.py --task TASK (shrunk), then two GRPO steps of its config."""
     env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin"}
 
     def run(*argv: str) -> subprocess.CompletedProcess:
@@ -87,11 +126,11 @@ def test_chain_sum_trains_end_to_end(tmp_path):
     shrink = (
         "--n_layer 1 --n_embd 32 --max_steps 20 --batch_size 32 --eval_split validation --threads 1".split()
     )
-    r = run("train_sft.py", "--task", "reasoning_gym:chain_sum", "--output_dir", str(ref), *shrink)
+    r = run("train_sft.py", "--task", task, "--output_dir", str(ref), *shrink)
     assert r.returncode == 0, r.stderr
     grpo = [
         "--config",
-        "configs/reasoning_gym.yaml",
+        config,
         "--model_name_or_path",
         str(ref),
         "--output_dir",

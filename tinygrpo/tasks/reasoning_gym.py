@@ -79,13 +79,70 @@ def build_for(name: str) -> dict[str, list[dict]]:
     return split_rows(rows, {**SIZES, "train": n_train})
 
 
+def _chain_sum_worked(rows: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """reasoning-gym's chain_sum problems in the built-in chain_sum_worked's layout (tinygrpo/tasks/chain_sum.py):
+    the terms zero-padded in the prompt, the running totals then the answer as the target; the entry (and so the
+    verifier, reasoning-gym's score_answer) unchanged."""
+    from tinygrpo.tasks import chain_sum
+
+    out = {}
+    for split, split_rows_ in rows.items():
+        out[split] = []
+        for r in split_rows_:
+            words = json.loads(r["entry"])["metadata"]["expression"].split()
+            terms, ops = [int(w) for w in words[::2]], words[1::2]
+            if chain_sum.running_totals(terms, ops)[-1] != int(r["answer"]):
+                raise ValueError(
+                    f"reasoning_gym:chain_sum row {r['id']}: {r['answer']} is not {words} summed"
+                )
+            prompt, worked = chain_sum.padded(terms, ops), chain_sum.worked_total(terms, ops)
+            out[split].append({**r, "prompt": prompt, "worked": worked, "terms": terms, "ops": "".join(ops)})
+    return out
+
+
+def _worked(name: str) -> Task:
+    """`chain_sum_worked`: reasoning-gym's chain_sum through the built-in worked format. Its GRPO recipe starts from
+    the built-in chain_sum_worked's reference (configs/reasoning_gym_chain_sum_worked.yaml); its own recipe, the
+    same on reasoning-gym's train split, is there for `python train_sft.py --task reasoning_gym:chain_sum_worked`."""
+    from tinygrpo.tasks import chain_sum
+
+    source = name.removesuffix("_worked")
+
+    def build() -> dict[str, list[dict]]:
+        return _chain_sum_worked(
+            {split: [dict(r) for r in rows] for split, rows in build_for(source).items()}
+        )
+
+    dataset = f"reasoning_gym_{name}"
+    reference = chain_sum.WORKED.reference | {"output_dir": f"checkpoints/{dataset}"}
+    return Task(
+        name=f"reasoning_gym:{name}",
+        summary="reasoning-gym's chain_sum, worked as chain_sum_worked (running totals, then the answer)",
+        build=build,
+        chars=chain_sum.CHARS,
+        config=f"configs/{dataset}.yaml",
+        correct="reasoning_gym_final_answer",
+        dataset=dataset,
+        reference=reference,
+        kinds=chain_sum.kinds,
+        formats=chain_sum.WORKED.formats,
+    )
+
+
+WORKED = {"chain_sum_worked": _worked}  # reasoning-gym datasets offered in a built-in task's worked format
+
+
 def make(name: str) -> Task:
-    """The task for reasoning-gym's dataset `name`; a ValueError naming the problem (the extra missing, an unknown
-    name with the known ones)."""
+    """The task for reasoning-gym's dataset `name` (or one of WORKED); a ValueError naming the problem (the extra
+    missing, an unknown name with the known ones)."""
     rg = _require()
+    if name in WORKED:
+        return WORKED[name](name)
     known = sorted(rg.factory.DATASETS)
     if name not in known:
-        raise ValueError(f"reasoning-gym has no dataset {name!r} (it has: {', '.join(known)})")
+        raise ValueError(
+            f"reasoning-gym has no dataset {name!r} (it has: {', '.join(known)}; worked: {', '.join(WORKED)})"
+        )
     dataset = f"reasoning_gym_{name}"
 
     def build() -> dict[str, list[dict]]:
