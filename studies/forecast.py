@@ -16,13 +16,14 @@ The results (docs/results/forecast.json) and the table drawn from them are in do
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ._runs import REPO, add_output_and_jobs, read_metrics, run_logged
-from .results import RESULTS, each, markdown, measurement, pct, save
+from .results import RESULTS, each, markdown, measurement, merged, pct, save
 
 TASKS = (
     "addition",
@@ -109,7 +110,14 @@ def summarize(names: list[str], seeds: list[int], out: Path, command: str) -> di
                     "G": int(G),
                 }
         if runs:
-            tasks.append({"task": name, "config": config_of(name), "runs": runs})
+            tasks.append(
+                {
+                    "task": name,
+                    "config": config_of(name),
+                    "runs": runs,
+                    "measured": measurement(command, threads=1),
+                }
+            )
     return {
         "measurement": measurement(command, threads=1, side_by_side=2),
         "steps": STEPS,
@@ -176,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
         f"python -m studies.forecast --tasks {' '.join(args.tasks)} --seeds {' '.join(map(str, args.seeds))}"
     )
     results = summarize(args.tasks, args.seeds, args.out, command)
-    save(args.results, results)
+    old = json.loads(args.results.read_text()) if args.results.is_file() else None
+    save(args.results, merged(old, results, TASKS))  # (the other tasks' rows kept)
     print(table(results))
     print(f"wrote {args.results}; python -m studies.results renders the docs' tables from it")
 

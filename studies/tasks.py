@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ._runs import REPO, add_output_and_jobs, read_metrics, run_logged
-from .results import RESULTS, each, markdown, measurement, median, pct, save
+from .results import RESULTS, each, markdown, measurement, median, merged, pct, save
 
 DEFAULT_TASKS = (
     "reverse",
@@ -115,17 +115,6 @@ def summarize(names: list[str], seeds: list[int], out: Path, command: str) -> di
             }
         )
     return {"measurement": measurement(command, threads=1, side_by_side=2), "tasks": tasks}
-
-
-def merged(old: dict | None, new: dict) -> dict:
-    """A run on some tasks updates their rows of the results file and keeps the others' (each row carries where it
-    was measured), in DEFAULT_TASKS' order, then any other task's."""
-    if not old:
-        return new
-    rows = {t["task"]: t for t in old["tasks"]}
-    rows.update({t["task"]: t for t in new["tasks"]})
-    order = [n for n in DEFAULT_TASKS if n in rows] + [n for n in rows if n not in DEFAULT_TASKS]
-    return {"measurement": old["measurement"], "tasks": [rows[n] for n in order]}
 
 
 HEAD = [
@@ -283,7 +272,9 @@ def main(argv: list[str] | None = None) -> None:
         + " ".join(map(str, args.seeds))
     )
     results = summarize(args.tasks, args.seeds, args.out, command)
-    results = merged(json.loads(args.results.read_text()) if args.results.is_file() else None, results)
+    results = merged(
+        json.loads(args.results.read_text()) if args.results.is_file() else None, results, DEFAULT_TASKS
+    )
     save(args.results, results)
     print(table(results))
     print(f"wrote {args.results}; python -m studies.results renders the docs' tables from it")

@@ -61,3 +61,14 @@ def test_a_marker_is_rendered_in_place_and_nothing_else_changes(tmp_path):
         text.startswith(head) and text.endswith("<!-- /results -->\n\ntext after\n") and "stale" not in text
     )
     assert results.write_docs([doc]) == []  # rendered: idempotent
+
+
+def test_a_study_run_on_some_tasks_keeps_the_other_rows():
+    """studies.tasks and studies.forecast run on a few tasks: their rows are replaced, the others and the file's other
+    fields kept, in the study's order and then any other task's."""
+    old = {"measurement": "old", "steps": 20, "tasks": [{"task": t, "v": 0} for t in ("b", "z", "a")]}
+    new = {"measurement": "new", "steps": 20, "tasks": [{"task": "a", "v": 1}, {"task": "c", "v": 1}]}
+    out = results.merged(old, new, order=("a", "b", "c"))
+    assert [(t["task"], t["v"]) for t in out["tasks"]] == [("a", 1), ("b", 0), ("c", 1), ("z", 0)]
+    assert (out["measurement"], out["steps"]) == ("old", 20) and old["tasks"][2] == {"task": "a", "v": 0}
+    assert results.merged(None, new, order=()) is new
