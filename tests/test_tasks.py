@@ -203,15 +203,18 @@ def _expression(prompt: str) -> tuple[list[int], list[str]]:
 
 
 def test_chain_sum_rows_are_drawn_as_reasoning_gym_draws_them(splits):
-    """2 to 6 terms, all of one number of digits (1: 0 to 9; d: 10**(d-1) to 10**d - 1), + or -, padded to 4 digits;
-    the direct and worked formats share the rows; every class of terms and digits is drawn."""
+    """2 to 6 terms, all of one number of digits (1: 0 to 9; d: 10**(d-1) to 10**d - 1), + or -, padded to 4 digits
+    and every prompt to 30 characters; the direct and worked formats share the rows; every class of terms and digits
+    is drawn."""
     rows = [r for split in splits["chain_sum"].values() for r in split]
     assert splits["chain_sum_worked"] == splits["chain_sum"]
     classes = Counter()
     for r in rows:
         terms, ops = _expression(r["prompt"])
         assert (terms, "".join(ops)) == (r["terms"], r["ops"]) and 2 <= len(terms) <= 6
-        assert re.fullmatch(r"[0-9]{4}([+-][0-9]{4})+=", r["prompt"]), r["prompt"]
+        assert re.fullmatch(r"[0-9]{4}([+-][0-9]{4})+ *=", r["prompt"]) and len(r["prompt"]) == 30, r[
+            "prompt"
+        ]
         d = len(str(max(terms)))
         low = 0 if d == 1 else 10 ** (d - 1)
         assert all(low <= t < 10**d for t in terms) and 1 <= d <= 4

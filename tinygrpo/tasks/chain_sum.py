@@ -3,8 +3,10 @@
 The problems are drawn as reasoning-gym's `chain_sum` draws them at its default difficulty: a number of terms
 uniform in 2..6, one number of digits for all of a problem's terms uniform in 1..4 (one digit: 0 to 9; d digits:
 10**(d-1) to 10**d - 1), each operator + or - with even odds. The answer may be negative. Each term is written
-zero-padded to 4 digits, so a problem's k-th term always sits at the same place in its prompt (what made long
-addition learnable, docs/tasks.md).
+zero-padded to 4 digits and the expression filled with spaces to the longest one's width before the '=':
+"0016-0076+0024               =". A problem's k-th term, and its completion, then always sit at the same places
+(what made long addition learnable, docs/tasks.md; with each prompt as long as its expression, the worked reference
+of the same budget did not learn to find a term's units: docs/tasks.md).
 
 - `chain_sum`: the answer alone, "5671<eos>": the control;
 - `chain_sum_worked`: a running total after each term, then the answer (arXiv 2410.15787: multi-operand sums learn
@@ -34,7 +36,8 @@ WIDTH = 4  # a term's digits in the prompt
 TOTAL_WIDTH = 5  # a running total's digits: |total| <= 6 * 9999 < 10**5
 SIZES = {"validation": 500, "test": 500, "train": 20_000}  # (train last: see split_rows)
 SEED = 2032
-CHARS = "0123456789+-=,"
+PROMPT_WIDTH = TERMS[-1] * (WIDTH + 1) - 1  # the longest expression: every prompt is as long, '=' included
+CHARS = "0123456789+-=, "
 
 
 def running_totals(terms: list[int], ops: list[str]) -> list[int]:
@@ -57,8 +60,10 @@ def worked_total(terms: list[int], ops: list[str]) -> str:
 
 
 def padded(terms: list[int], ops: list[str]) -> str:
-    """The prompt: each term zero-padded to WIDTH digits, no spaces, then '='."""
-    return "".join(f"{op}{t:0{WIDTH}d}" for op, t in zip(["", *ops], terms, strict=True)) + "="
+    """The prompt: each term zero-padded to WIDTH digits, no spaces, the expression filled with spaces to the
+    width of the longest, then '='."""
+    expression = "".join(f"{op}{t:0{WIDTH}d}" for op, t in zip(["", *ops], terms, strict=True))
+    return expression.ljust(PROMPT_WIDTH) + "="
 
 
 def _problem(rng: random.Random) -> tuple[tuple[int, ...], tuple[str, ...]]:
@@ -100,7 +105,7 @@ def kinds(rows: dict[str, list]) -> dict[str, list[bool]]:
 
 
 # addition_long's reference (4 layers x 128, lr 1e-3, one thread): the same model and SFT budget for both formats,
-# room for the longest prompt (30) and worked completion (5 totals of 7, the answer and <eos>: 42).
+# room for the prompt (30) and the longest worked completion (5 totals of 7, the answer and <eos>: 42).
 REFERENCE = {
     "train_size": 0,
     "eval_split": "validation",
