@@ -46,9 +46,9 @@ CONTROLS = {
 }
 
 
-def ensure_reference(name: str) -> Path:
-    """The reference the task's recipe starts from (its config's model_name_or_path: its own, or another task's, as
-    reasoning_gym:chain_sum_worked starts from chain_sum_worked's), trained first if missing."""
+def reference_of(name: str) -> tuple[str, Path]:
+    """The task whose reference the task's recipe starts from (its config's model_name_or_path: its own, or another
+    task's, as reasoning_gym:chain_sum_worked starts from chain_sum_worked's), and where that reference is."""
     import yaml
 
     from tinygrpo.task import get_task, task_of_reference
@@ -57,10 +57,15 @@ def ensure_reference(name: str) -> Path:
     owner = task_of_reference(start)
     if owner is None:
         raise ValueError(f"{name}: its config starts from {start}, which no task's reference recipe trains")
-    path = REPO / start
+    return owner.name, REPO / start
+
+
+def ensure_reference(name: str) -> Path:
+    """The reference the task's recipe starts from, trained first if missing."""
+    owner, path = reference_of(name)
     if not (path / "config.json").is_file():
-        print(f"training the reference of {owner.name} (python train_sft.py --task {owner.name})", flush=True)
-        subprocess.run([sys.executable, "train_sft.py", "--task", owner.name], cwd=REPO, check=True)
+        print(f"training the reference of {owner} (python train_sft.py --task {owner})", flush=True)
+        subprocess.run([sys.executable, "train_sft.py", "--task", owner], cwd=REPO, check=True)
     return path
 
 
@@ -107,6 +112,7 @@ def summarize(names: list[str], seeds: list[int], out: Path, command: str) -> di
                 "prompt": test["prompt"],
                 "completion": f"{test[column]}<eos>",
                 "config": task.config,
+                "reference_task": reference_of(name)[0],
                 "reference": runs[0][1]["eval_before"]["eval/accuracy"],
                 "after": {str(r[0]): r[1]["eval_after"]["eval/accuracy"] for r in runs},
                 "mean_length": statistics.median(lengths),
@@ -144,7 +150,8 @@ def table(results: dict) -> str:
                 f"**{pct(mid)}** ({each(after)}; seeds {', '.join(t['after'])})",
                 f"{100 * (mid - t['reference']):+.1f} points",
                 f"{t['minutes']:.1f}",
-                f"`python train_sft.py --task {t['task']}`, then `accelerate launch train_grpo.py --config "
+                f"`python train_sft.py --task {t.get('reference_task', t['task'])}`, then `accelerate launch "
+                f"train_grpo.py --config "
                 f"{t['config']}`",
             ]
         )
