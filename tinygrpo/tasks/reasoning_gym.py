@@ -100,23 +100,19 @@ def _chain_sum_worked(rows: dict[str, list[dict]]) -> dict[str, list[dict]]:
     return out
 
 
-def _worked(name: str) -> Task:
+def _chain_sum_worked_task() -> Task:
     """`chain_sum_worked`: reasoning-gym's chain_sum through the built-in worked format. Its GRPO recipe starts from
     the built-in chain_sum_worked's reference (configs/reasoning_gym_chain_sum_worked.yaml); its own recipe, the
     same on reasoning-gym's train split, is there for `python train_sft.py --task reasoning_gym:chain_sum_worked`."""
     from tinygrpo.tasks import chain_sum
 
-    source = name.removesuffix("_worked")
-
     def build() -> dict[str, list[dict]]:
-        return _chain_sum_worked(
-            {split: [dict(r) for r in rows] for split, rows in build_for(source).items()}
-        )
+        return _chain_sum_worked(build_for("chain_sum"))  # (new rows: the cached ones are not touched)
 
-    dataset = f"reasoning_gym_{name}"
+    dataset = "reasoning_gym_chain_sum_worked"
     reference = chain_sum.WORKED.reference | {"output_dir": f"checkpoints/{dataset}"}
     return Task(
-        name=f"reasoning_gym:{name}",
+        name="reasoning_gym:chain_sum_worked",
         summary="reasoning-gym's chain_sum, worked as chain_sum_worked (running totals, then the answer)",
         build=build,
         chars=chain_sum.CHARS,
@@ -129,7 +125,9 @@ def _worked(name: str) -> Task:
     )
 
 
-WORKED = {"chain_sum_worked": _worked}  # reasoning-gym datasets offered in a built-in task's worked format
+WORKED = {
+    "chain_sum_worked": _chain_sum_worked_task
+}  # reasoning-gym datasets offered in a built-in task's worked format
 
 
 def make(name: str) -> Task:
@@ -137,7 +135,7 @@ def make(name: str) -> Task:
     missing, an unknown name with the known ones)."""
     rg = _require()
     if name in WORKED:
-        return WORKED[name](name)
+        return WORKED[name]()
     known = sorted(rg.factory.DATASETS)
     if name not in known:
         raise ValueError(
