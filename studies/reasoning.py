@@ -142,6 +142,21 @@ def more_sft(seed: int, out: Path, eval_split: str, seconds: float, exp: Experim
     return run_logged(cmd, d)
 
 
+def mixed_seconds(out: Path, seeds: list[int], results: Path) -> float:
+    """The seconds the more-SFT control adds to the reference's SFT: the median training minutes of the `mixed` runs
+    in `out`, else of the `mixed` row in the results file (the runs it was computed from, published)."""
+    if mixed := finished(out, "mixed", seeds):
+        return 60 * _med([rows[-1]["minutes"] for _, rows in mixed])
+    if results.is_file():
+        rows = [a for a in json.loads(results.read_text())["arms"] if a["arm"] == "mixed"]
+        if rows:
+            return 60 * rows[0]["minutes"]
+    sys.exit(
+        f"error: the more_sft control needs the mixed arm's minutes: no finished runs of it in {out}/mixed and "
+        f"no mixed row in {results}"
+    )
+
+
 def curves(d: Path) -> list[dict]:
     """A GRPO run's evaluations: step, training minutes, accuracy, the scratchpad's share, mean length."""
     rows = []
@@ -290,6 +305,24 @@ def summarize(
         "more_sft": sft_control(out, seeds, exp),
         "tokens": token_moves(run_dir(out, "mixed", seeds[0])),
         "losses": length_question(out, seeds),
+    }
+
+
+def updated(old: dict, new: dict) -> dict:
+    """A study of some arms updates their rows of the results file and keeps the others' (each new row then carries
+    its own `measurement`; the file's stays the one of the rows it kept): the GRPO arms in their order, the more-SFT control's, and
+    the token and loss tables, new where the study computed them."""
+    covered = {a["arm"] for a in new["arms"]} >= {a["arm"] for a in old["arms"]}
+    if covered and (new["more_sft"] or not old.get("more_sft")):
+        return new  # (every row measured again)
+    mark = {"measurement": new["measurement"]}
+    arms = {a["arm"]: a for a in old["arms"]} | {a["arm"]: {**a, **mark} for a in new["arms"]}
+    return {
+        **old,
+        "arms": [arms[a] for a in GRPO_ARMS if a in arms],
+        "more_sft": {**new["more_sft"], **mark} if new["more_sft"] else old.get("more_sft"),
+        "tokens": new["tokens"] or old.get("tokens"),
+        "losses": new["losses"] or old.get("losses"),
     }
 
 
@@ -463,9 +496,12 @@ def recipe_table(results: dict) -> str:
     return _tight(markdown(head, rows))
 
 
-def figure(out: Path, seeds: list[int], path: Path, exp: Experiment = MULTIPLICATION) -> None:
+def figure(out: Path, seeds: list[int], path: Path, exp: Experiment = MULTIPLICATION) -> bool:
     """Held-out accuracy, the scratchpad's share and the mean greedy length against training minutes: every seed
-    of each GRPO arm, and the more-SFT control as points at its extra minutes."""
+    of each GRPO arm, and the more-SFT control as points at its extra minutes. False, and nothing written, without
+    finished runs of the mixed arm (a study of the control alone leaves the published figure alone)."""
+    if not finished(out, "mixed", seeds):
+        return False
     import matplotlib
 
     matplotlib.use("Agg")
@@ -499,6 +535,7 @@ def figure(out: Path, seeds: list[int], path: Path, exp: Experiment = MULTIPLICA
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+    return True
 
 
 SYNTAX = set("*=,+") | {"<eos>"}
@@ -649,10 +686,7 @@ def main(argv: list[str] | None = None) -> None:
             codes = list(pool.map(lambda j: grpo(*j[1:], args.out, args.eval_split, args.flags, exp), first))
         seconds = None
         if later and later[0][0] == "sft":
-            mixed = finished(args.out, "mixed", args.seeds)
-            if not mixed:
-                sys.exit("error: the more_sft control needs finished runs of the mixed arm (its seconds)")
-            seconds = 60 * _med([rows[-1]["minutes"] for _, rows in mixed])
+            seconds = mixed_seconds(args.out, args.seeds, args.results)
 
         def job(j: tuple[str, str, int]) -> int:
             kind, arm, seed = j
@@ -671,6 +705,8 @@ def main(argv: list[str] | None = None) -> None:
     command += f" --eval_split {args.eval_split}" if args.eval_split != "test" else ""
     command += f" -- {' '.join(args.flags)}" if args.flags else ""
     results = summarize(args.out, args.seeds, command, args.eval_split, exp)
+    if args.results.is_file():
+        results = updated(json.loads(args.results.read_text()), results)
     save(args.results, results)
     print(all_tables(results))
     print(f"wrote {args.results}; python -m studies.results renders the docs' tables from it")

@@ -475,3 +475,51 @@ def test_more_sft_row_gives_the_minutes_its_extra_steps_buy_at_the_references_ra
     assert row.startswith("| `more_sft` (no RL: 7000 SFT steps, not 4000) |")
     assert "**25.0%** (30.0% / 20.0%; seeds 42, 1)" in row
     assert row.endswith(f"| {3000 * 800 / 4000 / 60:.1f} more of SFT (at the reference's rate) |")
+
+
+def test_a_study_of_the_control_alone_keeps_the_published_arms_and_figure(tmp_path, monkeypatch):
+    """`--arms more_sft` with no GRPO runs in --out: the control is sized by the mixed row of the results file, the
+    file keeps its GRPO rows (the new row carries its own measurement), and the figure of the arms is not redrawn."""
+    from studies import reasoning as study
+
+    _more_sft(tmp_path, monkeypatch, [(42, 7000, 0.3, 0.1)])
+    out, docs = tmp_path, tmp_path / "docs"
+    docs.mkdir()
+    results = docs / "reasoning.json"
+    with pytest.raises(SystemExit, match=r"error: the more_sft control needs the mixed arm's minutes"):
+        study.mixed_seconds(out, [42], results)  # (no runs, no file)
+    old_rows = [
+        {"arm": arm, "start": 0.1, "after": {"42": 0.2}, "share_start": 0.1, "share_after": 0.0}
+        | {"accuracy_within_after": None, "length_start": 6.0, "length_after": 6.0, "minutes": minutes}
+        for arm, minutes in (("mixed", 1.5), ("direct", 1.2))
+    ]
+    old = {"measurement": {"command": "an earlier study"}, "arms": old_rows, "more_sft": None}
+    results.write_text(json.dumps(old | {"tokens": None, "losses": None}))
+    assert study.mixed_seconds(out, [42], results) == 90.0  # the mixed row's minutes
+    (docs / "reasoning.png").write_bytes(b"published")
+    study.main(
+        ["--summarize", "--seeds", "42", "--out", str(out), "--docs", str(docs), "--results", str(results)]
+    )
+    new = json.loads(results.read_text())
+    assert new["arms"] == old_rows and new["tokens"] is None
+    assert new["measurement"] == old["measurement"]
+    assert new["more_sft"]["after"] == {"42": 0.3} and new["more_sft"]["measurement"]["command"].startswith(
+        "python -m studies.reasoning"
+    )
+    assert (docs / "reasoning.png").read_bytes() == b"published"
+    # every row measured again: the new results replace the file's
+    _grpo_run(
+        study.run_dir(out, "mixed", 42), [(0, None, 0.1, 0.1, 6.0, None), (5, 120.0, 0.3, 0.0, 6.0, None)]
+    )
+    _grpo_run(
+        study.run_dir(out, "direct", 42), [(0, None, 0.1, 0.0, 6.0, None), (5, 90.0, 0.1, 0.0, 6.0, None)]
+    )
+    assert study.mixed_seconds(out, [42], results) == 120.0  # the runs' own minutes first
+    study.main(
+        ["--summarize", "--seeds", "42", "--out", str(out), "--docs", str(docs), "--results", str(results)]
+    )
+    again = json.loads(results.read_text())
+    assert [a["after"] for a in again["arms"]] == [{"42": 0.3}, {"42": 0.1}] and "measurement" not in again[
+        "more_sft"
+    ]
+    assert (docs / "reasoning.png").read_bytes() != b"published"
