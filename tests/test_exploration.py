@@ -223,9 +223,9 @@ def test_explore_round_k_samples_at_the_kth_temperature_the_last_one_repeating(
     G, temps = 4, [1.5, 2.5, 3.5]
     calls: list[tuple[list[int], float]] = []
 
-    def recording(idx: list[int], temperature: float):
+    def recording(idx: list[int], temperature: float, sizes: list[int] | None = None):
         calls.append((list(idx), temperature))
-        return sample(idx, temperature)
+        return sample(idx, temperature, sizes)
 
     def staged(completions: list[str], prompts: list[str], **kw) -> list[float]:
         if not calls:  # the trainer's start-up probe of every reward on every row, before any round

@@ -920,8 +920,11 @@ FIRST_HALF = (
         [],
         ["--top_entropy_quantile", "0.5"],
         ["--reward_funcs", "FIRST_HALF", "--beta", "0", "--explore_rounds", "0"],
+        # a screen of 2 samples, then 2 more of every prompt whose screen differs: every group of 4 again (the
+        # alternating reward differs in every screen), sampled in two passes and gathered from rows that may differ
+        ["--sample_allocation", "screen", "--allocation_unit", "2"],
     ],
-    ids=["plain", "top_entropy", "uneven_signal"],
+    ids=["plain", "top_entropy", "uneven_signal", "screen"],
 )
 def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path, extra):
     # The same global batch on 1 and on 2 processes gives the same gradient. Greedy sampling (top_k 1) makes the

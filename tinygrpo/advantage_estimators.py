@@ -209,23 +209,27 @@ class AdvEstimator:
     # Defined on 0/1 rewards only (None allowed): the start-up probe checks every reward function's combined value
     # on every training row, and each round its rewards, so that a run fails with one line, not mid-run.
     binary_rewards: bool = False
+    # A group's advantages depend on that group's inputs only (not on batch statistics): groups of several sizes
+    # can then be computed size by size (tinygrpo/group_sizes.py).
+    per_group: bool = True
 
 
 ADV_ESTIMATORS: dict[str, AdvEstimator] = {}
 
 
 def register_adv_est(
-    name: str, needs: tuple[str, ...] = (), *, binary_rewards: bool = False
+    name: str, needs: tuple[str, ...] = (), *, binary_rewards: bool = False, per_group: bool = True
 ) -> Callable[[AdvEstFn], AdvEstFn]:
     """Register an advantage estimator as advantage_mode `name`; `needs`: the inputs it reads beyond the rewards;
-    `binary_rewards`: it is defined on 0/1 rewards only (the trainer checks them)."""
+    `binary_rewards`: it is defined on 0/1 rewards only (the trainer checks them); `per_group`: a group's advantages
+    depend on that group only (False for statistics over the batch: groups of several sizes are then refused)."""
 
     def register(fn: AdvEstFn) -> AdvEstFn:
         if name in ADV_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
         if not set(needs) <= set(NEEDS):
             raise ValueError(f"advantage estimator {name!r}: needs must be among {NEEDS}, got {needs}")
-        ADV_ESTIMATORS[name] = AdvEstimator(fn, tuple(needs), binary_rewards)
+        ADV_ESTIMATORS[name] = AdvEstimator(fn, tuple(needs), binary_rewards, per_group)
         return fn
 
     return register
@@ -255,12 +259,12 @@ def _pass_at_k(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor
     return pass_at_k_advantages(x.rewards, cfg.num_generations, cfg.train_pass_k)
 
 
-@register_adv_est("reinforce_pp", needs=("lengths",))
+@register_adv_est("reinforce_pp", needs=("lengths",), per_group=False)
 def _reinforce_pp(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
     return reinforce_pp_advantages(x.rewards, x.lengths, cfg.num_generations, baseline=False)
 
 
-@register_adv_est("reinforce_pp_baseline", needs=("lengths",))
+@register_adv_est("reinforce_pp_baseline", needs=("lengths",), per_group=False)
 def _reinforce_pp_baseline(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
     return reinforce_pp_advantages(x.rewards, x.lengths, cfg.num_generations, baseline=True)
 

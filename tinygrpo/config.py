@@ -22,6 +22,7 @@ from .advantage_estimators import (
     MULTI_OBJECTIVE_AGGREGATIONS,
     needs_binary_rewards,
 )
+from .allocation import SAMPLE_ALLOCATIONS
 from .checks import (
     AT_LEAST_1,
     NON_NEGATIVE,
@@ -89,8 +90,11 @@ BOUNDS: dict[str, Bound] = {
     "ref_model_mixup_alpha": PROBABILITY,  # a convex combination's weight
     "ref_model_sync_steps": AT_LEAST_1,
     "prompt_sampler_floor": POSITIVE,  # so that every prompt keeps a chance to be drawn
-    "pass_rate_ema": Bound(0, 1, lo_open=True),  # an EMA's weight: 0 would never learn a pass rate
+    "pass_rate_ema": Bound(0, 1, lo_open=True),
+    "screen_hard_below": PROBABILITY,  # an EMA's weight: 0 would never learn a pass rate
     "explore_rounds": NON_NEGATIVE,
+    "allocation_unit": AT_LEAST_1,  # samples per unit of sample_allocation
+    "max_num_generations": Bound(2, words=">= 2 (a group needs a baseline)"),
     # temperatures of the explore rounds (log-probs divide by them); the list must not be empty
     "explore_temperatures": Bound(0, lo_open=True, words="positive numbers"),
     "explore_importance_sampling_clip_max": POSITIVE,  # a cap on weights that are > 0
@@ -105,6 +109,7 @@ MAX_ROUNDS_PER_STEP = 32
 # The registries' live names: a loss or estimator registered after this module is loaded is a valid choice too.
 CHOICES: dict[str, Collection[str]] = {
     "prompt_sampler": PROMPT_SAMPLERS,
+    "sample_allocation": SAMPLE_ALLOCATIONS,
     "loss_type": POLICY_LOSSES.keys(),
     "kl_estimator": KL_ESTIMATORS,
     "advantage_mode": ADV_ESTIMATORS.keys(),
@@ -237,6 +242,7 @@ class GRPOConfig(
                 f"plain steps); at most {MAX_ROUNDS_PER_STEP} rounds a step: lower explore_rounds or "
                 "max_dynamic_sampling_rounds"
             )
+        self._check_allocation()
         # A command line cannot pass None: "" or the word None means "no evaluation split".
         if self.eval_split in ("", "None", "none", "null"):
             self.eval_split = None
@@ -245,6 +251,38 @@ class GRPOConfig(
             raise ConfigError("use_kl_in_reward needs beta > 0 (the KL's coefficient in the reward)")
         if self.sync_ref_model and self.beta == 0:
             raise ConfigError("sync_ref_model needs beta > 0 (with beta == 0 there is no reference)")
+
+    def _check_allocation(self) -> None:
+        """sample_allocation other than fixed: units that divide G and the cap, and an estimator computed group by
+        group (groups then differ in size: tinygrpo/group_sizes.py)."""
+        if self.sample_allocation == "fixed":
+            return
+        from .advantage_estimators import AdvantageConfig
+        from .group_sizes import per_group_estimator
+
+        what = f"sample_allocation {self.sample_allocation}"
+        G, U, cap = self.num_generations, self.allocation_unit, self.max_num_generations
+        if G % U or cap % U or cap < G:
+            raise ConfigError(
+                f"{what}: allocation_unit={U} must divide num_generations={G} and max_num_generations={cap}, and "
+                f"max_num_generations must be at least num_generations"
+            )
+        if not per_group_estimator(
+            AdvantageConfig.from_config(self, [1.0] * len(self.reward_funcs or [None]))
+        ):
+            raise ConfigError(
+                f"{what} gives prompts groups of different sizes, whose advantages are computed group by group: "
+                f"advantage_mode {self.advantage_mode} with scale_rewards {self.scale_rewards} and "
+                f"multi_objective_aggregation {self.multi_objective_aggregation} reads the whole batch (use "
+                "scale_rewards group or none, an estimator other than reinforce_pp, and sum_then_normalize)"
+            )
+        if self.advantage_mode == "pass_at_k" and self.train_pass_k >= U:
+            raise ConfigError(f"{what}: advantage_mode pass_at_k needs train_pass_k < allocation_unit={U}")
+
+    @property
+    def unit(self) -> int:
+        """Completions sampled per prompt row: G, or allocation_unit when prompts get whole units of it."""
+        return self.num_generations if self.sample_allocation == "fixed" else self.allocation_unit
 
     @property
     def entropy_bonus(self) -> bool:

@@ -34,6 +34,16 @@ class Processes:
         out = self.acc.gather(padded)
         return out[~out.isnan()].to(t.device, t.dtype)
 
+    def gather_rows(self, t: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """Concatenation over processes, in rank order, of tensors whose first dimension is counts[rank] on each
+        (every process knows them): padded to the longest, gathered, cut back. Exact, NaN included."""
+        if self.num == 1:
+            return t
+        m = max(counts)
+        padded = torch.cat([t, t.new_zeros((m - t.size(0), *t.shape[1:]))])
+        out = self.gather(padded)
+        return torch.cat([out[i * m : i * m + c] for i, c in enumerate(counts)])
+
     def reduce(self, t: torch.Tensor, op: str) -> torch.Tensor:
         """ "sum", "mean" or "max" over processes."""
         return self.acc.reduce(t.to(self.acc.device), op).to(t.device) if self.num > 1 else t

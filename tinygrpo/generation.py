@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 
 import torch
 import torch.nn as nn
@@ -26,18 +27,20 @@ from .advantage_estimators import (
     ADV_ESTIMATORS,
     AdvantageConfig,
     AdvantageInputs,
-    compute_advantages,
     needs_binary_rewards,
 )
+from .allocation import knapsack_units, pass_rate_estimates
 from .backend import Backend
 from .batch import Batch, concat_batches
 from .config import GRPOConfig
 from .core import selective_log_softmax
 from .distributed import Processes
 from .forecast import SignalForecast, forecast_signal
+from .group_sizes import group_reduce, group_starts, rows_of, sized_advantages
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
 from .rollout import Rollout, SamplingParams, decode_rows, sample_completions
+from .round import Round, merged
 
 
 class RewardFailure(RewardError):
@@ -54,51 +57,6 @@ class RewardSpec:
     names: list[str]
     weights: list[float]
     kwargs: dict
-
-
-@dataclass
-class Round:
-    """One generation round on this process: G completions of each of its P prompts, decoded and scored; then their
-    advantages (over the global batch for a round at the run's temperature, within the round for an explore round)."""
-
-    idx: list[int]  # (P,) training-prompt indices
-    prompt_ids: torch.Tensor  # (P, Tp) left-padded
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor  # (n, Tc), n = P * G
-    completion_mask: torch.Tensor  # (n, Tc) float; 0 after EOS (and on truncated rows if they are masked)
-    is_eos: torch.Tensor  # (n,) bool: ended with EOS (not truncated)
-    lengths: torch.Tensor  # (n,) tokens per completion, EOS included
-    prompts: list[str]  # (n,) the prompt of each completion
-    completions: list[str]  # (n,) decoded, <eos> kept
-    rewards_per_func: torch.Tensor  # (n, F) float32, NaN = the function returned None
-    rewards: torch.Tensor  # (n,) combined
-    seconds_generate: float
-    seconds_reward: float
-    greedy_rewards: torch.Tensor | None = None  # (P,) the greedy answer's reward (an estimator that needs it)
-    kl: torch.Tensor | None = None  # (n,) summed k1 to the reference over each completion (use_kl_in_reward)
-    # Set once the advantages are known (BatchGenerator.round):
-    advantages: torch.Tensor | None = None  # (n,) this process's rows
-    all_rewards: torch.Tensor | None = None  # (N,) combined rewards of every process's completions
-    zero_std: torch.Tensor | None = (
-        None  # (N / G,) every process's groups: all valid rewards equal (no signal)
-    )
-    has_signal: torch.Tensor | None = None  # (P,) this process's groups that are not zero_std
-
-    def shaped_rewards(self, beta: float) -> torch.Tensor:
-        """The rewards the advantages see: less beta x the summed KL with use_kl_in_reward."""
-        return self.rewards if self.kl is None else self.rewards - beta * self.kl
-
-    @property
-    def batch(self) -> Batch:
-        """The round as the update sees it (P groups; advantages as set)."""
-        return Batch(
-            self.prompt_ids,
-            self.prompt_mask,
-            self.completion_ids,
-            self.completion_mask,
-            self.advantages,
-            self.rewards,
-        )
 
 
 @dataclass
@@ -132,6 +90,7 @@ class BatchGenerator:
         self.cfg, self.model, self.backend, self.tokenizer = cfg, model, backend, tokenizer
         self.prompts, self.rewards, self.procs = prompts, rewards, processes
         self.G = cfg.num_generations
+        self.unit = cfg.unit  # completions per prompt row: G, or allocation_unit (sample_allocation)
         self.generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + processes.rank)
         self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_rows
         self.rewarded = False  # some reward function has applied to some sample of this run
@@ -187,7 +146,7 @@ class BatchGenerator:
                     break
                 r = self.round()
                 rounds.append(r)
-                sel = torch.nonzero(r.has_signal).flatten()[: max(0, target - have)]
+                sel = signal_rows(r, max(0, target - have))
                 parts.append(r.batch.groups(sel))
                 have += sel.numel()
             if have == 0:  # nothing with signal in any round: one group, kept for DDP's forward (no_signal)
@@ -215,44 +174,48 @@ class BatchGenerator:
         G at a time at the next of `explore_temperatures`, until a round gives it a group whose rewards differ (that
         group is trained on, its advantages computed within the group) or the temperatures are used up. Local to
         this process: each process explores its own prompts. Returns the groups found and each round's samples."""
-        cfg, G = self.cfg, self.G
-        P = first.batch.num_groups
-        r = self.procs.rank
+        cfg, G, U = self.cfg, self.G, self.unit
         best = float(first.all_rewards.nan_to_num(float("-inf")).max())
-        top = first.all_rewards.view(-1, G)[r * P : (r + 1) * P].nan_to_num(float("-inf")).amax(1)  # (P,)
-        todo = torch.nonzero(~first.has_signal & (top < best)).flatten()  # this process's failed groups
-        idx = [first.idx[i] for i in todo.tolist()]
+        top = group_reduce(first.rewards.nan_to_num(float("-inf")), first.sizes, U, "amax")  # (groups,)
+        heads = torch.arange(len(first.idx)) if first.sizes is None else group_starts(first.sizes, 1)
+        todo = torch.nonzero(
+            ~first.has_signal[heads] & (top < best)
+        ).flatten()  # this process's failed groups
+        idx = [first.idx[i] for i in heads[todo].tolist()]
         found: list[Batch] = []
         rounds: list[Round] = []
         for k in range(cfg.explore_rounds):
             temperature = cfg.explore_temperatures[min(k, len(cfg.explore_temperatures) - 1)]
             if not idx:
                 break
-            s = self.sample(idx, temperature)
+            s = self.sample(idx, temperature, None if U == G else [G // U] * len(idx))  # G samples a prompt
             rounds.append(s)
             # Within the round (its groups are this process's own), so scale_rewards "batch" falls back to "group".
             scale = "group" if cfg.scale_rewards == "batch" else cfg.scale_rewards
-            s.advantages, s.zero_std = self.advantages(s.shaped_rewards(cfg.beta), s, scale)
+            s.advantages, s.zero_std = self.advantages(s.shaped_rewards(cfg.beta), s, scale, sizes=s.sizes)
             hit = torch.nonzero(~s.zero_std).flatten()
             if hit.numel():
-                b = replace(s.batch, temperature=torch.full((len(idx) * G,), temperature)).groups(hit)
-                found.append(b)
+                b = replace(s.batch, temperature=torch.full((len(idx) * G,), temperature))
+                found.append(b.groups(hit if s.sizes is None else rows_of(hit, s.sizes, 1)))
             hits = set(hit.tolist())
             idx = [i for j, i in enumerate(idx) if j not in hits]
         return found, rounds
 
-    def sample(self, idx: list[int], temperature: float) -> Round:
-        """G completions of each of the prompts `idx` (this process's), decoded and scored."""
-        cfg, G = self.cfg, self.G
+    def sample(self, idx: list[int], temperature: float, sizes: list[int] | None = None) -> Round:
+        """U completions of each of the prompts `idx` (this process's), decoded and scored; with `sizes`, prompt
+        idx[j] is sizes[j] consecutive prompt rows (its group: sizes[j] * U completions)."""
+        cfg, U = self.cfg, self.unit
+        if sizes is not None:
+            idx = [i for i, k in zip(idx, sizes, strict=True) for _ in range(k)]
         t0 = time.perf_counter()
-        prompt_ids, prompt_mask, ro = self._rollout(idx, temperature, self.generator)
+        prompt_ids, prompt_mask, ro = self._rollout(idx, temperature, self.generator, U)
         completion_ids = ro.completion_ids.clone()  # out of inference mode: autograd may save it
         completion_mask = ro.completion_mask.float()
         is_eos = ro.is_eos.clone()
         t1 = time.perf_counter()
 
         lengths = ro.completion_mask.sum(1)  # (n,) tokens per completion, EOS included
-        prompts, completions, per_func, rewards = self.score(idx, completion_ids, lengths, G)
+        prompts, completions, per_func, rewards = self.score(idx, completion_ids, lengths, U)
         greedy = (
             self.greedy_rewards(idx, prompt_ids, prompt_mask) if "greedy_rewards" in self.adv_needs else None
         )
@@ -278,6 +241,7 @@ class BatchGenerator:
             t2 - t1,
             greedy,
             kl,
+            sizes,
         )
 
     def forecast(self, count: int, verifier) -> SignalForecast:
@@ -290,7 +254,7 @@ class BatchGenerator:
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 104_729)
         order = torch.randperm(len(self.prompts), generator=gen)[: min(count, len(self.prompts))]
         idx = sorted(order.tolist())
-        _, _, ro = self._rollout(idx, cfg.temperature, gen)
+        _, _, ro = self._rollout(idx, cfg.temperature, gen, G)
         _, completions, _, rewards = self.score(idx, ro.completion_ids, ro.completion_mask.sum(1), G)
         # (what the first round would find: said before it, as it would say it)
         if bool(rewards.isnan().all()):
@@ -304,9 +268,9 @@ class BatchGenerator:
         return forecast_signal(rewards, right, G, time.perf_counter() - t0)
 
     def _rollout(
-        self, idx: list[int], temperature: float, generator: torch.Generator
+        self, idx: list[int], temperature: float, generator: torch.Generator, reps: int
     ) -> tuple[torch.Tensor, torch.Tensor, Rollout]:
-        """G completions of each of the prompts `idx`, drawn from `generator`: the prompts (left-padded, on the
+        """`reps` completions of each of the prompts `idx`, drawn from `generator`: the prompts (left-padded, on the
         model's device) and the rollout."""
         cfg = self.cfg
         device = next(self.model.parameters()).device  # (prompts are tokenized on the CPU; a no-op there)
@@ -316,7 +280,7 @@ class BatchGenerator:
             self.model,
             prompt_ids,
             prompt_mask,
-            self.G,
+            reps,
             params,
             eos_token_id=self.tokenizer.eos_token_id,
             pad_token_id=self.tokenizer.pad_token_id,
@@ -350,7 +314,7 @@ class BatchGenerator:
     ) -> torch.Tensor:
         """(n,) sum over each completion's tokens of k1 = log pi(y_t) - log pi_ref(y_t), at the run's temperature:
         an unbiased estimate of the sequence KL(pi || pi_ref) (use_kl_in_reward)."""
-        layout = self.backend.layout(self.model, prompt_ids, prompt_mask, ids, self.G, mask)
+        layout = self.backend.layout(self.model, prompt_ids, prompt_mask, ids, self.unit, mask)
         t = self.cfg.temperature
         logp = selective_log_softmax(self.backend.logits(self.model, layout), ids, t)
         ref = selective_log_softmax(self.backend.logits(self.ref_model, layout), ids, t)
@@ -374,50 +338,117 @@ class BatchGenerator:
         return self.score(idx, ro.completion_ids, ro.completion_mask.sum(1), 1)[3]
 
     def advantages(
-        self, rewards: torch.Tensor, s: Round, scale_rewards: str, gather=lambda t: t
+        self,
+        rewards: torch.Tensor,
+        s: Round,
+        scale_rewards: str,
+        gather=lambda t: t,
+        sizes: list[int] | None = None,
+        gather_units=None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The registered estimator's advantages of `rewards` (the shaped rewards of `s`, gathered or local) and each
-        group's zero_std; of the rest of `s` only what the estimator needs is gathered."""
+        group's zero_std, for groups of `sizes` prompt rows (None: one each); of the rest of `s` only what the
+        estimator needs is gathered."""
         needs = self.adv_needs
         x = AdvantageInputs(
             rewards,
             lengths=gather(s.completion_mask.sum(1).cpu()) if "lengths" in needs else None,
-            greedy_rewards=gather(s.greedy_rewards) if "greedy_rewards" in needs else None,
+            greedy_rewards=(gather_units or gather)(s.greedy_rewards) if "greedy_rewards" in needs else None,
             rewards_per_func=gather(s.rewards_per_func) if self.gdpo else None,
         )
         cfg = self.adv_cfg
-        return compute_advantages(
-            x, cfg if scale_rewards == cfg.scale_rewards else replace(cfg, scale_rewards=scale_rewards)
-        )
+        cfg = cfg if scale_rewards == cfg.scale_rewards else replace(cfg, scale_rewards=scale_rewards)
+        return sized_advantages(x, cfg, sizes, self.unit)
 
     def round(self) -> Round:
-        """G completions of this process's share of the next global prompts; advantages on the global batch."""
-        cfg, G = self.cfg, self.G
+        """This process's share of the next global prompts, each sampled G times (or as sample_allocation says);
+        advantages on the global batch."""
+        cfg = self.cfg
         global_idx = self._global_prompts()
         per_proc = len(global_idx) // self.procs.num
         r = self.procs.rank
-        s = self.sample(global_idx[r * per_proc : (r + 1) * per_proc], cfg.temperature)
+        local = global_idx[r * per_proc : (r + 1) * per_proc]
+        if cfg.sample_allocation == "screen":
+            s = self.screen(local)
+        else:
+            s = self.sample(local, cfg.temperature, self.allocate(local))
+        sizes, gather, gather_units, start = (
+            s.sizes,
+            self.procs.gather,
+            self.procs.gather,
+            r * s.rewards.numel(),
+        )
+        all_sizes = None
+        if sizes is not None:  # every process's groups, in rank order (as many on each; rows may differ)
+            all_sizes = self.procs.gather(torch.tensor(sizes)).tolist()
+            units = [sum(all_sizes[i * per_proc : (i + 1) * per_proc]) for i in range(self.procs.num)]
+            gather = partial(self.procs.gather_rows, counts=[u * self.unit for u in units])
+            gather_units = partial(self.procs.gather_rows, counts=units)
+            start = sum(units[:r]) * self.unit
 
         # Advantages on the GLOBAL batch (exact for scale_rewards="batch"); each process keeps its own rows.
-        all_rewards = self.procs.gather(s.rewards)
+        all_rewards = gather(s.rewards)
         if not self.rewarded and bool(all_rewards.isnan().all()):
             # Nothing has applied yet: a run on these rewards would train on nothing at all. (Later, a round whose
             # rewards all are None is a round without signal, like one whose rewards are all equal.)
             raise RewardError(no_reward_applies(all_rewards.numel(), self.rewards.names))
-        shaped = all_rewards if s.kl is None else all_rewards - cfg.beta * self.procs.gather(s.kl)
-        adv, zero_std = self.advantages(shaped, s, cfg.scale_rewards, self.procs.gather)
+        shaped = all_rewards if s.kl is None else all_rewards - cfg.beta * gather(s.kl)
+        adv, zero_std = self.advantages(shaped, s, cfg.scale_rewards, gather, all_sizes, gather_units)
         self.rewarded = True
         if self.stats is not None:
-            self.stats.update(global_idx, all_rewards, G)
-        n, P = s.rewards.numel(), len(s.idx)
-        s.advantages = adv[r * n : (r + 1) * n].contiguous()
-        s.all_rewards, s.zero_std, s.has_signal = all_rewards, zero_std, ~zero_std[r * P : (r + 1) * P]
+            self.stats.update(global_idx, all_rewards, self.unit, all_sizes)
+        n, P = s.rewards.numel(), len(local)
+        s.advantages = adv[start : start + n].contiguous()
+        s.all_rewards, s.zero_std, s.all_sizes = all_rewards, zero_std, all_sizes
+        signal = ~zero_std[r * P : (r + 1) * P]  # (P,) this process's groups
+        s.has_signal = signal if sizes is None else signal.repeat_interleave(torch.tensor(sizes))
         return s
+
+    def screen(self, idx: list[int]) -> Round:
+        """sample_allocation screen (SPEED, Zhang et al. 2025, arXiv 2506.09016): one unit of each prompt first;
+        the prompts whose screen is mixed (rewards differ), or that were solved before but rarely (pass-rate estimate
+        in (0, screen_hard_below)), get the rest of a group of G; the others keep their screen alone (no signal
+        when its rewards are equal: dynamic sampling drops it)."""
+        cfg, U = self.cfg, self.unit
+        first = self.sample(idx, cfg.temperature)
+        r = first.rewards.view(-1, U)
+        valid = ~r.isnan()
+        mixed = r.nan_to_num(float("-inf")).amax(1) > torch.where(valid, r, torch.inf).amin(1)
+        ema = self.stats.pass_rate[torch.tensor(idx)]
+        hard = (ema > 0) & (ema < cfg.screen_hard_below)  # (NaN: unseen, neither)
+        go = (mixed | hard).tolist()
+        k = self.G // U - 1
+        if not any(go) or k == 0:
+            return replace(first, sizes=[1] * len(idx))
+        more = self.sample([i for i, g in zip(idx, go, strict=True) if g], cfg.temperature, [k] * sum(go))
+        return merged(first, more, [k if g else 0 for g in go], self.tokenizer.pad_token_id)
+
+    def allocate(self, idx: list[int]) -> list[int] | None:
+        """Prompt rows (units of allocation_unit samples) for each of this process's prompts `idx`, by
+        sample_allocation (tinygrpo/allocation.py); None: G samples each (fixed). Every process's prompts share
+        the same budget, len(idx) * G samples."""
+        cfg = self.cfg
+        if cfg.sample_allocation == "fixed":
+            return None
+        rows = torch.tensor(idx)
+        p = pass_rate_estimates(self.stats.pass_rate[rows], self.stats.samples[rows])
+        budget = len(idx) * self.G // self.unit
+        return knapsack_units(p, budget, self.unit, cfg.max_num_generations // self.unit)
 
     def _global_prompts(self) -> list[int]:
         """The next global batch of prompts (each process takes its share: whole groups)."""
         per_proc = self.cfg.generation_size // self.G
         return self.prompts.take(per_proc * self.procs.num)
+
+
+def signal_rows(r: Round, room: int) -> torch.Tensor:
+    """This process's prompt rows of `r` whose group has signal, whole groups in order, at most `room` rows (the
+    groups that fit in turn: the first that does not ends the list)."""
+    if r.sizes is None:
+        return torch.nonzero(r.has_signal).flatten()[:room]
+    with_signal = torch.nonzero(r.has_signal[group_starts(r.sizes, 1)]).flatten()  # (groups)
+    fits = torch.cumsum(torch.tensor(r.sizes)[with_signal], 0) <= room  # (a prefix: the sum only grows)
+    return rows_of(with_signal[fits], r.sizes, 1)
 
 
 def no_reward_applies(samples: int, names: list[str]) -> str:

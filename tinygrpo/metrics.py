@@ -15,7 +15,8 @@ from rewards import reward_metrics
 
 from .distributed import Processes
 from .evaluation import format_counts, format_metrics
-from .generation import Round, ScoredBatch
+from .generation import ScoredBatch
+from .round import Round
 from .task import Formats
 from .update import UpdateStats
 
@@ -61,7 +62,7 @@ def step_metrics(
     m.update(
         {
             "reward": float(valid.mean()) if valid.numel() else 0.0,
-            "reward_std": float(all_rewards.view(-1, G).nan_to_num(0).std(1).mean()),
+            "reward_std": reward_std(all_rewards, first.all_sizes, G),
             "frac_reward_zero_std": float(first.zero_std.float().mean()),
             "completions/mean_length": sum(lengths) / len(lengths),
             "completions/min_length": float(min(lengths)),
@@ -96,6 +97,14 @@ def step_metrics(
         }
     )
     return m
+
+
+def reward_std(rewards: torch.Tensor, sizes: list[int] | None, unit: int) -> float:
+    """The mean over groups of each group's reward std (NaN as 0, TRL's); groups of `sizes` units of `unit` rows."""
+    r = rewards.nan_to_num(0)
+    if sizes is None:
+        return float(r.view(-1, unit).std(1).mean())
+    return float(torch.stack([g.std() for g in r.split([k * unit for k in sizes])]).mean())
 
 
 def verified_metrics(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .advantage_estimators import ADVANTAGE_MODES, MULTI_OBJECTIVE_AGGREGATIONS
+from .allocation import SAMPLE_ALLOCATIONS
 from .core import SCALE_REWARDS
 from .prompt_stats import PROMPT_SAMPLERS
 
@@ -198,6 +199,36 @@ class Exploration:
     )
     max_dynamic_sampling_rounds: int = field(
         default=3, metadata={"help": "Bound on dynamic sampling refills (extra generation rounds per step)."}
+    )
+    sample_allocation: str = field(
+        default="fixed",
+        metadata={
+            "help": f"How many samples each prompt of a round gets: {', '.join(SAMPLE_ALLOCATIONS)}. fixed: G each "
+            "(GRPO); knapsack: the round's P x G samples split prompt by prompt, in units of allocation_unit, to "
+            "maximise the summed (1 - p^n - (1-p)^n) p (1-p)^2 of n samples at each prompt's pass-rate estimate p "
+            "(Knapsack RL, Li et al. 2025, arXiv 2509.25849), at least one unit and at most max_num_generations each; "
+            "screen: allocation_unit samples of every prompt first, the rest of a group of G only where they differ or "
+            "the prompt is known to be hard (SPEED, Zhang et al. 2025, arXiv 2506.09016)."
+        },
+    )
+    allocation_unit: int = field(
+        default=4,
+        metadata={
+            "help": "Samples per unit of sample_allocation (not fixed): a prompt gets whole units; the grouped fast "
+            "path encodes a prompt once per unit. Divides num_generations."
+        },
+    )
+    screen_hard_below: float = field(
+        default=0.5,
+        metadata={
+            "help": "sample_allocation screen: a prompt whose screen unit is all alike still gets a whole group "
+            "when its pass-rate estimate is in (0, this): solved before, but rarely (SPEED, Zhang et al. 2025, "
+            "arXiv 2506.09016, continues only mixed screens; 0 = the same)."
+        },
+    )
+    max_num_generations: int = field(
+        default=32,
+        metadata={"help": "Most samples one prompt gets in a round under sample_allocation knapsack."},
     )
     signal_forecast_prompts: int = field(
         default=256,

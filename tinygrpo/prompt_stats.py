@@ -29,12 +29,19 @@ class PromptStats:
         self.reward_sum = torch.zeros(num_prompts, dtype=torch.float64)
         self.last = torch.full((num_prompts,), float("nan"), dtype=torch.float64)  # the latest group's mean
 
-    def update(self, idx: list[int], rewards: Tensor, num_generations: int) -> None:
+    def update(
+        self, idx: list[int], rewards: Tensor, num_generations: int, sizes: list[int] | None = None
+    ) -> None:
         """Fold in one round's groups: `idx` (P,) global prompt indices, `rewards` (P*G,) global rewards (NaN =
-        no applicable reward, left out). A prompt drawn twice in a round is folded in twice, in order."""
+        no applicable reward, left out). With `sizes`, group j is sizes[j] units of `num_generations` rewards
+        (tinygrpo/group_sizes.py). A prompt drawn twice in a round is folded in twice, in order."""
         r = rewards.double().view(-1, num_generations)
         counts = (~r.isnan()).sum(1)
         sums = r.nan_to_num(0).sum(1)
+        if sizes is not None:  # (per unit, then per group)
+            groups = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+            counts = torch.zeros(len(sizes), dtype=counts.dtype).index_add_(0, groups, counts)
+            sums = torch.zeros(len(sizes), dtype=sums.dtype).index_add_(0, groups, sums)
         rows = torch.tensor(idx, dtype=torch.long)
         if len(set(idx)) == len(idx):
             self._fold(rows, counts, sums)

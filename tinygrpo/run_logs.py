@@ -20,9 +20,10 @@ from tqdm.auto import tqdm
 
 from .backend import Backend
 from .core import entropy_from_logits, selective_log_softmax
-from .generation import Round, ScoredBatch
+from .generation import ScoredBatch
 from .metrics_io import JsonlWriter, truncate_after_step
 from .rollout import completion_logits
+from .round import Round
 
 DETAIL_FILES = ("prompt_stats", "eval_failures", "beliefs")  # <name>.jsonl, written at every evaluation
 MAX_BELIEF_PROMPTS, MAX_BELIEF_ANSWERS = 64, 32  # beliefs are logged for problem sets this small

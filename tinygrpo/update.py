@@ -84,7 +84,9 @@ class PolicyUpdate:
         self.backend = backend
         self.opt = optimizer
         self.procs = processes
-        self.G = cfg.num_generations
+        self.G = (
+            cfg.unit
+        )  # completions per prompt row (each group is one or more rows: tinygrpo/group_sizes.py)
         self.loss_cfg = LossConfig.from_config(cfg)  # what grpo_loss reads, built once
         self.entropy_coef = EntropyCoefficient(cfg.entropy_coef)
 
