@@ -138,6 +138,7 @@ def summarize(
             "signal_last_50_steps": statistics.median(
                 statistics.mean(s[1] for s in r["signal"][-10:]) for r in rs
             ),
+            "zero_std_whole_run": statistics.median(statistics.mean(s[2] for s in r["signal"]) for r in rs),
             "zero_std_last_50_steps": statistics.median(
                 statistics.mean(s[2] for s in r["signal"][-10:]) for r in rs
             ),
@@ -189,8 +190,8 @@ def table(results: dict) -> str:
         f"training s to {' / '.join(results['arms'][0]['to'])} % on validation (median of the runs that got "
         "there; how many)",
         f"completions to {at} %",
-        "samples with signal: whole run / last 50 steps",
-        "zero-std groups, last 50 steps",
+        "samples with signal (frac_completions_with_signal): whole run / last 50 steps",
+        "zero-std groups (frac_reward_zero_std): whole run / last 50 steps",
     ]
     rows = []
     for r in results["arms"]:
@@ -208,7 +209,7 @@ def table(results: dict) -> str:
                 s,
                 n,
                 f"{pct(r['signal_whole_run'])} / {pct(r['signal_last_50_steps'])}",
-                pct(r["zero_std_last_50_steps"]),
+                f"{pct(r.get('zero_std_whole_run'))} / {pct(r['zero_std_last_50_steps'])}",
             ]
         )
     return markdown(head, rows)

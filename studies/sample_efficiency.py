@@ -74,6 +74,24 @@ ARMS: dict[str, tuple[list[str], str]] = {
         "a prompt whose samples all failed is sampled again up to five times instead of three (the last three at "
         "T = 4): more chances to find the right answer of a prompt the policy fails (Reinforce-Ada, Xiong et al. 2025)",
     ),
+    "knapsack": (
+        "--sample_allocation knapsack".split(),
+        "each step's 512 samples split prompt by prompt in units of 4 (at most 32 a prompt) by the value of a sample "
+        "at the prompt's pass-rate estimate (Knapsack RL, Li et al. 2025): solved prompts get 4, uncertain ones more",
+    ),
+    "knapsack, unit 2": (
+        "--sample_allocation knapsack --allocation_unit 2".split(),
+        "the knapsack in units of 2: a solved prompt costs 2 samples",
+    ),
+    "screen": (
+        "--sample_allocation screen".split(),
+        "4 samples of each prompt first, 4 more only where they differ or the prompt was solved before but rarely "
+        "(SPEED, Zhang et al. 2025): the rest of the batch from refills",
+    ),
+    "screen, unit 2": (
+        "--sample_allocation screen --allocation_unit 2".split(),
+        "a screen of 2 samples, then 6 more where they differ or the prompt is hard",
+    ),
 }
 # Combinations "a + b": arms a's and b's flags together (here the two that edged the default at 3 seeds).
 PAIRS = [
