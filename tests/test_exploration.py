@@ -549,6 +549,8 @@ def test_sample_efficiency_study_arms_each_change_one_setting_of_the_default_or_
             assert len(a) == len(b) == 1 and a.keys().isdisjoint(b), arm
             assert changed(flags) == a | b, arm
         else:  # (a sample allocation and its unit are one setting: the rule and how finely it splits)
-            one = set(changed(flags)) - ({"allocation_unit"} if "sample_allocation" in changed(flags) else set())
+            one = set(changed(flags)) - (
+                {"allocation_unit"} if "sample_allocation" in changed(flags) else set()
+            )
             assert len(one) == (0 if arm == "default" else 1), (arm, changed(flags))
         assert what
