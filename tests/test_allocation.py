@@ -196,3 +196,51 @@ def test_a_screen_round_spends_whole_groups_where_the_screen_differs(seed_refere
     )
     assert [float(x) for x in rescored] == r.rewards.tolist()
     assert r.completion_ids.size(0) == U * sum(r.sizes) and r.completion_mask.shape == r.completion_ids.shape
+
+
+def test_refills_take_whole_groups_until_the_batch_is_full_the_last_one_past_it():
+    """Dynamic sampling under a rule: a round's groups with signal are taken in order until `room` rows are filled;
+    a group is never cut, so a round with a group with signal always adds one (a room smaller than every group would
+    otherwise leave the remaining refill rounds sampled for nothing)."""
+    from tinygrpo.generation import signal_rows
+    from tinygrpo.round import Round
+
+    sizes = [2, 1, 3, 2]  # prompt rows: 0-1, 2, 3-5, 6-7
+    signal = torch.tensor([True, False, True, True])  # per group
+    r = Round.__new__(Round)
+    r.sizes, r.has_signal = sizes, signal.repeat_interleave(torch.tensor(sizes))
+    assert signal_rows(r, 1).tolist() == [0, 1]  # the first group, past the room
+    assert signal_rows(r, 2).tolist() == [0, 1]
+    assert signal_rows(r, 3).tolist() == [0, 1, 3, 4, 5]
+    assert signal_rows(r, 100).tolist() == [0, 1, 3, 4, 5, 6, 7]
+    assert signal_rows(r, 0).tolist() == []
+
+
+@pytest.mark.slow
+def test_a_screen_on_two_processes_whose_rows_differ_runs_and_logs(seed_reference, tmp_path):
+    """Rank 0's rewards alternate (every screen differs: whole groups), rank 1's are all 0 (every screen alike: one
+    unit each): the processes hold different numbers of rows, which every gather of the step (rewards, lengths,
+    per-function rewards, the metrics) takes as they are."""
+    from _runs import launch_two
+
+    from tinygrpo.metrics_io import read_jsonl
+
+    (tmp_path / "r.py").write_text(
+        "import os\n"
+        "def rank0(completions, **kw):\n"
+        "    mine = os.environ.get('RANK', '0') == '0'\n"
+        "    return [float(i % 2) if mine else 0.0 for i in range(len(completions))]\n"
+    )
+    argv = ["--model_name_or_path", seed_reference, *"--dataset seed_bank --eval_split".split(), ""]
+    argv += (
+        "--num_generations 4 --max_completion_length 3 --max_steps 2 --logging_steps 1 --save_steps 0".split()
+    )
+    argv += "--disable_tqdm true --make_plots false --dynamic_sampling false --explore_rounds 0".split()
+    argv += ["--reward_funcs", f"{tmp_path / 'r.py'}:rank0", "--per_device_train_batch_size", "16"]
+    argv += "--sample_allocation screen --allocation_unit 2 --torch_num_threads 1".split()
+    proc = launch_two([*argv, "--output_dir", str(tmp_path / "two")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [r for r in read_jsonl(tmp_path / "two" / "metrics.jsonl") if "reward" in r]
+    # rank 0: 4 prompts x 4 samples, half right; rank 1: 4 prompts x 2 samples, none: 8 right of 24
+    assert [r["step"] for r in rows] == [1, 2] and rows[0]["reward"] == pytest.approx(8 / 24)
+    assert rows[0]["frac_reward_zero_std"] == 0.5

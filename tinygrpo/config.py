@@ -90,8 +90,8 @@ BOUNDS: dict[str, Bound] = {
     "ref_model_mixup_alpha": PROBABILITY,  # a convex combination's weight
     "ref_model_sync_steps": AT_LEAST_1,
     "prompt_sampler_floor": POSITIVE,  # so that every prompt keeps a chance to be drawn
-    "pass_rate_ema": Bound(0, 1, lo_open=True),
-    "screen_hard_below": PROBABILITY,  # an EMA's weight: 0 would never learn a pass rate
+    "pass_rate_ema": Bound(0, 1, lo_open=True),  # an EMA's weight: 0 would never learn a pass rate
+    "screen_hard_below": PROBABILITY,
     "explore_rounds": NON_NEGATIVE,
     "allocation_unit": AT_LEAST_1,  # samples per unit of sample_allocation
     "max_num_generations": Bound(2, words=">= 2 (a group needs a baseline)"),

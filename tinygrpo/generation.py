@@ -129,7 +129,9 @@ class BatchGenerator:
         batch = first.batch
         explored: list[Round] = []  # the explore rounds (this process's)
         if cfg.explore_rounds or cfg.dynamic_sampling:
-            target = first.batch.num_groups
+            # (prompt rows: P, or the P x G / allocation_unit units of a rule that gives prompts several, whatever
+            # the first round sampled: a screen samples fewer)
+            target = cfg.generation_size // self.unit
             # Dynamic sampling keeps only the groups with signal; without it the whole first batch is trained on.
             kept = (
                 first.batch.groups(torch.nonzero(first.has_signal).flatten())
@@ -382,7 +384,8 @@ class BatchGenerator:
         if sizes is not None:  # every process's groups, in rank order (as many on each; rows may differ)
             all_sizes = self.procs.gather(torch.tensor(sizes)).tolist()
             units = [sum(all_sizes[i * per_proc : (i + 1) * per_proc]) for i in range(self.procs.num)]
-            gather = partial(self.procs.gather_rows, counts=[u * self.unit for u in units])
+            s.row_counts = [u * self.unit for u in units]
+            gather = partial(self.procs.gather_rows, counts=s.row_counts)
             gather_units = partial(self.procs.gather_rows, counts=units)
             start = sum(units[:r]) * self.unit
 
@@ -411,7 +414,7 @@ class BatchGenerator:
         when its rewards are equal: dynamic sampling drops it)."""
         cfg, U = self.cfg, self.unit
         first = self.sample(idx, cfg.temperature)
-        r = first.rewards.view(-1, U)
+        r = first.shaped_rewards(cfg.beta).view(-1, U)  # (what the advantages will see)
         valid = ~r.isnan()
         mixed = r.nan_to_num(float("-inf")).amax(1) > torch.where(valid, r, torch.inf).amin(1)
         ema = self.stats.pass_rate[torch.tensor(idx)]
@@ -430,8 +433,7 @@ class BatchGenerator:
         cfg = self.cfg
         if cfg.sample_allocation == "fixed":
             return None
-        rows = torch.tensor(idx)
-        p = pass_rate_estimates(self.stats.pass_rate[rows], self.stats.samples[rows])
+        p = pass_rate_estimates(self.stats.pass_rate, self.stats.samples)[torch.tensor(idx)]
         budget = len(idx) * self.G // self.unit
         return knapsack_units(p, budget, self.unit, cfg.max_num_generations // self.unit)
 
@@ -442,13 +444,15 @@ class BatchGenerator:
 
 
 def signal_rows(r: Round, room: int) -> torch.Tensor:
-    """This process's prompt rows of `r` whose group has signal, whole groups in order, at most `room` rows (the
-    groups that fit in turn: the first that does not ends the list)."""
+    """This process's prompt rows of `r` whose group has signal, whole groups in order, until `room` rows are
+    filled (the last group may go past it: a group is never cut, and a round that has a group with signal always
+    adds one)."""
     if r.sizes is None:
         return torch.nonzero(r.has_signal).flatten()[:room]
     with_signal = torch.nonzero(r.has_signal[group_starts(r.sizes, 1)]).flatten()  # (groups)
-    fits = torch.cumsum(torch.tensor(r.sizes)[with_signal], 0) <= room  # (a prefix: the sum only grows)
-    return rows_of(with_signal[fits], r.sizes, 1)
+    size = torch.tensor(r.sizes)[with_signal]
+    before = torch.cumsum(size, 0) - size  # rows taken before each group
+    return rows_of(with_signal[before < room], r.sizes, 1)
 
 
 def no_reward_applies(samples: int, names: list[str]) -> str:

@@ -48,9 +48,11 @@ def step_metrics(
     first, trained = scored.first, scored.batch  # the first round's samples; the groups kept to train on
     G = first.batch.completion_ids.size(0) // first.batch.num_groups
     all_rewards = first.all_rewards
-    lengths = procs.gather(first.lengths).tolist()  # a few thousand ints at most: plain Python is cheaper
-    truncated = procs.gather((~first.is_eos).float())
-    per_func = procs.gather(first.rewards_per_func)
+    lengths = first.gather(
+        procs, first.lengths
+    ).tolist()  # a few thousand ints at most: plain Python is cheaper
+    truncated = first.gather(procs, (~first.is_eos).float())
+    per_func = first.gather(procs, first.rewards_per_func)
     valid = all_rewards[~all_rewards.isnan()]
     m: dict[str, float] = dict(update.token_means)
     if update.skipped_updates:
@@ -79,7 +81,7 @@ def step_metrics(
         }
     )
     if first.kl is not None:  # use_kl_in_reward: the per-token k1 the rewards paid
-        m["kl"] = float(procs.gather(first.kl).sum()) / max(sum(lengths), 1)
+        m["kl"] = float(first.gather(procs, first.kl).sum()) / max(sum(lengths), 1)
     if "accuracy" in reward_names:
         m["accuracy"] = m["rewards/accuracy/mean"]
     if scored.refill_rounds is not None:

@@ -43,6 +43,11 @@ class Round:
     zero_std: torch.Tensor | None = None  # every process's groups: all valid rewards equal (no signal)
     all_sizes: list[int] | None = None  # every process's groups' sizes (None: one prompt row each)
     has_signal: torch.Tensor | None = None  # (P,) this process's prompt rows whose group is not zero_std
+    row_counts: list[int] | None = None  # every process's completions, where they may differ (sizes set)
+
+    def gather(self, procs, t: torch.Tensor) -> torch.Tensor:
+        """Every process's rows of a per-completion tensor of this round, in rank order."""
+        return procs.gather(t) if self.row_counts is None else procs.gather_rows(t, self.row_counts)
 
     def shaped_rewards(self, beta: float) -> torch.Tensor:
         """The rewards the advantages see: less beta x the summed KL with use_kl_in_reward."""

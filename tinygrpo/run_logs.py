@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from .backend import Backend
 from .core import entropy_from_logits, selective_log_softmax
 from .generation import ScoredBatch
+from .group_sizes import unit_group
 from .metrics_io import JsonlWriter, truncate_after_step
 from .rollout import completion_logits
 from .round import Round
@@ -151,7 +152,7 @@ class RunLogs:
             reward = float(first.rewards[i])
             row = {
                 "step": step,
-                "group": i // G,
+                "group": i // G if first.sizes is None else int(unit_group(first.sizes)[i // G]),
                 "prompt": first.prompts[i],
                 "completion": first.completions[i],
             }
