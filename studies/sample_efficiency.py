@@ -92,6 +92,15 @@ ARMS: dict[str, tuple[list[str], str]] = {
         "--sample_allocation screen --allocation_unit 2".split(),
         "a screen of 2 samples, then 6 more where they differ or the prompt is hard",
     ),
+    "until signal": (
+        "--sample_allocation until_signal".split(),
+        "4 samples of each prompt, then 4 more at a time of each prompt whose samples all agree, until they differ, "
+        "the prompt has 32 or the step's 512 are spent (Reinforce-Ada, Xiong et al. 2025)",
+    ),
+    "until signal, unit 2": (
+        "--sample_allocation until_signal --allocation_unit 2".split(),
+        "the same in units of 2: a prompt that differs in its first 2 samples costs 2",
+    ),
 }
 # Combinations "a + b": arms a's and b's flags together (here the two that edged the default at 3 seeds).
 PAIRS = [

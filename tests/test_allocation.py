@@ -1,5 +1,6 @@
 """sample_allocation (tinygrpo/allocation.py): the knapsack against a brute-force search, the pass-rate estimates it
-reads, and a round of the trainer under it: its groups' sizes, advantages and statistics, and its refusals."""
+reads, a round of the trainer under each rule (the until-signal rule against its play-out on scripted outcomes): its
+groups' sizes, advantages and statistics, and its refusals."""
 
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ def test_a_knapsack_round_samples_each_prompt_its_units_and_scores_each_group_as
     assert torch.isfinite(loss)
 
 
-@pytest.mark.parametrize("allocation", ["knapsack", "screen"])
+@pytest.mark.parametrize("allocation", ["knapsack", "screen", "until_signal"])
 def test_an_allocated_run_with_refills_and_explore_rounds_trains_and_logs(
     seed_reference, tmp_path, allocation
 ):
@@ -196,6 +197,89 @@ def test_a_screen_round_spends_whole_groups_where_the_screen_differs(seed_refere
     )
     assert [float(x) for x in rescored] == r.rewards.tolist()
     assert r.completion_ids.size(0) == U * sum(r.sizes) and r.completion_mask.shape == r.completion_ids.shape
+
+
+def _scripted(prompt: str) -> int | None:
+    """The sample (1-based, in the order a prompt's samples are scored) from which on a prompt is right; None:
+    never. From the prompt's text alone, so that the outcomes do not depend on the model: always right (1), right
+    from the first sample of the second unit of 2 (3: no unit alone differs, the two together do), from the second
+    sample of the third (6), never."""
+    return (None, 1, 3, 6)[sum(map(ord, prompt)) % 4]
+
+
+def _until_signal_oracle(targets: list[int | None], U: int, cap_units: int, budget_units: int) -> list[int]:
+    """sample_allocation until_signal played out on scripted outcomes: units per prompt, pass by pass."""
+    units = [1] * len(targets)
+    room = budget_units - len(targets)
+
+    def differ(j: int) -> bool:  # a wrong sample, then a right one
+        return targets[j] is not None and 1 < targets[j] <= units[j] * U
+
+    while room > 0:
+        todo = [j for j in range(len(targets)) if not differ(j) and units[j] < cap_units][:room]
+        if not todo:
+            break
+        for j in todo:
+            units[j] += 1
+        room -= len(todo)
+    return units
+
+
+@pytest.mark.parametrize(
+    "G,cap,binds",
+    [(8, 8, "the cap"), (8, 32, "the budget")],
+)
+def test_an_until_signal_round_samples_each_prompt_until_its_rewards_differ(
+    seed_reference, tmp_path, G, cap, binds
+):
+    """sample_allocation until_signal on scripted rewards (each prompt right from a sample its text sets on, or
+    never): each group's size is what playing the rule out on those outcomes gives, its rewards are its own
+    samples' in the order they were drawn, its advantages the estimator's on the group alone; the statistics fold
+    in whole groups."""
+    seen: dict[str, int] = {}
+
+    def scripted(prompts, completions, **kw):
+        out = []
+        for p in prompts:
+            seen[p] = seen.get(p, 0) + 1
+            t = _scripted(p)
+            out.append(float(t is not None and seen[p] >= t))
+        return out
+
+    U = 2
+    tr = reference_trainer(
+        seed_reference,
+        tmp_path,
+        reward_funcs=[scripted],
+        sample_allocation="until_signal",
+        allocation_unit=U,
+        num_generations=G,
+        max_num_generations=cap,
+    )
+    P = tr.cfg.per_device_train_batch_size // G
+    nxt = tr.prompts.take(P)
+    tr.prompts.cursor -= P
+    texts = [tr.prompts.texts[i] for i in nxt]
+    targets = [_scripted(x) for x in texts]
+    want = _until_signal_oracle(targets, U, cap // U, P * G // U)
+    if binds == "the cap":
+        assert max(want) == cap // U and sum(want) < P * G // U
+    else:
+        assert sum(want) == P * G // U and max(want) > 3  # (more than three passes)
+    seen.clear()
+    before = tr.prompt_stats.samples.clone()
+    r = tr.generator.round()
+    assert r.sizes == want and r.all_sizes == want
+    assert r.idx == [i for i, k in zip(nxt, want, strict=True) for _ in range(k)]
+    assert r.prompts == [tr.prompts.texts[i] for i in r.idx for _ in range(U)]
+    for j, k in enumerate(want):
+        rows = rows_of(torch.tensor([j]), want, U)
+        t = targets[j]
+        assert r.rewards[rows].tolist() == [float(t is not None and s >= t) for s in range(1, k * U + 1)]
+        a, z = compute_advantages(AdvantageInputs(r.rewards[rows]), AdvantageConfig("grpo", k * U))
+        assert torch.equal(r.advantages[rows], a) and bool(r.zero_std[j]) == bool(z[0])
+    assert (tr.prompt_stats.samples - before)[nxt].tolist() == [U * k for k in want]
+    assert r.completion_ids.size(0) == U * sum(want) and r.completion_mask.shape == r.completion_ids.shape
 
 
 def test_refills_take_whole_groups_until_the_batch_is_full_the_last_one_past_it():

@@ -5,14 +5,19 @@ With binary rewards and a pass rate p, a group of n samples carries signal (its 
 solved (p near 1), and the few that are not need many samples to show a right answer. The rules here spend the same
 budget prompt by prompt, in units of `allocation_unit` samples (tinygrpo/group_sizes.py):
 
-    fixed     G for every prompt (GRPO).
-    knapsack  the step's P * G samples split across its P prompts to maximise the summed value
-              (1 - p^n - (1 - p)^n) * p (1 - p)^2 of n samples at each prompt's estimated pass rate (Knapsack RL,
-              Li et al. 2025, arXiv 2509.25849: the chance of a non-zero gradient times its information gain), at
-              least one unit and at most `max_num_generations` samples each.
-    screen    one unit of each prompt first, then the rest of a group of G only where the unit's rewards differ or
-              the prompt is known to be hard (SPEED, Zhang et al. 2025, arXiv 2506.09016: screen with a few samples,
-              spend full groups on the prompts of intermediate pass rate); tinygrpo/generation.py's `screen`.
+    fixed         G for every prompt (GRPO).
+    knapsack      the step's P * G samples split across its P prompts to maximise the summed value
+                  (1 - p^n - (1 - p)^n) * p (1 - p)^2 of n samples at each prompt's estimated pass rate (Knapsack RL,
+                  Li et al. 2025, arXiv 2509.25849: the chance of a non-zero gradient times its information gain), at
+                  least one unit and at most `max_num_generations` samples each.
+    screen        one unit of each prompt first, then the rest of a group of G only where the unit's rewards differ or
+                  the prompt is known to be hard (SPEED, Zhang et al. 2025, arXiv 2506.09016: screen with a few
+                  samples, spend full groups on the prompts of intermediate pass rate); tinygrpo/generation.py's
+                  `screen`.
+    until_signal  one unit of each prompt, then one more unit at a time of each prompt whose rewards are all alike,
+                  until they differ, the prompt reaches `max_num_generations` or the round its budget of P * G
+                  (Reinforce-Ada, Xiong et al. 2025, arXiv 2510.04996: sample a prompt until both outcomes appear);
+                  tinygrpo/generation.py's `until_signal`.
 
 The estimate of a prompt is its pass-rate EMA (tinygrpo/prompt_stats.py), kept inside [c, 1 - c] with
 c = 1 / (2 (n + 1)) after n samples of it: an estimate of 0 or 1 from a few samples is not a certainty (Jeffreys'
@@ -25,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-SAMPLE_ALLOCATIONS = ("fixed", "knapsack", "screen")
+SAMPLE_ALLOCATIONS = ("fixed", "knapsack", "screen", "until_signal")
 
 
 def signal_probability(p: Tensor, n: Tensor) -> Tensor:

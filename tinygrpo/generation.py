@@ -372,6 +372,8 @@ class BatchGenerator:
         local = global_idx[r * per_proc : (r + 1) * per_proc]
         if cfg.sample_allocation == "screen":
             s = self.screen(local)
+        elif cfg.sample_allocation == "until_signal":
+            s = self.until_signal(local)
         else:
             s = self.sample(local, cfg.temperature, self.allocate(local))
         sizes, gather, gather_units, start = (
@@ -414,17 +416,43 @@ class BatchGenerator:
         when its rewards are equal: dynamic sampling drops it)."""
         cfg, U = self.cfg, self.unit
         first = self.sample(idx, cfg.temperature)
-        r = first.shaped_rewards(cfg.beta).view(-1, U)  # (what the advantages will see)
-        valid = ~r.isnan()
-        mixed = r.nan_to_num(float("-inf")).amax(1) > torch.where(valid, r, torch.inf).amin(1)
+        lo, hi = reward_range(first.shaped_rewards(cfg.beta).view(-1, U))  # (what the advantages will see)
         ema = self.stats.pass_rate[torch.tensor(idx)]
         hard = (ema > 0) & (ema < cfg.screen_hard_below)  # (NaN: unseen, neither)
-        go = (mixed | hard).tolist()
+        go = ((hi > lo) | hard).tolist()
         k = self.G // U - 1
         if not any(go) or k == 0:
             return replace(first, sizes=[1] * len(idx))
         more = self.sample([i for i, g in zip(idx, go, strict=True) if g], cfg.temperature, [k] * sum(go))
-        return merged(first, more, [k if g else 0 for g in go], self.tokenizer.pad_token_id)
+        owners = [j for j, g in enumerate(go) if g for _ in range(k)]
+        return merged(first, [more], [owners], self.tokenizer.pad_token_id)
+
+    def until_signal(self, idx: list[int]) -> Round:
+        """sample_allocation until_signal (Reinforce-Ada, Xiong et al. 2025, arXiv 2510.04996): one unit of each
+        prompt, then passes of one more unit of each prompt whose rewards are still all alike, until they differ,
+        the prompt has max_num_generations samples, or the round has spent its budget of P x G samples (the
+        fixed rule's; the last pass takes the prompts it has room for, in order)."""
+        cfg, U = self.cfg, self.unit
+        first = self.sample(idx, cfg.temperature)
+        lo, hi = reward_range(first.shaped_rewards(cfg.beta).view(-1, U))
+        units = torch.ones(len(idx), dtype=torch.long)
+        room = len(idx) * (self.G // U - 1)  # units left in the budget
+        passes: list[Round] = []
+        owners: list[list[int]] = []
+        while room > 0:
+            todo = torch.nonzero(~(hi > lo) & (units < cfg.max_num_generations // U)).flatten()[:room]
+            if todo.numel() == 0:
+                break
+            s = self.sample([idx[j] for j in todo.tolist()], cfg.temperature)
+            lo_s, hi_s = reward_range(s.shaped_rewards(cfg.beta).view(-1, U))
+            lo[todo], hi[todo] = torch.minimum(lo[todo], lo_s), torch.maximum(hi[todo], hi_s)
+            units[todo] += 1
+            room -= todo.numel()
+            passes.append(s)
+            owners.append(todo.tolist())
+        if not passes:
+            return replace(first, sizes=[1] * len(idx))
+        return merged(first, passes, owners, self.tokenizer.pad_token_id)
 
     def allocate(self, idx: list[int]) -> list[int] | None:
         """Prompt rows (units of allocation_unit samples) for each of this process's prompts `idx`, by
@@ -441,6 +469,13 @@ class BatchGenerator:
         """The next global batch of prompts (each process takes its share: whole groups)."""
         per_proc = self.cfg.generation_size // self.G
         return self.prompts.take(per_proc * self.procs.num)
+
+
+def reward_range(r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P, U) rewards -> each row's smallest and largest valid (not NaN) reward; +inf and -inf for a row with none,
+    so that a row differs (hi > lo) exactly when two of its valid rewards differ."""
+    valid = ~r.isnan()
+    return torch.where(valid, r, torch.inf).amin(1), torch.where(valid, r, -torch.inf).amax(1)
 
 
 def signal_rows(r: Round, room: int) -> torch.Tensor:

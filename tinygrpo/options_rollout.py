@@ -208,7 +208,10 @@ class Exploration:
             "maximise the summed (1 - p^n - (1-p)^n) p (1-p)^2 of n samples at each prompt's pass-rate estimate p "
             "(Knapsack RL, Li et al. 2025, arXiv 2509.25849), at least one unit and at most max_num_generations each; "
             "screen: allocation_unit samples of every prompt first, the rest of a group of G only where they differ or "
-            "the prompt is known to be hard (SPEED, Zhang et al. 2025, arXiv 2506.09016)."
+            "the prompt is known to be hard (SPEED, Zhang et al. 2025, arXiv 2506.09016); until_signal: "
+            "allocation_unit samples of every prompt, then one more unit at a time of each prompt whose rewards are "
+            "all alike, until they differ, it has max_num_generations or the round has spent P x G samples "
+            "(Reinforce-Ada, Xiong et al. 2025, arXiv 2510.04996)."
         },
     )
     allocation_unit: int = field(
@@ -228,7 +231,9 @@ class Exploration:
     )
     max_num_generations: int = field(
         default=32,
-        metadata={"help": "Most samples one prompt gets in a round under sample_allocation knapsack."},
+        metadata={
+            "help": "Most samples one prompt gets in a round under sample_allocation knapsack or until_signal."
+        },
     )
     signal_forecast_prompts: int = field(
         default=256,

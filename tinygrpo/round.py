@@ -1,7 +1,7 @@
 """One generation round on one process, and how rounds of one step combine into groups.
 
 A rule that samples a prompt in several passes (sample_allocation screen: a few samples first, more where they
-differ) gets each pass as a Round of its own; `merged` puts a prompt's rows from every pass together, so that the
+differ; until_signal: more until they differ) gets each pass as a Round of its own; `merged` puts a prompt's rows from every pass together, so that the
 round reads as if each group had been sampled at once (its rows consecutive, tinygrpo/group_sizes.py).
 """
 
@@ -66,53 +66,53 @@ class Round:
         )
 
 
-def merged(first: Round, more: Round, extra: list[int], pad_id: int) -> Round:
-    """`first` (one prompt row per prompt, sizes None) and `more` (prompt rows for some of its prompts: first's
-    prompt j gets extra[j] rows, in order) as one round whose group j is first's row j, then its rows of `more`.
-    Prompts are re-padded on the left and completions on the right to common widths. Before any advantages."""
+def merged(first: Round, more: list[Round], owners: list[list[int]], pad_id: int) -> Round:
+    """`first` (one prompt row per prompt, sizes None) and later passes `more` over some of its prompts (pass k's
+    prompt rows belong to first's prompts owners[k]) as one round whose group j is first's row j, then its rows of
+    each pass in order. Prompts are re-padded on the left and completions on the right to common widths. Before any
+    advantages."""
+    rounds = [first, *more]
     U = first.completion_ids.size(0) // len(first.idx)
     P = len(first.idx)
-    order, at = [], P
-    for j, k in enumerate(extra):
-        order += [j, *range(at, at + k)]
-        at += k
-    units = torch.tensor(order)
+    owner = torch.tensor(
+        [*range(P), *(j for o in owners for j in o)]
+    )  # the prompt of each prompt row, in order
+    units = torch.sort(owner, stable=True).indices  # first's row j, then its rows of each pass
     rows = (units[:, None] * U + torch.arange(U)).reshape(-1)
-    Tp = max(first.prompt_ids.size(1), more.prompt_ids.size(1))
-    Tc = max(first.completion_ids.size(1), more.completion_ids.size(1))
+    Tp = max(r.prompt_ids.size(1) for r in rounds)
+    Tc = max(r.completion_ids.size(1) for r in rounds)
 
-    def cat(
-        a: torch.Tensor | None, b: torch.Tensor | None, sel: torch.Tensor, pad=None
-    ) -> torch.Tensor | None:
-        if a is None:
+    def cat(field: str, sel: torch.Tensor, pad=None) -> torch.Tensor | None:
+        parts = [getattr(r, field) for r in rounds]
+        if parts[0] is None:
             return None
         if pad is not None:
             side, width, value = pad
-            a, b = (
+            parts = [
                 F.pad(t, (width - t.size(1), 0) if side == "left" else (0, width - t.size(1)), value=value)
-                for t in (a, b)
-            )
-        return torch.cat([a, b])[sel]
+                for t in parts
+            ]
+        return torch.cat(parts)[sel]
 
-    def lst(a: list, b: list, sel: torch.Tensor) -> list:
-        both = a + b
-        return [both[i] for i in sel.tolist()]
+    def lst(field: str, sel: torch.Tensor) -> list:
+        every = [x for r in rounds for x in getattr(r, field)]
+        return [every[i] for i in sel.tolist()]
 
     return Round(
-        lst(first.idx, more.idx, units),
-        cat(first.prompt_ids, more.prompt_ids, units, ("left", Tp, pad_id)),
-        cat(first.prompt_mask, more.prompt_mask, units, ("left", Tp, 0)),
-        cat(first.completion_ids, more.completion_ids, rows, ("right", Tc, pad_id)),
-        cat(first.completion_mask, more.completion_mask, rows, ("right", Tc, 0.0)),
-        cat(first.is_eos, more.is_eos, rows),
-        cat(first.lengths, more.lengths, rows),
-        lst(first.prompts, more.prompts, rows),
-        lst(first.completions, more.completions, rows),
-        cat(first.rewards_per_func, more.rewards_per_func, rows),
-        cat(first.rewards, more.rewards, rows),
-        first.seconds_generate + more.seconds_generate,
-        first.seconds_reward + more.seconds_reward,
-        cat(first.greedy_rewards, more.greedy_rewards, units),
-        cat(first.kl, more.kl, rows),
-        [1 + k for k in extra],
+        lst("idx", units),
+        cat("prompt_ids", units, ("left", Tp, pad_id)),
+        cat("prompt_mask", units, ("left", Tp, 0)),
+        cat("completion_ids", rows, ("right", Tc, pad_id)),
+        cat("completion_mask", rows, ("right", Tc, 0.0)),
+        cat("is_eos", rows),
+        cat("lengths", rows),
+        lst("prompts", rows),
+        lst("completions", rows),
+        cat("rewards_per_func", rows),
+        cat("rewards", rows),
+        sum(r.seconds_generate for r in rounds),
+        sum(r.seconds_reward for r in rounds),
+        cat("greedy_rewards", units),
+        cat("kl", rows),
+        torch.bincount(owner, minlength=P).tolist(),
     )
