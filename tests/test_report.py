@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tinygrpo.metrics_io import plot_metrics, read_jsonl
 from tinygrpo.report import REPORT_FILE, build_report, main
 
 SECTIONS = ("run", "curves", "groups", "tokens", "prompts", "beliefs")
+SIGNAL_KEYS = ("frac_completions_with_signal", "frac_reward_zero_std")
 TOKEN_KEYS = ("tokens", "token_advantage", "token_p_old", "token_p_new", "token_ratio", "token_entropy")
 
 
@@ -56,7 +58,11 @@ def _numbers(run: Path) -> dict:
     metrics = read_jsonl(run / "metrics.jsonl")
     evals = [r for r in metrics if "eval/accuracy" in r]
     fails = read_jsonl(run / "eval_failures.jsonl")[-1]
+    steps = [r for r in metrics if "frac_completions_with_signal" in r]
+    signal, zero_std = (statistics.mean(r[k] for r in steps) for k in SIGNAL_KEYS)
     return {
+        "signal": f"frac_completions_with_signal), mean of the logged steps</th><td>{signal:.1%}",
+        "zero_std": f"frac_reward_zero_std), mean of the logged steps</th><td>{zero_std:.1%}",
         "accuracy": f"{evals[0]['eval/accuracy']:.1%} -&gt; {evals[-1]['eval/accuracy']:.1%}",
         "completions": f"{metrics[-1]['num_completions']:,}",
         "failures": f"{len(fails['failures'])} wrong of {fails['total']}",

@@ -78,6 +78,20 @@ def section_run(run: Path, config: dict, metrics: list[dict], warnings: list[dic
             f"{last['time/elapsed']:.1f}" if "time/elapsed" in last else "n/a",
         ),
     ]
+    signal = [r for r in steps if "frac_completions_with_signal" in r]
+    if (
+        signal
+    ):  # (over the run: the share the sampling rules spend their samples on, docs/sample_efficiency.md)
+        rows += [
+            (
+                "samples with signal (frac_completions_with_signal), mean of the logged steps",
+                _pct(sum(r["frac_completions_with_signal"] for r in signal) / len(signal)),
+            ),
+            (
+                "groups with zero reward variance (frac_reward_zero_std), mean of the logged steps",
+                _pct(sum(r["frac_reward_zero_std"] for r in signal) / len(signal)),
+            ),
+        ]
     forecast = next((r for r in metrics if "forecast/frac_groups_with_signal" in r), None)
     if forecast is not None:
         rows.append(("signal forecast (before step 1)", forecast_text(forecast, steps)))
