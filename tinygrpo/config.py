@@ -95,6 +95,7 @@ BOUNDS: dict[str, Bound] = {
     "explore_rounds": NON_NEGATIVE,
     "allocation_unit": AT_LEAST_1,  # samples per unit of sample_allocation
     "max_num_generations": Bound(2, words=">= 2 (a group needs a baseline)"),
+    "max_tool_calling_iterations": NON_NEGATIVE,  # 0: calls are never answered
     # temperatures of the explore rounds (log-probs divide by them); the list must not be empty
     "explore_temperatures": Bound(0, lo_open=True, words="positive numbers"),
     "explore_importance_sampling_clip_max": POSITIVE,  # a cap on weights that are > 0
@@ -243,6 +244,15 @@ class GRPOConfig(
                 "max_dynamic_sampling_rounds"
             )
         self._check_allocation()
+        if self.environment in ("", "None", "none", "null"):
+            self.environment = None
+        if self.environment is not None:
+            from .environment import get_environment
+
+            try:
+                get_environment(self.environment)
+            except ValueError as e:
+                raise ConfigError(f"environment: {e}") from None
         # A command line cannot pass None: "" or the word None means "no evaluation split".
         if self.eval_split in ("", "None", "none", "null"):
             self.eval_split = None

@@ -17,6 +17,7 @@ from .backend import Backend
 from .prompts import left_pad
 from .rollout import SamplingParams, completion_logits, decode_completions, sample_completions
 from .task import Formats
+from .tool_calls import ToolUse
 
 
 @dataclass(frozen=True)
@@ -111,12 +112,22 @@ def greedy_completions(
     prompt_mask: torch.Tensor,
     max_new_tokens: int,
     backend: Backend | None = None,
+    tools: ToolUse | None = None,
 ) -> list[str]:
-    """Greedy completions of (P, Tp) left-padded prompts, decoded with <eos> kept ("85<eos>"; truncated: no <eos>)."""
+    """Greedy completions of (P, Tp) left-padded prompts, decoded with <eos> kept ("85<eos>"; truncated: no <eos>);
+    with `tools`, the environment's replies are in them, as the policy read them."""
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     greedy = SamplingParams.greedy(max_new_tokens)
     ro = sample_completions(
-        model, prompt_ids, prompt_mask, 1, greedy, eos_token_id=eos, pad_token_id=pad, backend=backend
+        model,
+        prompt_ids,
+        prompt_mask,
+        1,
+        greedy,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        backend=backend,
+        tools=tools,
     )
     return decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
 
@@ -128,6 +139,7 @@ def greedy_accuracy(
     max_new_tokens: int,
     verifier: Verifier | None = None,
     batch_size: int = 1024,
+    tools: ToolUse | None = None,
 ) -> tuple[float, list[str]]:
     """Greedy accuracy on a split's rows ({column: values}, with "prompt"; tokenized in batches) under `verifier`
     (default: the strict integer rule), and the completions themselves."""
@@ -135,7 +147,9 @@ def greedy_accuracy(
     outs: list[str] = []
     for i in range(0, len(prompts), batch_size):
         enc = tokenizer(prompts[i : i + batch_size], padding=True, return_tensors="pt")
-        outs += greedy_completions(model, tokenizer, enc["input_ids"], enc["attention_mask"], max_new_tokens)
+        outs += greedy_completions(
+            model, tokenizer, enc["input_ids"], enc["attention_mask"], max_new_tokens, tools=tools
+        )
     return sum(verifier(outs, rows)) / max(1, len(prompts)), outs
 
 
@@ -162,6 +176,7 @@ def held_out_metrics(
     pass_k: int = 0,
     backend: Backend | None = None,
     verifier: Verifier | None = None,
+    tools: ToolUse | None = None,
 ) -> HeldOut:
     """(P, Tp) left-padded prompts -> {"eval/accuracy": greedy exact-match rate, "eval/pass@k": any of k samples}
     and the greedy completions.
@@ -176,7 +191,9 @@ def held_out_metrics(
     if pass_k and params.generator is None:
         # torch's global generator would serve: an evaluation that changes what training samples next.
         raise ValueError("pass@k needs its own generator (params.generator), not torch's global one")
-    outs = greedy_completions(model, tokenizer, prompt_ids, prompt_mask, params.max_new_tokens, backend)
+    outs = greedy_completions(
+        model, tokenizer, prompt_ids, prompt_mask, params.max_new_tokens, backend, tools
+    )
     right, n = verifier(outs, rows), len(outs)
     res = {"eval/accuracy": sum(right) / max(1, n)}
     kinds = verifier.kinds(rows) if verifier.kinds is not None else {}
@@ -201,6 +218,7 @@ def held_out_metrics(
             eos_token_id=eos,
             pad_token_id=pad,
             backend=backend,
+            tools=tools,
         )
         samples = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
         hits = torch.tensor(verifier(samples, rows, k=pass_k), dtype=torch.float32)
@@ -237,10 +255,16 @@ class HeldOutEvaluator:
     latest result is kept for the run's logs."""
 
     def __init__(
-        self, rows: dict | None, tokenizer, backend: Backend, cfg, verifier: Verifier | None = None
+        self,
+        rows: dict | None,
+        tokenizer,
+        backend: Backend,
+        cfg,
+        verifier: Verifier | None = None,
+        tools: ToolUse | None = None,
     ) -> None:
         self.rows = rows if rows is not None and "answer" in rows else None  # (no answers: nothing to score)
-        self.tokenizer, self.backend, self.cfg = tokenizer, backend, cfg
+        self.tokenizer, self.backend, self.cfg, self.tools = tokenizer, backend, cfg, tools
         self.verifier = verifier or Verifier.of(
             cfg.dataset, getattr(cfg, "eval_reward", None), getattr(cfg, "task", None)
         )
@@ -268,6 +292,7 @@ class HeldOutEvaluator:
             pass_k=cfg.eval_pass_k,
             backend=self.backend,
             verifier=self.verifier,
+            tools=self.tools,
         )
         return self.last.metrics
 

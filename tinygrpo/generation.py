@@ -41,6 +41,7 @@ from .prompt_stats import PromptStats
 from .prompts import PromptSource
 from .rollout import Rollout, SamplingParams, decode_rows, sample_completions
 from .round import Round, merged
+from .tool_calls import ToolUse
 
 
 class RewardFailure(RewardError):
@@ -86,6 +87,7 @@ class BatchGenerator:
         processes: Processes,
         stats: PromptStats | None = None,
         ref_model: nn.Module | None = None,
+        tools: ToolUse | None = None,
     ) -> None:
         self.cfg, self.model, self.backend, self.tokenizer = cfg, model, backend, tokenizer
         self.prompts, self.rewards, self.procs = prompts, rewards, processes
@@ -96,6 +98,7 @@ class BatchGenerator:
         self.rewarded = False  # some reward function has applied to some sample of this run
         self.stats = stats  # per-prompt pass rates, updated by every base-temperature round (None: not kept)
         self.ref_model = ref_model  # use_kl_in_reward: the reference whose KL each reward pays
+        self.tools = tools  # an environment the policy calls (tinygrpo/tool_calls.py), or None
         self.adv_cfg = AdvantageConfig.from_config(cfg, rewards.weights)
         # What the estimator reads beyond the rewards: gathered over processes, and computed, only then. (GDPO's
         # normalise-then-sum replaces the estimator and reads each function's rewards.)
@@ -224,6 +227,11 @@ class BatchGenerator:
         t2 = time.perf_counter()
         if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer
             completion_mask = completion_mask * is_eos[:, None]
+        tool_mask = None if ro.tool_mask is None else ro.tool_mask.clone()
+        if (
+            tool_mask is not None
+        ):  # the environment's tokens: read by the model, not its own to learn (TRL's tool_mask)
+            completion_mask = completion_mask * ~tool_mask
         kl = None
         if self.ref_model is not None:
             kl = self.sequence_kl(prompt_ids, prompt_mask, completion_ids, completion_mask)
@@ -244,6 +252,9 @@ class BatchGenerator:
             greedy,
             kl,
             sizes,
+            tool_mask,
+            ro.tool_calls,
+            ro.tool_failures,
         )
 
     def forecast(self, count: int, verifier) -> SignalForecast:
@@ -287,6 +298,7 @@ class BatchGenerator:
             eos_token_id=self.tokenizer.eos_token_id,
             pad_token_id=self.tokenizer.pad_token_id,
             backend=self.backend,
+            tools=self.tools,
         )
         return prompt_ids, prompt_mask, ro
 

@@ -80,6 +80,11 @@ def step_metrics(
             / max(scored.num_sampled, 1),
         }
     )
+    if first.tool_calls is not None:  # an environment: TRL's tools/* and the share of completions that call
+        calls, failures = (first.gather(procs, x).float() for x in (first.tool_calls, first.tool_failures))
+        m["tools/call_frequency"] = float(calls.mean())
+        m["tools/failure_frequency"] = float(failures.sum() / calls.sum()) if bool(calls.sum() > 0) else 0.0
+        m["tools/completions_with_calls"] = float((calls > 0).float().mean())
     if first.kl is not None:  # use_kl_in_reward: the per-token k1 the rewards paid
         m["kl"] = float(first.gather(procs, first.kl).sum()) / max(sum(lengths), 1)
     if "accuracy" in reward_names:

@@ -126,6 +126,24 @@ class Sampling:
         default=False,
         metadata={"help": "Leave completions that hit max_completion_length out of the loss (DAPO)."},
     )
+    environment: str | None = field(
+        default=None,
+        metadata={
+            "help": "Tools the policy calls inside its completions: an environment of tinygrpo/environments/ "
+            "(calculator, calculator_one_digit) or module:NAME. A call written as the environment's syntax "
+            "(the calculator's <12*7=) is answered by feeding the row the tool's reply (84>) before it samples "
+            "again; those tokens are read by the model but left out of the loss, the KL and the entropy "
+            "(TRL's tools and tool_mask; the masking of environment tokens in agent RL, e.g. Search-R1, Jin et "
+            "al. 2025, arXiv 2503.09516). None: no tools."
+        },
+    )
+    max_tool_calling_iterations: int | None = field(
+        default=None,
+        metadata={
+            "help": "Most tool calls answered per completion (TRL's name); later calls are not answered. None: "
+            "the environment's own cap."
+        },
+    )
 
 
 @dataclass

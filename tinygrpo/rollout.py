@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .backend import Backend, Decoder, select_backend
+from .tool_calls import ToolCalls, ToolUse
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,14 @@ class SamplingParams:
 @dataclass
 class Rollout:
     completion_ids: torch.Tensor  # (P*G, Tc) long, pad after EOS
-    completion_mask: torch.Tensor  # (P*G, Tc) 1 for sampled tokens up to and including EOS
+    completion_mask: (
+        torch.Tensor
+    )  # (P*G, Tc) 1 for sampled tokens up to and including EOS (the environment's too)
     is_eos: torch.Tensor  # (P*G,) bool: the completion ended with EOS (not truncated)
+    # (P*G, Tc) bool: the tokens the environment fed (tool replies, tinygrpo/tool_calls.py); None without tools
+    tool_mask: torch.Tensor | None = None
+    tool_calls: torch.Tensor | None = None  # (P*G,) calls answered in each completion
+    tool_failures: torch.Tensor | None = None  # (P*G,) of them, answered with the environment's error
 
 
 def sample_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -114,6 +121,7 @@ def sample_completions(
     eos_token_id: int,
     pad_token_id: int,
     backend: Backend | None = None,
+    tools: ToolUse | None = None,
 ) -> Rollout:
     """prompt_ids/prompt_mask (P, Tp), left-padded -> G completions per prompt, rows grouped by prompt (P*G, Tc).
 
@@ -121,7 +129,8 @@ def sample_completions(
     (masked), and it leaves the batch, so each step computes only the rows still running; decoding ends when
     none is left or at `params.max_new_tokens`. `backend` defaults to `select_backend(model)`. A backend whose
     forward depends on the mode (dropout) samples in eval mode, as `generate()` does; the model's mode is restored
-    after.
+    after. With `tools` (an environment, tinygrpo/tool_calls.py), a row that ends a tool call is fed the environment's reply before it
+    samples again (tinygrpo/tool_calls.py).
     """
     backend = backend or select_backend(model)
     switch = model.training and not backend.mode_independent
@@ -129,21 +138,35 @@ def sample_completions(
         model.eval()
     try:
         dec = backend.decoder(model, prompt_ids, prompt_mask, num_generations)
-        return decode(dec, params, eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+        calls = None if tools is None else tools.session(prompt_ids.size(0) * num_generations)
+        return decode(dec, params, eos_token_id=eos_token_id, pad_token_id=pad_token_id, tools=calls)
     finally:
         if switch:
             model.train()
 
 
-def decode(dec: Decoder, params: SamplingParams, *, eos_token_id: int, pad_token_id: int) -> Rollout:
+def decode(
+    dec: Decoder,
+    params: SamplingParams,
+    *,
+    eos_token_id: int,
+    pad_token_id: int,
+    tools: ToolCalls | None = None,
+) -> Rollout:
     """The decoding loop of `sample_completions` on a decoder that holds the prompts' state."""
     logits = dec.logits  # (B, V)
     B, max_new_tokens = logits.size(0), params.max_new_tokens
     completion_ids = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=logits.device)
+    tool_mask = (
+        None if tools is None else torch.zeros(B, max_new_tokens, dtype=torch.bool, device=logits.device)
+    )
     live = torch.arange(B, device=logits.device)  # rows still running, in the order the decoder holds them
     Tc = max_new_tokens
     for step in range(max_new_tokens):
         nxt = sample_from_logits(logits, params)  # (A,)
+        if tools is not None:  # a row owed a reply is fed it instead of its sample (which it still drew)
+            nxt, fed = tools.next_tokens(live, nxt)
+            tool_mask[live[fed], step] = True
         completion_ids[live, step] = nxt
         if step == max_new_tokens - 1:
             break
@@ -161,7 +184,11 @@ def decode(dec: Decoder, params: SamplingParams, *, eos_token_id: int, pad_token
     # Mask: every token up to and including the first EOS.
     after_eos = (is_eos_tok.cumsum(1) - is_eos_tok.long()) > 0
     completion_mask = (~after_eos).long()
-    return Rollout(completion_ids, completion_mask, is_eos_tok.any(1))
+    if tools is None:
+        return Rollout(completion_ids, completion_mask, is_eos_tok.any(1))
+    return Rollout(
+        completion_ids, completion_mask, is_eos_tok.any(1), tool_mask[:, :Tc], tools.calls, tools.failures
+    )
 
 
 def completion_logits(

@@ -37,6 +37,11 @@ class Round:
     greedy_rewards: torch.Tensor | None = None  # (P,) the greedy answer's reward (an estimator that needs it)
     kl: torch.Tensor | None = None  # (n,) summed k1 to the reference over each completion (use_kl_in_reward)
     sizes: list[int] | None = None  # prompt rows of each group, consecutive (None: one each, a group of U)
+    # With an environment (tinygrpo/tool_calls.py): the tokens it fed, which completion_mask leaves out (n, Tc), and
+    # each completion's calls and failed calls (n,)
+    tool_mask: torch.Tensor | None = None
+    tool_calls: torch.Tensor | None = None
+    tool_failures: torch.Tensor | None = None
     # Set once the advantages are known (BatchGenerator.round):
     advantages: torch.Tensor | None = None  # (n,) this process's rows
     all_rewards: torch.Tensor | None = None  # (N,) combined rewards of every process's completions
@@ -115,4 +120,7 @@ def merged(first: Round, more: list[Round], owners: list[list[int]], pad_id: int
         cat("greedy_rewards", units),
         cat("kl", rows),
         torch.bincount(owner, minlength=P).tolist(),
+        cat("tool_mask", rows, ("right", Tc, False)),
+        cat("tool_calls", rows),
+        cat("tool_failures", rows),
     )

@@ -141,7 +141,8 @@ class RunLogs:
         (TOKEN_KEYS): its text, the completion's advantage on every token of its completion mask (0 on a truncated
         completion that mask_truncated_completions leaves out; a loss that weights tokens further, such as
         top_entropy_quantile, is not shown), its probability under the policy that sampled it and under the policy
-        after the update, their ratio new / old, and the entropy of the updated policy at its position."""
+        after the update, their ratio new / old, and the entropy of the updated policy at its position; with an
+        environment, `token_tool`: 1 for the tokens it fed (their advantage is 0: the loss leaves them out)."""
         first = scored.first
         G = first.completion_ids.size(0) // len(first.idx)
         for r, i in enumerate(tokens.rows if tokens is not None else logged_rows(first, count)):
@@ -199,9 +200,12 @@ def _token_columns(first: Round, tokens: StepTokens, r: int, i: int) -> dict[str
     adv = (first.advantages[i] * first.completion_mask[i, :n].cpu()).tolist()
     old, new = tokens.before.logp[r, :n], tokens.after.logp[r, :n]
     columns = (adv, old.exp(), new.exp(), (new - old).exp(), tokens.after.entropy[r, :n])
-    return {"tokens": tokens.texts[r]} | {
+    row = {"tokens": tokens.texts[r]} | {
         k: [_sig(float(x)) for x in c] for k, c in zip(TOKEN_KEYS[1:], columns, strict=True)
     }
+    if first.tool_mask is not None:  # which tokens the environment fed (context the loss leaves out)
+        row["token_tool"] = [int(x) for x in first.tool_mask[i, :n].tolist()]
+    return row
 
 
 class ProgressBar:

@@ -50,6 +50,7 @@ from .run_logs import (
     token_texts,
 )
 from .state import StepOutput, TrainerState
+from .tool_calls import tool_use
 from .update import NonFiniteError, PolicyUpdate, nonfinite_weight
 from .validation import check_inputs
 from .watch import LearningWatch
@@ -109,14 +110,24 @@ class GRPOTrainer:
         if cfg.bf16:
             self.backend = AutocastBackend(self.backend, self.acc.device.type)
         rows = eval_dataset.to_dict() if eval_dataset is not None else None
-        self.evaluator = HeldOutEvaluator(rows, tokenizer, self.backend, cfg)
+        self.tools = tool_use(cfg, tokenizer)
+        self.evaluator = HeldOutEvaluator(rows, tokenizer, self.backend, cfg, tools=self.tools)
         optimizer, scheduler = build_optimizer(model, cfg)
         policy, optimizer = self.acc.prepare(PolicyForward(model, self.backend), optimizer)
         policy.train()
         self.optim = OptimizerStep(policy, optimizer, scheduler, self.acc)
         kl_ref = self.ref_model if cfg.use_kl_in_reward else None  # the KL goes in the reward, or in the loss
         self.generator = BatchGenerator(
-            cfg, model, self.backend, tokenizer, self.prompts, self.rewards, procs, self.prompt_stats, kl_ref
+            cfg,
+            model,
+            self.backend,
+            tokenizer,
+            self.prompts,
+            self.rewards,
+            procs,
+            self.prompt_stats,
+            kl_ref,
+            self.tools,
         )
         loss_ref = self.ref_model if cfg.kl_in_loss else None
         self.update = PolicyUpdate(cfg, policy, model, loss_ref, self.backend, self.optim, procs)

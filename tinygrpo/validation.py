@@ -13,6 +13,7 @@ from rewards import EOS, check_binary, compute_rewards, rewards_float32
 
 from .advantage_estimators import needs_binary_rewards
 from .config import ConfigError, GRPOConfig
+from .environment import get_environment
 from .progress import chunks, progress
 
 if TYPE_CHECKING:  # (generation.py imports the model side; the checks need only the type)
@@ -143,6 +144,13 @@ def check_inputs(
     if len(tok) != vocab_size:
         raise ConfigError(f"tokenizer has {len(tok)} tokens but the model's vocabulary has {vocab_size}")
     known = {t for t in tok.get_vocab() if t not in tok.all_special_tokens}
+    if cfg.environment is not None:  # the environment's replies are text the tokenizer must write
+        missing = "".join(c for c in get_environment(cfg.environment).chars if c not in known)
+        if missing:
+            raise ConfigError(
+                f"environment {cfg.environment}: its calls and replies use {missing!r}, outside the tokenizer's "
+                f"vocabulary {''.join(sorted(known))!r}"
+            )
     n_pos = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 0)
     for split, ds in (("train", train_dataset), ("eval", eval_dataset)):
         if ds is None:

@@ -83,9 +83,16 @@ def _token_group(g: list[dict], scale: float) -> str:
     for j, c in enumerate(g, 1):
         reward = c.get("reward", _first_reward(c))
         cells, lines = [], []
-        for t, *v in zip(c["tokens"], *(c[k] for k in TOKEN_NUMBERS), strict=True):
+        tool = c.get("token_tool") or [0] * len(c["tokens"])
+        for t, fed, *v in zip(c["tokens"], tool, *(c[k] for k in TOKEN_NUMBERS), strict=True):
             adv, p_old, p_new, ratio, entropy = v
             title = _token_title(p_old, p_new, ratio, entropy, adv)
+            if fed:  # the environment's: the model read it, the loss does not act on it
+                said = _e(
+                    f"the environment fed this token (a tool reply): context, outside the loss; {title}"
+                )
+                cells.append(f'<span class="tok tool" title="{said}">{_token_text(t)}</span>')
+                continue
             cells.append(
                 f'<span class=tok style="background:{_diverging(adv, scale)}" title="{_e(title)}">'
                 f"{_token_text(t)}</span>"
@@ -129,7 +136,8 @@ def section_tokens(completions: list[dict]) -> str:
         "that sampled it (p_old) and under the policy after the step's update (p_new), their ratio (what the step "
         "did to it) and the updated policy's entropy at that position, at the run's temperature. In plain GRPO "
         "every token of a completion shares its advantage, so what differs between its tokens is the ratio and the "
-        "entropy: where the step moved probability.</p>"
+        "entropy: where the step moved probability. With tools, the tokens an environment fed (a tool's reply) are "
+        "drawn grey, in italics, framed by a dashed line: the model read them, the loss leaves them out.</p>"
     ]
     for step in steps:
         rows = by_step[step]

@@ -53,4 +53,5 @@ table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ddd;padding
 pre{background:#f4f4f4;padding:.6em;white-space:pre-wrap}img{max-width:100%}.missing{color:#a60}
 table.groups td{min-width:4.5em;text-align:center}nav a{margin-right:1em}
 .tok{font-family:monospace;font-size:110%;white-space:pre;padding:.1em .15em;margin:0 1px;border:1px solid #ddd}
+.tool{background:#eee;color:#555;font-style:italic;border:1px dashed #888}
 """
