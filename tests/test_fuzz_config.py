@@ -363,6 +363,8 @@ GRPO_VALUES = _field_values(
         # (a task's dataset, verifier and recipe are defaults, the base argv's flags override them)
         "task": ["reverse", "seed_bank", "nope", "reasoning_gym:nope", "nope.py", ""],
         "eval_reward": ["accuracy", "accuracy_lenient", "countdown", "nope", "os:getcwd", ""],
+        # (the seed bank's tokenizer has none of the calculator's '<>?': an error line)
+        "environment": ["calculator", "calculator_one_digit", "nope", "os:getcwd", "None", ""],
     },
 )
 SFT_VALUES = _field_values(
