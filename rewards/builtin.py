@@ -128,6 +128,21 @@ def final_answer(
     return _accuracy(completions, answer, _worked_pattern(eos))
 
 
+@register_reward("tool_answer")
+def tool_answer(
+    completions: Sequence[str], answer: Sequence[Any], eos: str = EOS, **kwargs: Any
+) -> list[float | None]:
+    """With tool calls: 1.0 iff the completion is ^(<call>)*(-?[1-9][0-9]*|0)<eos>$, answered calls (each a span
+    from '<' to '>', the environment's reply included: tinygrpo/environments/calculator.py) and then the integer,
+    and the integer equals the gold; the calls are not checked.
+
+    So "<37*48=1776>1776<eos>" and "1776<eos>" both score 1.0 for 37*48, and so does
+    "<37*8=296><37*40=1480><296+1480=1776>1776<eos>"; a call left open ("<37*48=1776<eos>"), text between the calls
+    or an integer read as ``accuracy`` refuses it score 0.0.
+    """
+    return _accuracy(completions, answer, _pattern("(?:<[^<>]*>)*" + _STRICT_INT, eos))
+
+
 @register_reward("reversed_answer")
 def reversed_answer(
     completions: Sequence[str], answer: Sequence[Any], eos: str = EOS, **kwargs: Any

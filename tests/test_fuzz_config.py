@@ -380,6 +380,7 @@ SFT_VALUES = _field_values(
         "task": ["reverse", "seed_bank", "nope", "reasoning_gym:nope", ""],
         "completion_column": ["answer", "worked", "nope", ""],
         "mix_column": ["answer", "worked", "nope", ""],
+        "environment": ["calculator", "nope", "os:getcwd", ""],
     },
 )
 

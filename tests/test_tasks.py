@@ -36,6 +36,7 @@ BUILT_IN = {
     "multiplication",
     "multiplication_mixed",
     "multiplication_scratchpad",
+    "multiplication_tool",
     "reverse",
     "seed_bank",
 }
@@ -80,8 +81,8 @@ def test_every_gold_answer_passes_its_own_verifier_and_fits_the_alphabet(name, s
         golds = table[task.target]
         assert all(verifier([a + EOS for a in golds], table)), f"{name}/{split}"
         shown = [task.target]
-        if task.formats is not None:  # a task with formats: the direct answer and the worked one both right
-            shown = ["answer", "worked"]
+        if task.formats is not None:  # a task with formats: the direct answer and the other one both right
+            shown = ["answer", (task.reference or {}).get("mix_column") or "worked"]
             for column in shown:
                 assert all(verifier([w + EOS for w in table[column]], table)), f"{name}/{split} {column}"
         # A wrong answer is wrong (the verifier is not constant).

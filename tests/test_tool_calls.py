@@ -439,3 +439,41 @@ def test_a_run_with_the_calculator_trains_logs_and_reports_the_environments_toke
     assert all(c["token_advantage"][j] == 0 for c, j in fed)
     assert all(c["tokens"][j] in "0123456789?>" for c, j in fed)
     assert 'class="tok tool"' in (out / REPORT_FILE).read_text()
+
+
+# ------------------------------------------------------------------------------------------------ the reference
+def test_a_targets_replies_are_found_checked_and_left_out_of_the_sft_loss(tok):
+    from tinygrpo.sft import encode_examples, target_replies
+    from tinygrpo.tool_calls import written_calls
+
+    assert written_calls("<37*48=1776>1776", CALC, 4) == [("37*48", 7, 12)]
+    assert written_calls("<1*2=2><3*4=12>12", CALC, 1) == [("1*2", 5, 7)]  # (the cap, as decoding reads it)
+    assert written_calls("1776", CALC, 4) == [] and written_calls("<37*48", CALC, 4) == []
+    answers = ["<37*48=1776>1776", "56"]
+    spans = [target_replies(a, CALC, f"row {i + 1}") for i, a in enumerate(answers)]
+    ids, _, labels = encode_examples(tok, ["37*48=", "7*8="], answers, spans)
+    row = [
+        tok.convert_ids_to_tokens(int(t)) if int(lab) != -100 else "_"
+        for t, lab in zip(ids[0], labels[0], strict=True)
+    ]
+    assert "".join(row).rstrip("<eos>").endswith("<37*48=_____1776")  # the reply "1776>" carries no label
+    assert int((labels[1] != -100).sum()) == 3  # "56" and <eos>, as without an environment
+    with pytest.raises(ValueError, match=r"row 2: the target's reply to the call '37\*48' is '1777>'"):
+        target_replies("<37*48=1777>1777", CALC, "row 2")
+
+
+def test_the_tool_reference_trains_and_is_evaluated_calling_the_tool(tmp_path):
+    """Two SFT steps of the tool task's recipe on 64 problems: it trains, and its held-out completions are the
+    policy's with the calculator's replies (a completion that calls gets a reply, from the tool)."""
+    import json
+
+    from tinygrpo.sft import SFTConfig, train_reference
+
+    cfg = SFTConfig.for_task(
+        "multiplication_tool", output_dir=str(tmp_path / "ref"), max_steps=2, train_size=64, logging_steps=0
+    )
+    summary = train_reference(cfg, verbose=False)
+    assert summary["eval_problems"] == 500 and 0 <= summary["eval_accuracy"] <= 1
+    assert set(summary["eval_formats"]) == {"direct", "tool", "scratchpad", "other"}
+    saved = json.loads((tmp_path / "ref" / "sft_config.json").read_text())
+    assert saved["environment"] == "calculator" and saved["mix_column"] == "tool"

@@ -27,9 +27,11 @@ from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS, EOS_TOKEN
 
 from .checks import Bound, ConfigError, check_fields, check_threads
 from .config import BOUNDS
+from .environment import get_environment
 from .evaluation import Verifier, format_counts, format_metrics, greedy_accuracy
 from .launch import Input, check_apart
 from .problems import MANIFEST, dataset_dir, load_split
+from .tool_calls import ToolUse, written_calls
 from .update import NonFiniteError, nonfinite_weight
 from .validation import ModelShape, gigabytes, memory_budget
 from .writes import save_model_files
@@ -83,6 +85,14 @@ class SFTConfig:
             "0 = none."
         },
     )
+    environment: str = field(
+        default="",
+        metadata={
+            "help": "An environment whose calls the targets contain (tinygrpo/environments/: calculator): each "
+            "call's reply is the environment's, so it is left out of the loss, as GRPO leaves it (TRL's tool_mask), "
+            "and must be what the environment answers; the held-out completions call it. '' = none."
+        },
+    )
     eval_split: str = field(
         default="test", metadata={"help": "Held-out split for greedy accuracy ('' = none)."}
     )
@@ -131,6 +141,17 @@ class SFTConfig:
         check_threads("torch_num_threads", self.torch_num_threads)
         if self.mix_share > 0 and not self.mix_column:
             raise ConfigError(f"mix_share={self.mix_share} needs mix_column: the column its problems imitate")
+        if self.environment:
+            try:
+                env = get_environment(self.environment)
+            except ValueError as e:
+                raise ConfigError(f"environment: {e}") from None
+            missing = "".join(c for c in env.chars if c not in self.chars)
+            if missing:
+                raise ConfigError(
+                    f"environment {self.environment}: its calls and replies use {missing!r}, outside chars "
+                    f"{self.chars!r}"
+                )
 
     @classmethod
     def for_task(cls, name: str, **overrides) -> SFTConfig:
@@ -188,16 +209,36 @@ def check_memory(cfg: SFTConfig, vocab: int, tokens: int) -> None:
 
 
 def encode_examples(
-    tokenizer, prompts: list[str], answers: list[str]
+    tokenizer, prompts: list[str], answers: list[str], replies: list[list[tuple[int, int]]] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-padded (N, T) ids, attention mask, and labels (-100 except on the answer and <eos>)."""
+    """Left-padded (N, T) ids, attention mask, and labels (-100 except on the answer and <eos>, and, with `replies`
+    (each answer's environment replies as (start, stop) character offsets), -100 on those too)."""
     texts = [p + a + EOS_TOKEN for p, a in zip(prompts, answers, strict=True)]
     enc = tokenizer(texts, padding=True, return_tensors="pt")
     ids, mask = enc["input_ids"], enc["attention_mask"]
     answer_len = torch.tensor([len(a) + 1 for a in answers])  # +1 for <eos>; one token per character
     pos_from_end = torch.arange(ids.size(1) - 1, -1, -1)[None]  # (1, T): distance from the last column
     labels = ids.masked_fill(pos_from_end >= answer_len[:, None], -100)
+    T = ids.size(1)
+    for i, spans in enumerate(replies or []):
+        first = T - (len(answers[i]) + 1)  # the answer's first column (left padding)
+        for start, stop in spans:
+            labels[i, first + start : first + stop] = -100
     return ids, mask, labels
+
+
+def target_replies(target: str, env, where: str) -> list[tuple[int, int]]:
+    """Where a target's environment replies lie ((start, stop) character offsets), each checked to be what the
+    environment answers: a target that puts other words in its mouth would teach a reply it never gives."""
+    spans = []
+    for call, start, stop in written_calls(target, env, env.max_calls):
+        said, answered = target[start:stop], env.call(call).text
+        if said != answered:
+            raise ValueError(
+                f"{where}: the target's reply to the call {call!r} is {said!r}, but {env.name} answers {answered!r}"
+            )
+        spans.append((start, stop))
+    return spans
 
 
 def training_targets(cfg: SFTConfig, train) -> list[str]:
@@ -247,7 +288,15 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     targets = training_targets(cfg, train)
     for i, (p, a) in enumerate(zip(train["prompt"], targets, strict=True)):
         check_text(p + a, tokenizer, where=f"{cfg.dataset}/{cfg.train_split} row {i + 1}")
-    ids, mask, labels = encode_examples(tokenizer, train["prompt"], targets)
+    tools = reply_spans = None
+    if cfg.environment:
+        env = get_environment(cfg.environment)
+        tools = ToolUse(env, tokenizer, env.max_calls)
+        reply_spans = [
+            target_replies(a, env, f"{cfg.dataset}/{cfg.train_split} row {i + 1}")
+            for i, a in enumerate(targets)
+        ]
+    ids, mask, labels = encode_examples(tokenizer, train["prompt"], targets, reply_spans)
     if ids.size(1) > cfg.n_positions:
         raise ValueError(f"n_positions={cfg.n_positions} is shorter than the longest example ({ids.size(1)})")
     check_memory(cfg, len(tokenizer), ids.size(1))
@@ -316,7 +365,9 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         summary["eval_split"] = cfg.eval_split
         verifier = Verifier.of(cfg.dataset, task=cfg.task or None)
         rows = test.to_dict()
-        summary["eval_accuracy"], outs = greedy_accuracy(model, tokenizer, rows, max_new, verifier)
+        summary["eval_accuracy"], outs = greedy_accuracy(
+            model, tokenizer, rows, max_new, verifier, tools=tools
+        )
         summary["eval_problems"] = len(test)
         if verifier.formats is not None:  # the form the greedy completions take, and which are right
             m = format_metrics(

@@ -36,6 +36,25 @@ class ToolUse:
         return "".join(c for c in self.env.chars if c not in vocab)
 
 
+def written_calls(text: str, env: Environment, max_calls: int) -> list[tuple[str, int, int]]:
+    """The calls of a text written out whole (an SFT target such as "<37*48=1776>1776"), read as decoding reads
+    them: each answered call's text and where its reply lies, (call, start, stop) with text[start:stop] the reply
+    (up to and including `close`, or the end of the text)."""
+    out, at, calls = [], 0, 0
+    while calls < max_calls:
+        start = text.find(env.open, at)
+        if start < 0:
+            break
+        end = text.find(env.end, start + 1)
+        if end < 0:
+            break
+        stop = text.find(env.close, end + 1)
+        stop = len(text) if stop < 0 else stop + 1
+        out.append((text[start + 1 : end], end + 1, stop))
+        at, calls = stop, calls + 1
+    return out
+
+
 def policy_mask(completion_mask: torch.Tensor, tool_mask: torch.Tensor | None) -> torch.Tensor:
     """The tokens the policy loss, the KL and the entropy act on: the completion's, less the environment's (TRL's
     completion_mask * tool_mask). The model still reads the environment's tokens: the forward feeds every token
