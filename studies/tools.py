@@ -1,0 +1,199 @@
+"""The tool-use experiment: does GRPO, rewarded for the answer alone, teach a tiny model to call a calculator?
+
+    python -m studies.tools                                  # the references, then every arm, 3 seeds
+    python -m studies.tools --eval_split validation --seeds 42 --arms tool   # a choice, on validation
+    python -m studies.tools --summarize                      # the results of the runs there
+
+The reference (`python train_sft.py --task multiplication_tool`) saw, on one training product in four, a call to the
+calculator, its reply and the answer ("<37*48=1776>1776"), and the answer alone on the others; the replies are the
+environment's, outside its loss. Every arm is GRPO with the tool task's recipe (configs/multiplication_tool.yaml:
+the reward is `tool_answer`, the integer after the answered calls, and nothing else):
+
+- `tool`: from that reference, the calculator answering its calls (tinygrpo/environments/calculator.py);
+- `tool_disabled` (control): the same reference with no environment: a call it writes goes unanswered, and the
+  policy must write the reply itself;
+- `direct` (control): from the reference that never saw a call (`--task multiplication`), no environment.
+
+Each run is `train_grpo.py --config configs/multiplication_tool.yaml --seed S` at one thread, two side by side
+(runs/tools/<arm>/seed<S>), evaluated every 25 steps on the split asked for (test by default, for reporting: the
+recipe is the reasoning experiment's, chosen there on validation). The results (docs/results/tools.json, from the
+runs' metrics.jsonl) and the table drawn from them alone (`table`, in docs/tools.md): held-out accuracy before and
+after, the share of greedy completions that call the tool, and the training minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ._runs import REPO, add_output_and_jobs, read_metrics, run_logged
+from .results import RESULTS, each, markdown, measurement, pct, save
+from .tasks import ensure_reference
+
+CONFIG = "configs/multiplication_tool.yaml"
+SEEDS = (42, 1, 2)
+# arm -> (the task whose reference it starts from, flags on the recipe, what it asks)
+ARMS = {
+    "tool": ("multiplication_tool", [], "GRPO from the tool reference, the calculator answering its calls"),
+    "tool_disabled": (
+        "multiplication_tool",
+        ["--environment", "None"],
+        "control: the same reference with no environment (a call goes unanswered)",
+    ),
+    "direct": (
+        "multiplication",
+        ["--environment", "None"],
+        "control: GRPO from the reference that never saw a call (the direct task's), the same recipe",
+    ),
+}
+
+
+def run_dir(out: Path, arm: str, seed: int) -> Path:
+    return out / arm / f"seed{seed}"
+
+
+def grpo(arm: str, seed: int, out: Path, eval_split: str) -> int:
+    """One run of an arm (one thread), its output beside its directory."""
+    task, flags, _ = ARMS[arm]
+    reference = ensure_reference(task)
+    d = run_dir(out, arm, seed)
+    cmd = [
+        sys.executable,
+        "train_grpo.py",
+        "--config",
+        CONFIG,
+        "--seed",
+        str(seed),
+        "--eval_split",
+        eval_split,
+    ]
+    cmd += [
+        "--model_name_or_path",
+        str(reference.relative_to(REPO) if reference.is_absolute() else reference),
+    ]
+    cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1"]
+    cmd += ["--disable_tqdm", "true", "--save_steps", "0", *flags]
+    return run_logged(cmd, d)
+
+
+def run_summary(d: Path) -> dict:
+    """A finished run's held-out accuracy and tool-call share (greedy, at its first and last evaluation) and its
+    training seconds."""
+    rows = read_metrics(d)
+    ev = [r for r in rows if "eval/accuracy" in r]
+    steps = [r for r in rows if "time/elapsed" in r]
+    return {
+        "start": ev[0]["eval/accuracy"],
+        "after": ev[-1]["eval/accuracy"],
+        "share_start": ev[0].get("eval/format/tool", 0.0),
+        "share_after": ev[-1].get("eval/format/tool", 0.0),
+        "seconds": steps[-1]["time/elapsed"],
+        "steps": steps[-1]["step"],
+        "tools_call_frequency": steps[-1].get("tools/call_frequency"),
+    }
+
+
+def summarize(arms: list[str], seeds: list[int], out: Path, command: str, eval_split: str) -> dict:
+    """The results: each arm's runs (per seed) and their medians."""
+    rows = []
+    for arm in arms:
+        runs = {
+            str(s): run_summary(run_dir(out, arm, s))
+            for s in seeds
+            if (run_dir(out, arm, s) / "metrics.jsonl").is_file()
+        }
+        if not runs:
+            continue
+        first = next(iter(runs.values()))
+        rows.append(
+            {
+                "arm": arm,
+                "reference": ARMS[arm][0],
+                "what": ARMS[arm][2],
+                "start": first["start"],
+                "share_start": first["share_start"],
+                "after": {k: r["after"] for k, r in runs.items()},
+                "share_after": {k: r["share_after"] for k, r in runs.items()},
+                "minutes": {k: round(r["seconds"] / 60, 2) for k, r in runs.items()},
+                "steps": first["steps"],
+            }
+        )
+    return {
+        "measurement": measurement(command, threads=1, jobs=2),
+        "eval_split": eval_split,
+        "seeds": seeds,
+        "arms": rows,
+    }
+
+
+def table(results: dict) -> str:
+    """One row per arm: held-out accuracy before and after GRPO (each seed, then the median), the share of greedy
+    completions that call the tool, before and after (median), and the median training minutes."""
+    head = [
+        "arm",
+        "reference",
+        f"{results['eval_split']} accuracy, reference",
+        "after GRPO (per seed)",
+        "median",
+        "tool-call share: reference -> after (median)",
+        "training minutes (median)",
+    ]
+    out = []
+    for r in results["arms"]:
+        after = list(r["after"].values())
+        out.append(
+            [
+                r["arm"],
+                f"`{r['reference']}`",
+                pct(r["start"]),
+                each(after),
+                pct(statistics.median(after)),
+                f"{pct(r['share_start'])} -> {pct(statistics.median(r['share_after'].values()))}",
+                f"{statistics.median(r['minutes'].values()):.1f}",
+            ]
+        )
+    return markdown(head, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    p.add_argument("--eval_split", default="test")
+    p.add_argument("--summarize", action="store_true", help="only the results of the runs already there")
+    p.add_argument(
+        "--results", type=Path, default=None, help="the results file (default docs/results/tools.json)"
+    )
+    add_output_and_jobs(p, REPO / "runs" / "tools")
+    args = p.parse_args(argv)
+    command = "python -m studies.tools" + "".join(
+        f" --{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+        for k, v in (("arms", args.arms), ("seeds", args.seeds), ("eval_split", args.eval_split))
+        if v != {"arms": list(ARMS), "seeds": list(SEEDS), "eval_split": "test"}[k]
+    )
+    if not args.summarize:
+        for task in dict.fromkeys(ARMS[a][0] for a in args.arms):
+            ensure_reference(task)  # (before the runs start side by side)
+        jobs = [(a, s) for s in args.seeds for a in args.arms]
+        with ThreadPoolExecutor(args.parallel) as pool:
+            codes = list(pool.map(lambda j: grpo(j[0], j[1], args.out, args.eval_split), jobs))
+        for (a, s), rc in zip(jobs, codes, strict=True):
+            if rc != 0:
+                print(
+                    f"error: {a} seed {s} failed (exit {rc}); see {run_dir(args.out, a, s)}.log",
+                    file=sys.stderr,
+                )
+                return 1
+    results = summarize(args.arms, args.seeds, args.out, command, args.eval_split)
+    default = RESULTS / "tools.json" if args.eval_split == "test" else args.out / "tools.json"
+    path = save(args.results or default, results)
+    print(table(results))
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
