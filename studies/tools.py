@@ -12,7 +12,11 @@ the reward is `tool_answer`, the integer after the answered calls, and nothing e
 - `tool`: from that reference, the calculator answering its calls (tinygrpo/environments/calculator.py);
 - `tool_disabled` (control): the same reference with no environment: a call it writes goes unanswered, and the
   policy must write the reply itself;
-- `direct` (control): from the reference that never saw a call (`--task multiplication`), no environment.
+- `direct` (control): from the reference that never saw a call (`--task multiplication`), no environment;
+- `one_digit`: the harder variant (configs/multiplication_tool_digits.yaml): the tool multiplies by one digit only, so
+  the reference (`--task multiplication_tool_digits`) calls it twice and works the sum itself,
+  "<37*8=296><37*4=148>296+1480=1776", on one problem in four; the reward is the final answer's; and its control
+  `one_digit_disabled`, the same reference with no environment (`--arms one_digit one_digit_disabled`).
 
 Each run is `train_grpo.py --config configs/multiplication_tool.yaml --seed S` at one thread, two side by side
 (runs/tools/<arm>/seed<S>), evaluated every 25 steps on the split asked for (test by default, for reporting: the
@@ -30,25 +34,46 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ._runs import REPO, add_output_and_jobs, read_metrics, run_logged
-from .results import RESULTS, each, markdown, measurement, pct, save
+from .results import RESULTS, each, load, markdown, measurement, pct, save
 from .tasks import ensure_reference
 
 CONFIG = "configs/multiplication_tool.yaml"
+DIGITS = "configs/multiplication_tool_digits.yaml"
 SEEDS = (42, 1, 2)
-# arm -> (the task whose reference it starts from, flags on the recipe, what it asks)
+# arm -> (the task whose reference it starts from, its recipe, flags on the recipe, what it asks)
 ARMS = {
-    "tool": ("multiplication_tool", [], "GRPO from the tool reference, the calculator answering its calls"),
+    "tool": (
+        "multiplication_tool",
+        CONFIG,
+        [],
+        "GRPO from the tool reference, the calculator answering its calls",
+    ),
     "tool_disabled": (
         "multiplication_tool",
+        CONFIG,
         ["--environment", "None"],
         "control: the same reference with no environment (a call goes unanswered)",
     ),
     "direct": (
         "multiplication",
+        CONFIG,
         ["--environment", "None"],
         "control: GRPO from the reference that never saw a call (the direct task's), the same recipe",
     ),
+    "one_digit": (
+        "multiplication_tool_digits",
+        DIGITS,
+        [],
+        "the harder variant: a tool that multiplies by one digit, two calls and a sum worked by the policy",
+    ),
+    "one_digit_disabled": (
+        "multiplication_tool_digits",
+        DIGITS,
+        ["--environment", "None"],
+        "control: the harder variant's reference with no environment",
+    ),
 }
+DEFAULT_ARMS = ["tool", "tool_disabled", "direct"]
 
 
 def run_dir(out: Path, arm: str, seed: int) -> Path:
@@ -57,14 +82,14 @@ def run_dir(out: Path, arm: str, seed: int) -> Path:
 
 def grpo(arm: str, seed: int, out: Path, eval_split: str) -> int:
     """One run of an arm (one thread), its output beside its directory."""
-    task, flags, _ = ARMS[arm]
+    task, config, flags, _ = ARMS[arm]
     reference = ensure_reference(task)
     d = run_dir(out, arm, seed)
     cmd = [
         sys.executable,
         "train_grpo.py",
         "--config",
-        CONFIG,
+        config,
         "--seed",
         str(seed),
         "--eval_split",
@@ -91,6 +116,10 @@ def run_summary(d: Path) -> dict:
         "share_start": ev[0].get("eval/format/tool", 0.0),
         "share_after": ev[-1].get("eval/format/tool", 0.0),
         "seconds": steps[-1]["time/elapsed"],
+        # the first evaluation at 90 % or more (the issue's goal: within 10 minutes); None: never
+        "seconds_to_90": next(
+            (r["time/elapsed"] for r in ev if r["eval/accuracy"] >= 0.9 and "time/elapsed" in r), None
+        ),
         "steps": steps[-1]["step"],
         "tools_call_frequency": steps[-1].get("tools/call_frequency"),
     }
@@ -112,13 +141,15 @@ def summarize(arms: list[str], seeds: list[int], out: Path, command: str, eval_s
             {
                 "arm": arm,
                 "reference": ARMS[arm][0],
-                "what": ARMS[arm][2],
+                "what": ARMS[arm][3],
                 "start": first["start"],
                 "share_start": first["share_start"],
                 "after": {k: r["after"] for k, r in runs.items()},
                 "share_after": {k: r["share_after"] for k, r in runs.items()},
                 "minutes": {k: round(r["seconds"] / 60, 2) for k, r in runs.items()},
+                "seconds_to_90": {k: r["seconds_to_90"] for k, r in runs.items()},
                 "steps": first["steps"],
+                "command": command,
             }
         )
     return {
@@ -131,7 +162,8 @@ def summarize(arms: list[str], seeds: list[int], out: Path, command: str, eval_s
 
 def table(results: dict) -> str:
     """One row per arm: held-out accuracy before and after GRPO (each seed, then the median), the share of greedy
-    completions that call the tool, before and after (median), and the median training minutes."""
+    completions that call the tool, before and after (median), each seed's training seconds to its first evaluation
+    at 90 % or more ('-': never), and the median training minutes."""
     head = [
         "arm",
         "reference",
@@ -139,6 +171,7 @@ def table(results: dict) -> str:
         "after GRPO (per seed)",
         "median",
         "tool-call share: reference -> after (median)",
+        "training s to 90 % (per seed)",
         "training minutes (median)",
     ]
     out = []
@@ -152,6 +185,8 @@ def table(results: dict) -> str:
                 each(after),
                 pct(statistics.median(after)),
                 f"{pct(r['share_start'])} -> {pct(statistics.median(r['share_after'].values()))}",
+                " / ".join("-" if s is None else f"{s:.0f}" for s in r.get("seconds_to_90", {}).values())
+                or "-",
                 f"{statistics.median(r['minutes'].values()):.1f}",
             ]
         )
@@ -160,7 +195,7 @@ def table(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=DEFAULT_ARMS)
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--eval_split", default="test")
     p.add_argument("--summarize", action="store_true", help="only the results of the runs already there")
@@ -172,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m studies.tools" + "".join(
         f" --{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
         for k, v in (("arms", args.arms), ("seeds", args.seeds), ("eval_split", args.eval_split))
-        if v != {"arms": list(ARMS), "seeds": list(SEEDS), "eval_split": "test"}[k]
+        if v != {"arms": DEFAULT_ARMS, "seeds": list(SEEDS), "eval_split": "test"}[k]
     )
     if not args.summarize:
         for task in dict.fromkeys(ARMS[a][0] for a in args.arms):
@@ -189,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
     results = summarize(args.arms, args.seeds, args.out, command, args.eval_split)
     default = RESULTS / "tools.json" if args.eval_split == "test" else args.out / "tools.json"
+    if (
+        args.results is None and args.eval_split == "test" and default.is_file()
+    ):  # (another arm's rows are kept)
+        old = {r["arm"]: r for r in load(default)["arms"]}
+        new = {r["arm"]: r for r in results["arms"]}
+        results["arms"] = [{**old, **new}[a] for a in ARMS if a in old or a in new]
     path = save(args.results or default, results)
     print(table(results))
     print(f"results: {path}")

@@ -37,6 +37,7 @@ BUILT_IN = {
     "multiplication_mixed",
     "multiplication_scratchpad",
     "multiplication_tool",
+    "multiplication_tool_digits",
     "reverse",
     "seed_bank",
 }

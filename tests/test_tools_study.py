@@ -12,10 +12,10 @@ from studies import tools
 def _fake_run(d, start: float, after: float, share: float, seconds: float) -> None:
     d.mkdir(parents=True)
     rows = [
-        {"step": 0, "eval/accuracy": start, "eval/format/tool": 0.1},
+        {"step": 0, "eval/accuracy": start, "eval/format/tool": 0.1, "time/elapsed": 0.0},
         {"step": 10, "reward": 0.5, "time/elapsed": seconds / 2, "tools/call_frequency": 0.4},
         {"step": 20, "reward": 0.9, "time/elapsed": seconds, "tools/call_frequency": 0.9},
-        {"step": 20, "eval/accuracy": after, "eval/format/tool": share},
+        {"step": 20, "eval/accuracy": after, "eval/format/tool": share, "time/elapsed": seconds},
     ]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -25,15 +25,16 @@ def test_the_table_gives_each_seed_the_median_and_the_tool_share(tmp_path):
         _fake_run(tools.run_dir(tmp_path, "tool", seed), 0.05, after, 0.97, 120.0 + seed)
     _fake_run(tools.run_dir(tmp_path, "direct", 42), 0.03, 0.04, 0.0, 60.0)
     results = tools.summarize(["tool", "tool_disabled", "direct"], [42, 1, 2], tmp_path, "cmd", "test")
+    assert all(r["command"] == "cmd" for r in results["arms"])
     assert [r["arm"] for r in results["arms"]] == ["tool", "direct"]  # (no runs: no row)
     tool = results["arms"][0]
     assert tool["after"] == {"42": 0.9, "1": 0.8, "2": 0.95} and tool["start"] == 0.05
     text = tools.table(results)
     assert (
-        "| tool | `multiplication_tool` | 5.0% | 90.0% / 80.0% / 95.0% | 90.0% | 10.0% -> 97.0% | 2.0 |"
+        "| tool | `multiplication_tool` | 5.0% | 90.0% / 80.0% / 95.0% | 90.0% | 10.0% -> 97.0% | 162 / - / 122 | 2.0 |"
         in text
     )
-    assert "| direct | `multiplication` | 3.0% | 4.0% | 4.0% | 10.0% -> 0.0% | 1.0 |" in text
+    assert "| direct | `multiplication` | 3.0% | 4.0% | 4.0% | 10.0% -> 0.0% | - | 1.0 |" in text
 
 
 @pytest.mark.parametrize("arm", list(tools.ARMS))
@@ -43,6 +44,7 @@ def test_every_arm_runs_the_recipe_with_its_reference_and_flags(arm, tmp_path, m
     monkeypatch.setattr(tools, "run_logged", lambda cmd, d: seen.update(cmd=cmd, d=d) or 0)
     assert tools.grpo(arm, 7, tmp_path, "validation") == 0
     cmd = seen["cmd"]
-    assert cmd[cmd.index("--config") + 1] == tools.CONFIG and cmd[cmd.index("--seed") + 1] == "7"
+    assert cmd[cmd.index("--config") + 1] == tools.ARMS[arm][1] and cmd[cmd.index("--seed") + 1] == "7"
     assert cmd[cmd.index("--model_name_or_path") + 1] == f"checkpoints/{tools.ARMS[arm][0]}"
-    assert ("--environment" in cmd) == (arm != "tool") and cmd[cmd.index("--eval_split") + 1] == "validation"
+    assert ("--environment" in cmd) == arm.endswith(("disabled", "direct"))
+    assert cmd[cmd.index("--eval_split") + 1] == "validation"

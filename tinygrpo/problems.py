@@ -227,6 +227,18 @@ def load_splits(name_or_path: str, *splits: str | None) -> list[Dataset | None]:
     return [None if split is None else ds[split] for split in splits]
 
 
+def first_row_columns(name_or_path: str, split: str) -> list[str] | None:
+    """The columns of a split's first row, read from that line alone (cheap, before a large set is loaded and
+    checked); None when the file is missing or its first line is not a JSON object (the full load says why)."""
+    path = dataset_dir(name_or_path) / f"{split}.jsonl"
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            row = json.loads(next((line for line in f if line.strip()), "null"))
+    except (OSError, ValueError):
+        return None
+    return list(row) if isinstance(row, dict) else None
+
+
 def load_split(name_or_path: str, split: str) -> Dataset:
     """One split of a problem set (see load_splits)."""
     return load_splits(name_or_path, split)[0]

@@ -30,7 +30,7 @@ from .config import BOUNDS
 from .environment import get_environment
 from .evaluation import Verifier, format_counts, format_metrics, greedy_accuracy
 from .launch import Input, check_apart
-from .problems import MANIFEST, dataset_dir, load_split
+from .problems import MANIFEST, dataset_dir, first_row_columns, load_split
 from .tool_calls import ToolUse, written_calls
 from .update import NonFiniteError, nonfinite_weight
 from .validation import ModelShape, gigabytes, memory_budget
@@ -241,16 +241,20 @@ def target_replies(target: str, env, where: str) -> list[tuple[int, int]]:
     return spans
 
 
+def missing_columns(cfg: SFTConfig, columns: list[str]) -> None:
+    """A ValueError naming completion_column or mix_column when the training split has no such column."""
+    for name in (cfg.completion_column, *([cfg.mix_column] if cfg.mix_column else [])):
+        if name not in columns:
+            column = "completion_column" if name == cfg.completion_column else "mix_column"
+            raise ValueError(
+                f"{column} {name!r}: {cfg.dataset}/{cfg.train_split} has no such column (columns: {', '.join(columns)})"
+            )
+
+
 def training_targets(cfg: SFTConfig, train) -> list[str]:
     """Each training problem's target completion: completion_column's, or mix_column's for a fixed share of the
     problems (mix_share, drawn by a generator of its own: the batches' draws are those of an unmixed run)."""
-    for name in (cfg.completion_column, *([cfg.mix_column] if cfg.mix_column else [])):
-        if name not in train.column_names:
-            column = "completion_column" if name == cfg.completion_column else "mix_column"
-            raise ValueError(
-                f"{column} {name!r}: {cfg.dataset}/{cfg.train_split} has no such column "
-                f"(columns: {', '.join(train.column_names)})"
-            )
+    missing_columns(cfg, train.column_names)
     targets = [str(t) for t in train[cfg.completion_column]]
     if cfg.mix_share > 0:
         alternative = train[cfg.mix_column]
@@ -282,6 +286,9 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             # longest example is at most n_positions tokens).
             check_memory(cfg, len(tokenizer), cfg.n_positions)
         task.ensure_data()
+    columns = first_row_columns(cfg.dataset, cfg.train_split)  # (a column named wrong: said before the load)
+    if columns is not None:
+        missing_columns(cfg, columns)
     train = load_split(cfg.dataset, cfg.train_split)
     if cfg.train_size and cfg.train_size < len(train):
         train = train.shuffle(seed=cfg.seed).select(range(cfg.train_size))

@@ -5,6 +5,8 @@
   "37*8=296,37*40=1480,296+1480=1776<eos>" (30 to 40 tokens);
 - `multiplication_mixed`: the reasoning experiment's reference (docs/reasoning.md) imitates the worked product on
   one training problem in four and the answer alone on the others.
+- `multiplication_tool_digits`: the tool-use experiment's harder variant: a calculator that multiplies by one digit
+  only, called twice, then the sum worked, "<37*8=296><37*4=148>296+1480=1776<eos>", on one problem in four.
 - `multiplication_tool`: the tool-use experiment's (docs/tools.md): a call to the calculator, its reply and the
   answer, "<37*48=1776>1776<eos>" (tinygrpo/environments/calculator.py answers the call: the reply "1776>" is the
   environment's, outside every loss), on one training problem in four, the answer alone on the others.
@@ -23,6 +25,8 @@ from tinygrpo.tasks._formats import FORMATS, completion_format
 from tinygrpo.tasks._splits import split_rows
 
 __all__ = [
+    "TOOL_DIGITS",
+    "tool_digits",
     "DIRECT",
     "FORMATS",
     "MIXED",
@@ -51,6 +55,13 @@ def tool(a: int, b: int) -> str:
     return f"<{a}*{b}={a * b}>{a * b}"
 
 
+def tool_digits(a: int, b: int) -> str:
+    """Two calls to the one-digit calculator, then their sum worked and the answer: "<37*8=296><37*4=148>296+1480=1776"
+    (the second partial product shifted by hand: the tool gives 37*4, the sum needs 37*40)."""
+    units, tens = b % 10, b // 10
+    return f"<{a}*{units}={a * units}><{a}*{tens}={a * tens}>{a * units}+{a * tens * 10}={a * b}"
+
+
 def tool_format(completion: str) -> str:
     """ "tool" for a completion that calls the tool first, else completion_format's name."""
     return "tool" if completion.startswith("<") else completion_format(completion)
@@ -71,6 +82,7 @@ def build() -> dict[str, list[dict]]:
             "answer": str(a * b),
             "worked": worked(a, b),
             "tool": tool(a, b),
+            "tool_digits": tool_digits(a, b),
             "a": a,
             "b": b,
             "id": i,
@@ -157,5 +169,20 @@ TOOL = _task(
     mix_column="tool",
     mix_share=0.25,
     environment="calculator",
+    torch_num_threads=1,
+)
+# The harder variant: the tool multiplies by one digit, so a product takes two calls and a sum the policy works
+# itself (credit across calls: the reward judges only the final answer). Read by final_answer: the integer after the
+# last '='.
+TOOL_DIGITS = _task(
+    "multiplication_tool_digits",
+    "the same products; the reference saw two calls to a one-digit multiplier and the sum worked on one problem in "
+    "four, direct answers on the rest",
+    "answer",
+    chars=TOOL_CHARS,
+    formats=TOOL_FORMATS,
+    mix_column="tool_digits",
+    mix_share=0.25,
+    environment="calculator_one_digit",
     torch_num_threads=1,
 )
