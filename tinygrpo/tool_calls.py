@@ -30,11 +30,6 @@ class ToolUse:
     def session(self, rows: int) -> ToolCalls:
         return ToolCalls(self.env, self.tokenizer, rows, self.tokenizer.eos_token_id, self.max_calls)
 
-    def missing_chars(self) -> str:
-        """The characters of the environment's replies (besides a result's) that the tokenizer lacks."""
-        vocab = self.tokenizer.get_vocab()
-        return "".join(c for c in self.env.chars if c not in vocab)
-
 
 def written_calls(text: str, env: Environment, max_calls: int) -> list[tuple[str, int, int]]:
     """The calls of a text written out whole (an SFT target such as "<37*48=1776>1776"), read as decoding reads
