@@ -584,7 +584,8 @@ CASES = {
     "unknown_reward": (
         lambda t, r, p: ["--reward_funcs", "acuracy"],
         "error: unknown reward 'acuracy'; registered: accuracy, accuracy_lenient, countdown, countdown_partial, "
-        "digit_match, exact_match, final_answer, format, length_penalty, reasoning_gym, reasoning_gym_final_answer, reversed_answer (or use "
+        "digit_match, exact_match, final_answer, format, length_penalty, reasoning_gym, reasoning_gym_final_answer, "
+        "reversed_answer, tool_answer (or use "
         "'package.module:function' / 'path/to/file.py:function')",
     ),
     "missing_reward_file": (

@@ -80,6 +80,11 @@ RIGHT: dict[str, list[tuple[str, Columns]]] = {
     ],
     "digit_match": [("85", {"answer": "85"}), ("1000", {"answer": 1000})],
     "reversed_answer": [("02194", {"answer": "49120"}), ("1", {"answer": 1})],
+    "tool_answer": [
+        ("<37*48=1776>1776", {"answer": "1776"}),
+        ("1776", {"answer": 1776}),
+        ("<37*8=296><37*40=1480><296+1480=1776>1776", {"answer": "1776"}),
+    ],
     "format": [("85", {}), ("007", {})],  # (well formed is all `format` asks)
     "exact_match": [("olleh", {"answer": "olleh"}), ("a", {"answer": "a"})],
     "countdown": [
