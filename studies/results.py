@@ -73,16 +73,16 @@ def save(path: Path, results: dict) -> Path:
     return path
 
 
-def merged(old: dict | None, new: dict, order: Sequence[str]) -> dict:
-    """A study run on some tasks updates their rows of its results file (`tasks`, each with `task`) and keeps the
-    others' and the file's other fields; the rows in `order`, then any other task's. Each new row should carry
+def merged(old: dict | None, new: dict, order: Sequence[str], rows: str = "tasks", key: str = "task") -> dict:
+    """A study run on some tasks (arms) updates their rows of its results file (`rows`, each named by `key`) and
+    keeps the others' and the file's other fields; the rows in `order`, then any other. Each new row should carry
     where it was measured."""
     if not old:
         return new
-    rows = {t["task"]: t for t in old["tasks"]}
-    rows.update({t["task"]: t for t in new["tasks"]})
-    ranked = [n for n in order if n in rows] + [n for n in rows if n not in order]
-    return {**old, "tasks": [rows[n] for n in ranked]}
+    by_name = {r[key]: r for r in old[rows]}
+    by_name.update({r[key]: r for r in new[rows]})
+    ranked = [n for n in order if n in by_name] + [n for n in by_name if n not in order]
+    return {**old, rows: [by_name[n] for n in ranked]}
 
 
 def load(path: str | Path) -> dict:

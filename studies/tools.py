@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ._runs import REPO, add_output_and_jobs, read_metrics, run_logged
-from .results import RESULTS, each, load, markdown, measurement, pct, save
+from .results import RESULTS, each, load, markdown, measurement, merged, pct, save
 from .tasks import ensure_reference
 
 CONFIG = "configs/multiplication_tool.yaml"
@@ -224,12 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
     results = summarize(args.arms, args.seeds, args.out, command, args.eval_split)
     default = RESULTS / "tools.json" if args.eval_split == "test" else args.out / "tools.json"
-    if (
-        args.results is None and args.eval_split == "test" and default.is_file()
-    ):  # (another arm's rows are kept)
-        old = {r["arm"]: r for r in load(default)["arms"]}
-        new = {r["arm"]: r for r in results["arms"]}
-        results["arms"] = [{**old, **new}[a] for a in ARMS if a in old or a in new]
+    if args.results is None and args.eval_split == "test" and default.is_file():
+        # (a run of some arms keeps the other arms' rows)
+        results = merged(load(default), results, list(ARMS), rows="arms", key="arm")
     path = save(args.results or default, results)
     print(table(results))
     print(f"results: {path}")

@@ -72,3 +72,8 @@ def test_a_study_run_on_some_tasks_keeps_the_other_rows():
     assert [(t["task"], t["v"]) for t in out["tasks"]] == [("a", 1), ("b", 0), ("c", 1), ("z", 0)]
     assert (out["measurement"], out["steps"]) == ("old", 20) and old["tasks"][2] == {"task": "a", "v": 0}
     assert results.merged(None, new, order=()) is new
+    # (studies.tools: its rows are arms)
+    arms = results.merged(
+        {"arms": [{"arm": "x", "v": 0}]}, {"arms": [{"arm": "y", "v": 1}]}, ("y", "x"), "arms", "arm"
+    )
+    assert arms["arms"] == [{"arm": "y", "v": 1}, {"arm": "x", "v": 0}]

@@ -91,6 +91,10 @@ class Environment:
         """The characters of the replies besides the tools' results: the tokenizer must have them."""
         return "".join(dict.fromkeys(self.open + self.end + self.close + self.error))
 
+    def missing_chars(self, known) -> str:
+        """The characters of `chars` outside `known` (a tokenizer's vocabulary, a task's alphabet)."""
+        return "".join(c for c in self.chars if c not in known)
+
     def call(self, text: str) -> Reply:
         """The reply to one call (its text between `open` and `end`); never raises."""
         try:

@@ -41,7 +41,7 @@ from .prompt_stats import PromptStats
 from .prompts import PromptSource
 from .rollout import Rollout, SamplingParams, decode_rows, sample_completions
 from .round import Round, merged
-from .tool_calls import ToolUse
+from .tool_calls import ToolUse, policy_mask
 
 
 class RewardFailure(RewardError):
@@ -227,11 +227,10 @@ class BatchGenerator:
         t2 = time.perf_counter()
         if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer
             completion_mask = completion_mask * is_eos[:, None]
-        tool_mask = None if ro.tool_mask is None else ro.tool_mask.clone()
-        if (
-            tool_mask is not None
-        ):  # the environment's tokens: read by the model, not its own to learn (TRL's tool_mask)
-            completion_mask = completion_mask * ~tool_mask
+        tool_mask = None if ro.tool_mask is None else ro.tool_mask.clone()  # (out of inference mode)
+        completion_mask = policy_mask(
+            completion_mask, tool_mask
+        )  # (the environment's tokens: not the policy's)
         kl = None
         if self.ref_model is not None:
             kl = self.sequence_kl(prompt_ids, prompt_mask, completion_ids, completion_mask)

@@ -48,9 +48,8 @@ def step_metrics(
     first, trained = scored.first, scored.batch  # the first round's samples; the groups kept to train on
     G = first.batch.completion_ids.size(0) // first.batch.num_groups
     all_rewards = first.all_rewards
-    lengths = first.gather(
-        procs, first.lengths
-    ).tolist()  # a few thousand ints at most: plain Python is cheaper
+    # (a few thousand ints at most: plain Python is cheaper)
+    lengths = first.gather(procs, first.lengths).tolist()
     truncated = first.gather(procs, (~first.is_eos).float())
     per_func = first.gather(procs, first.rewards_per_func)
     valid = all_rewards[~all_rewards.isnan()]

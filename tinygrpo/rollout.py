@@ -61,7 +61,7 @@ class Rollout:
     completion_ids: torch.Tensor  # (P*G, Tc) long, pad after EOS
     completion_mask: (
         torch.Tensor
-    )  # (P*G, Tc) 1 for sampled tokens up to and including EOS (the environment's too)
+    )  # (P*G, Tc) 1 for every token up to and including EOS (the environment's too)
     is_eos: torch.Tensor  # (P*G,) bool: the completion ended with EOS (not truncated)
     # (P*G, Tc) bool: the tokens the environment fed (tool replies, tinygrpo/tool_calls.py); None without tools
     tool_mask: torch.Tensor | None = None
@@ -129,7 +129,7 @@ def sample_completions(
     (masked), and it leaves the batch, so each step computes only the rows still running; decoding ends when
     none is left or at `params.max_new_tokens`. `backend` defaults to `select_backend(model)`. A backend whose
     forward depends on the mode (dropout) samples in eval mode, as `generate()` does; the model's mode is restored
-    after. With `tools` (an environment, tinygrpo/tool_calls.py), a row that ends a tool call is fed the environment's reply before it
+    after. With `tools` (an environment), a row that ends a tool call is fed the environment's reply before it
     samples again (tinygrpo/tool_calls.py).
     """
     backend = backend or select_backend(model)

@@ -146,7 +146,7 @@ class SFTConfig:
                 env = get_environment(self.environment)
             except ValueError as e:
                 raise ConfigError(f"environment: {e}") from None
-            missing = "".join(c for c in env.chars if c not in self.chars)
+            missing = env.missing_chars(self.chars)
             if missing:
                 raise ConfigError(
                     f"environment {self.environment}: its calls and replies use {missing!r}, outside chars "

@@ -145,7 +145,7 @@ def check_inputs(
         raise ConfigError(f"tokenizer has {len(tok)} tokens but the model's vocabulary has {vocab_size}")
     known = {t for t in tok.get_vocab() if t not in tok.all_special_tokens}
     if cfg.environment is not None:  # the environment's replies are text the tokenizer must write
-        missing = "".join(c for c in get_environment(cfg.environment).chars if c not in known)
+        missing = get_environment(cfg.environment).missing_chars(known)
         if missing:
             raise ConfigError(
                 f"environment {cfg.environment}: its calls and replies use {missing!r}, outside the tokenizer's "
