@@ -52,6 +52,17 @@ def test_every_built_in_task_is_registered():
     assert set(TASKS) >= BUILT_IN
 
 
+def test_every_registered_task_is_a_row_of_the_docs_table():
+    """docs/tasks.md's table of tasks names each registered task (a family, `reasoning_gym:NAME`, by its pattern):
+    a task added without its row is caught here."""
+    text = (REPO / "docs" / "tasks.md").read_text()
+    table = text.split("## The tasks", 1)[1].split("\n\n", 2)[1]
+    rows = {line.split("|")[1].strip().strip("`") for line in table.splitlines()[2:]}
+    missing = [t for t in TASKS if t not in rows]
+    assert not missing, f"tasks without a row in docs/tasks.md: {missing}"
+    assert "reasoning_gym:NAME" in rows
+
+
 @pytest.mark.parametrize("name", sorted(BUILT_IN))
 def test_generator_is_seeded_and_its_splits_are_disjoint(name, splits):
     task, rows = get_task(name), splits[name]
