@@ -40,7 +40,8 @@ from .group_sizes import group_reduce, group_starts, rows_of, sized_advantages
 from .prompt_stats import PromptStats
 from .prompts import PromptSource
 from .rollout import Rollout, SamplingParams, decode_rows, sample_completions
-from .round import Round, merged
+from .round import Round
+from .sampling_passes import screen, until_signal
 from .tool_calls import ToolUse, policy_mask
 
 
@@ -381,10 +382,15 @@ class BatchGenerator:
         per_proc = len(global_idx) // self.procs.num
         r = self.procs.rank
         local = global_idx[r * per_proc : (r + 1) * per_proc]
+
+        def sample(i: list[int], sizes: list[int] | None) -> Round:  # (for the rules that sample in passes)
+            return self.sample(i, cfg.temperature, sizes)
+
+        pad_id = self.tokenizer.pad_token_id
         if cfg.sample_allocation == "screen":
-            s = self.screen(local)
+            s = screen(sample, local, cfg, self.stats.pass_rate, pad_id)
         elif cfg.sample_allocation == "until_signal":
-            s = self.until_signal(local)
+            s = until_signal(sample, local, cfg, pad_id)
         else:
             s = self.sample(local, cfg.temperature, self.allocate(local))
         sizes, gather, gather_units, start = (
@@ -420,51 +426,6 @@ class BatchGenerator:
         s.has_signal = signal if sizes is None else signal.repeat_interleave(torch.tensor(sizes))
         return s
 
-    def screen(self, idx: list[int]) -> Round:
-        """sample_allocation screen (SPEED, Zhang et al. 2025, arXiv 2506.09016): one unit of each prompt first;
-        the prompts whose screen is mixed (rewards differ), or that were solved before but rarely (pass-rate estimate
-        in (0, screen_hard_below)), get the rest of a group of G; the others keep their screen alone (no signal
-        when its rewards are equal: dynamic sampling drops it)."""
-        cfg, U = self.cfg, self.unit
-        first = self.sample(idx, cfg.temperature)
-        lo, hi = reward_range(first.shaped_rewards(cfg.beta).view(-1, U))  # (what the advantages will see)
-        ema = self.stats.pass_rate[torch.tensor(idx)]
-        hard = (ema > 0) & (ema < cfg.screen_hard_below)  # (NaN: unseen, neither)
-        go = ((hi > lo) | hard).tolist()
-        k = self.G // U - 1
-        if not any(go) or k == 0:
-            return replace(first, sizes=[1] * len(idx))
-        more = self.sample([i for i, g in zip(idx, go, strict=True) if g], cfg.temperature, [k] * sum(go))
-        owners = [j for j, g in enumerate(go) if g for _ in range(k)]
-        return merged(first, [more], [owners], self.tokenizer.pad_token_id)
-
-    def until_signal(self, idx: list[int]) -> Round:
-        """sample_allocation until_signal (Reinforce-Ada, Xiong et al. 2025, arXiv 2510.04996): one unit of each
-        prompt, then passes of one more unit of each prompt whose rewards are still all alike, until they differ,
-        the prompt has max_num_generations samples, or the round has spent its budget of P x G samples (the
-        fixed rule's; the last pass takes the prompts it has room for, in order)."""
-        cfg, U = self.cfg, self.unit
-        first = self.sample(idx, cfg.temperature)
-        lo, hi = reward_range(first.shaped_rewards(cfg.beta).view(-1, U))
-        units = torch.ones(len(idx), dtype=torch.long)
-        room = len(idx) * (self.G // U - 1)  # units left in the budget
-        passes: list[Round] = []
-        owners: list[list[int]] = []
-        while room > 0:
-            todo = torch.nonzero(~(hi > lo) & (units < cfg.max_num_generations // U)).flatten()[:room]
-            if todo.numel() == 0:
-                break
-            s = self.sample([idx[j] for j in todo.tolist()], cfg.temperature)
-            lo_s, hi_s = reward_range(s.shaped_rewards(cfg.beta).view(-1, U))
-            lo[todo], hi[todo] = torch.minimum(lo[todo], lo_s), torch.maximum(hi[todo], hi_s)
-            units[todo] += 1
-            room -= todo.numel()
-            passes.append(s)
-            owners.append(todo.tolist())
-        if not passes:
-            return replace(first, sizes=[1] * len(idx))
-        return merged(first, passes, owners, self.tokenizer.pad_token_id)
-
     def allocate(self, idx: list[int]) -> list[int] | None:
         """Prompt rows (units of allocation_unit samples) for each of this process's prompts `idx`, by
         sample_allocation (tinygrpo/allocation.py); None: G samples each (fixed). Every process's prompts share
@@ -480,13 +441,6 @@ class BatchGenerator:
         """The next global batch of prompts (each process takes its share: whole groups)."""
         per_proc = self.cfg.generation_size // self.G
         return self.prompts.take(per_proc * self.procs.num)
-
-
-def reward_range(r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(P, U) rewards -> each row's smallest and largest valid (not NaN) reward; +inf and -inf for a row with none,
-    so that a row differs (hi > lo) exactly when two of its valid rewards differ."""
-    valid = ~r.isnan()
-    return torch.where(valid, r, torch.inf).amin(1), torch.where(valid, r, -torch.inf).amax(1)
 
 
 def signal_rows(r: Round, room: int) -> torch.Tensor:
