@@ -3,6 +3,7 @@
     python -m studies.tools                                  # the references, then every arm, 3 seeds
     python -m studies.tools --eval_split validation --seeds 42 --arms tool   # a choice, on validation
     python -m studies.tools --summarize                      # the results of the runs there
+    python -m studies.tools --recipes                        # the harder variant's recipe screen (validation)
 
 The reference (`python train_sft.py --task multiplication_tool`) saw, on one training product in four, a call to the
 calculator, its reply and the answer ("<37*48=1776>1776"), and the answer alone on the others; the replies are the
@@ -16,7 +17,9 @@ the reward is `tool_answer`, the integer after the answered calls, and nothing e
 - `one_digit`: the harder variant (configs/multiplication_tool_digits.yaml): the tool multiplies by one digit only, so
   the reference (`--task multiplication_tool_digits`) calls it twice and works the sum itself,
   "<37*8=296><37*4=148>296+1480=1776", on one problem in four; the reward is the final answer's; and its control
-  `one_digit_disabled`, the same reference with no environment (`--arms one_digit one_digit_disabled`).
+  `one_digit_disabled`, the same reference with no environment (`--arms one_digit one_digit_disabled`); its recipe
+  has 500 steps, chosen on validation by `--recipes` after a first test run at 300 (`one_digit_300` and
+  `one_digit_disabled_300`, kept as measured).
 
 Each run is `train_grpo.py --config configs/multiplication_tool.yaml --seed S` at one thread, two side by side
 (runs/tools/<arm>/seed<S>), evaluated every 25 steps on the split asked for (test by default, for reporting: the
@@ -28,6 +31,7 @@ after, the share of greedy completions that call the tool, and the training minu
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -72,19 +76,57 @@ ARMS = {
         ["--environment", "None"],
         "control: the harder variant's reference with no environment",
     ),
+    # The harder variant at the recipe it had before its screen (300 steps, as the tool task's), kept as measured
+    "one_digit_300": (
+        "multiplication_tool_digits",
+        DIGITS,
+        ["--max_steps", "300"],
+        "the harder variant for 300 steps, the tool task's recipe (before the screen chose 500)",
+    ),
+    "one_digit_disabled_300": (
+        "multiplication_tool_digits",
+        DIGITS,
+        ["--max_steps", "300", "--environment", "None"],
+        "its control, 300 steps",
+    ),
 }
 DEFAULT_ARMS = ["tool", "tool_disabled", "direct"]
+# The harder variant's recipe, screened on validation, seed 42 (`--recipes`): each candidate's flags on
+# configs/multiplication_tool_digits.yaml, every setting the candidates vary written out, so that a change of the
+# recipe file leaves the screen as it was.
+RECIPES = {
+    "lr1e-3": (
+        "lr 1e-3, 300 steps, prompts weighted to the unsolved (the reasoning experiment's recipe)",
+        ["--learning_rate", "0.001", "--max_steps", "300", "--prompt_sampler", "unsolved"],
+    ),
+    "lr2e-3": (
+        "lr 2e-3, 300 steps, unsolved",
+        ["--learning_rate", "0.002", "--max_steps", "300", "--prompt_sampler", "unsolved"],
+    ),
+    "500steps": (
+        "lr 1e-3, 500 steps, unsolved",
+        ["--learning_rate", "0.001", "--max_steps", "500", "--prompt_sampler", "unsolved"],
+    ),
+    "informative": (
+        "lr 1e-3, 300 steps, prompts weighted p (1 - p), toward those with signal",
+        ["--learning_rate", "0.001", "--max_steps", "300", "--prompt_sampler", "informative"],
+    ),
+}
+RECIPE_SEED = 42
+RECIPE_STEPS = (25, 100, 200, 300, 500)  # the evaluations the screen's table shows
 
 
 def run_dir(out: Path, arm: str, seed: int) -> Path:
     return out / arm / f"seed{seed}"
 
 
-def grpo(arm: str, seed: int, out: Path, eval_split: str) -> int:
-    """One run of an arm (one thread), its output beside its directory."""
+def grpo(
+    arm: str, seed: int, out: Path, eval_split: str, extra: list[str] = (), d: Path | None = None
+) -> int:
+    """One run of an arm (one thread), `extra` flags on its recipe, in `d` (default run_dir), its output beside."""
     task, config, flags, _ = ARMS[arm]
     reference = ensure_reference(task)
-    d = run_dir(out, arm, seed)
+    d = d or run_dir(out, arm, seed)
     cmd = [
         sys.executable,
         "train_grpo.py",
@@ -100,7 +142,7 @@ def grpo(arm: str, seed: int, out: Path, eval_split: str) -> int:
         str(reference.relative_to(REPO) if reference.is_absolute() else reference),
     ]
     cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1"]
-    cmd += ["--disable_tqdm", "true", "--save_steps", "0", *flags]
+    cmd += ["--disable_tqdm", "true", "--save_steps", "0", *flags, *extra]
     return run_logged(cmd, d)
 
 
@@ -160,6 +202,73 @@ def summarize(arms: list[str], seeds: list[int], out: Path, command: str, eval_s
     }
 
 
+def recipe_dir(out: Path, recipe: str) -> Path:
+    return out / "recipes" / recipe / f"seed{RECIPE_SEED}"
+
+
+def recipe_summary(recipes: list[str], out: Path, command: str) -> dict:
+    """The screen's results: each candidate's validation accuracy at every evaluation, its tool-call share and
+    training minutes at its last, and the steps it was set to run (a run stopped before them shows where)."""
+    rows = []
+    for name in recipes:
+        d = recipe_dir(out, name)
+        if not (d / "metrics.jsonl").is_file():
+            continue
+        metrics = read_metrics(d)
+        ev = [r for r in metrics if "eval/accuracy" in r]
+        steps = [r for r in metrics if "time/elapsed" in r]
+        rows.append(
+            {
+                "recipe": name,
+                "what": RECIPES[name][0],
+                "flags": RECIPES[name][1],
+                "accuracy": {str(r["step"]): r["eval/accuracy"] for r in ev},
+                "share_after": ev[-1].get("eval/format/tool", 0.0),
+                "max_steps": json.loads((d / "config.json").read_text())["max_steps"],
+                "minutes": round(steps[-1]["time/elapsed"] / 60, 2),
+            }
+        )
+    return {
+        "measurement": measurement(command, threads=1, jobs=2),
+        "eval_split": "validation",
+        "seed": RECIPE_SEED,
+        "recipes": rows,
+    }
+
+
+def chosen_recipe(results: dict) -> str:
+    """The candidate with the best validation accuracy at its last evaluation, among those run to the end."""
+    done = [r for r in results["recipes"] if max(map(int, r["accuracy"])) == r["max_steps"]]
+    return max(done, key=lambda r: r["accuracy"][str(r["max_steps"])])["recipe"]
+
+
+def recipe_table(results: dict) -> str:
+    """The harder variant's recipe screen (validation, one seed): accuracy at some evaluations and at the last one
+    (a run stopped before its steps says so), the tool-call share there and the training minutes; the chosen
+    candidate in bold."""
+    best = chosen_recipe(results)
+    head = [
+        "recipe",
+        *(f"step {t}" for t in RECIPE_STEPS),
+        "at the end",
+        "tool-call share at the end",
+        "training minutes",
+    ]
+    out = []
+    for r in results["recipes"]:
+        last = max(map(int, r["accuracy"]))
+        cells = [pct(r["accuracy"][str(t)]) if str(t) in r["accuracy"] else "" for t in RECIPE_STEPS]
+        end = pct(r["accuracy"][str(last)])
+        if last < r["max_steps"]:  # (stopped by hand: its minutes are not a whole run's)
+            end = f"{end} at step {last}, stopped"
+        name = f"`{r['recipe']}`: {r['what']}"
+        if r["recipe"] == best:
+            name, end = f"**{name}**", f"**{end}**"
+        minutes = f"{r['minutes']:.1f}" if last == r["max_steps"] else ""
+        out.append([name, *cells, end, pct(r["share_after"]), minutes])
+    return markdown(head, out)
+
+
 def table(results: dict) -> str:
     """One row per arm: held-out accuracy before and after GRPO (each seed, then the median), the share of greedy
     completions that call the tool, before and after (median), each seed's training seconds to its first evaluation
@@ -172,6 +281,7 @@ def table(results: dict) -> str:
         "median",
         "tool-call share: reference -> after (median)",
         "training s to 90 % (per seed)",
+        "steps",
         "training minutes (median)",
     ]
     out = []
@@ -187,10 +297,49 @@ def table(results: dict) -> str:
                 f"{pct(r['share_start'])} -> {pct(statistics.median(r['share_after'].values()))}",
                 " / ".join("-" if s is None else f"{s:.0f}" for s in r.get("seconds_to_90", {}).values())
                 or "-",
+                str(r["steps"]),
                 f"{statistics.median(r['minutes'].values()):.1f}",
             ]
         )
     return markdown(head, out)
+
+
+def recipes(names: list[str], args: argparse.Namespace) -> int:
+    """Run the recipe screen's candidates `names` (two side by side), then summarize every candidate run there."""
+    command = "python -m studies.tools --recipes" + ("" if names == list(RECIPES) else " " + " ".join(names))
+    if not args.summarize:
+        ensure_reference(ARMS["one_digit"][0])
+        with ThreadPoolExecutor(args.parallel) as pool:
+            codes = list(
+                pool.map(
+                    lambda n: grpo(
+                        "one_digit",
+                        RECIPE_SEED,
+                        args.out,
+                        "validation",
+                        RECIPES[n][1],
+                        recipe_dir(args.out, n),
+                    ),
+                    names,
+                )
+            )
+        for n, rc in zip(names, codes, strict=True):
+            if rc != 0:
+                print(
+                    f"error: recipe {n} failed (exit {rc}); see {recipe_dir(args.out, n)}.log",
+                    file=sys.stderr,
+                )
+                return 1
+    results = recipe_summary(list(RECIPES), args.out, command)
+    if not results["recipes"]:
+        print(
+            f"error: no candidate of the recipe screen has a run in {args.out / 'recipes'}", file=sys.stderr
+        )
+        return 1
+    path = save(args.results or RESULTS / "tools_recipe.json", results)
+    print(recipe_table(results))
+    print(f"results: {path}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,8 +351,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--results", type=Path, default=None, help="the results file (default docs/results/tools.json)"
     )
+    p.add_argument(
+        "--recipes",
+        nargs="*",
+        choices=list(RECIPES),
+        default=None,
+        help="the harder variant's recipe screen instead (validation, seed 42): these candidates (none named: all);"
+        " results in docs/results/tools_recipe.json",
+    )
     add_output_and_jobs(p, REPO / "runs" / "tools")
     args = p.parse_args(argv)
+    if args.recipes is not None:
+        return recipes(args.recipes or list(RECIPES), args)
     command = "python -m studies.tools" + "".join(
         f" --{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
         for k, v in (("arms", args.arms), ("seeds", args.seeds), ("eval_split", args.eval_split))

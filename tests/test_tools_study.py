@@ -31,10 +31,10 @@ def test_the_table_gives_each_seed_the_median_and_the_tool_share(tmp_path):
     assert tool["after"] == {"42": 0.9, "1": 0.8, "2": 0.95} and tool["start"] == 0.05
     text = tools.table(results)
     assert (
-        "| tool | `multiplication_tool` | 5.0% | 90.0% / 80.0% / 95.0% | 90.0% | 10.0% -> 97.0% | 162 / - / 122 | 2.0 |"
+        "| tool | `multiplication_tool` | 5.0% | 90.0% / 80.0% / 95.0% | 90.0% | 10.0% -> 97.0% | 162 / - / 122 | 20 | 2.0 |"
         in text
     )
-    assert "| direct | `multiplication` | 3.0% | 4.0% | 4.0% | 10.0% -> 0.0% | - | 1.0 |" in text
+    assert "| direct | `multiplication` | 3.0% | 4.0% | 4.0% | 10.0% -> 0.0% | - | 20 | 1.0 |" in text
 
 
 @pytest.mark.parametrize("arm", list(tools.ARMS))
@@ -46,5 +46,57 @@ def test_every_arm_runs_the_recipe_with_its_reference_and_flags(arm, tmp_path, m
     cmd = seen["cmd"]
     assert cmd[cmd.index("--config") + 1] == tools.ARMS[arm][1] and cmd[cmd.index("--seed") + 1] == "7"
     assert cmd[cmd.index("--model_name_or_path") + 1] == f"checkpoints/{tools.ARMS[arm][0]}"
-    assert ("--environment" in cmd) == arm.endswith(("disabled", "direct"))
+    assert ("--environment" in cmd) == ("disabled" in arm or arm == "direct")
     assert cmd[cmd.index("--eval_split") + 1] == "validation"
+
+
+def test_the_tools_recipe_screen_chooses_among_the_runs_that_finished():
+    """studies.tools' recipe screen: the chosen candidate is the best at its last evaluation among the runs that
+    reached their steps (one stopped early, however high, is not chosen and is said stopped), shown in bold."""
+
+    def row(name: str, accuracy: dict[int, float], max_steps: int) -> dict:
+        return {
+            "recipe": name,
+            "what": name,
+            "accuracy": {str(k): v for k, v in accuracy.items()},
+            "share_after": 0.8,
+            "max_steps": max_steps,
+            "minutes": 10.0,
+        }
+
+    screen = {
+        "recipes": [
+            row("a", {0: 0.05, 25: 0.2, 300: 0.30}, 300),
+            row("b", {0: 0.05, 25: 0.9}, 300),  # stopped after step 25
+            row("c", {0: 0.05, 300: 0.28, 500: 0.33}, 500),
+        ]
+    }
+    assert tools.chosen_recipe(screen) == "c"
+    lines = tools.recipe_table(screen).splitlines()
+    assert "| 90.0% at step 25, stopped |" in lines[3] and "**" not in lines[3]
+    assert "| **33.0%** |" in lines[4] and "**`c`" in lines[4] and "**" not in lines[2]
+    screen["recipes"][0]["accuracy"]["300"] = 0.34  # (the best at the end now)
+    assert tools.chosen_recipe(screen) == "a"
+
+
+def test_the_recipe_screen_runs_each_candidate_on_validation_with_its_flags(tmp_path, monkeypatch):
+    """`--recipes`: each candidate is the harder variant's arm, seed 42, on validation, its flags last (so they
+    override the recipe file), in its own directory; then the screen's results are written where asked."""
+    seen = []
+    monkeypatch.setattr(tools, "ensure_reference", lambda task: tools.REPO / "checkpoints" / task)
+    monkeypatch.setattr(tools, "run_logged", lambda cmd, d: seen.append((cmd, d)) or 0)
+    out = tmp_path / "results.json"
+    names = ["lr2e-3", "informative"]
+    # (the fake runs wrote no metrics: nothing to choose from, said, and no results file)
+    assert tools.main(["--recipes", *names, "--output_dir", str(tmp_path), "--results", str(out)]) == 1
+    assert not out.exists()
+    assert [d for _, d in seen] == [tools.recipe_dir(tmp_path, n) for n in names]
+    for (cmd, _), n in zip(seen, names, strict=True):
+        assert (
+            cmd[cmd.index("--config") + 1] == tools.DIGITS
+            and cmd[cmd.index("--eval_split") + 1] == "validation"
+        )
+        assert (
+            cmd[cmd.index("--seed") + 1] == "42" and cmd[-len(tools.RECIPES[n][1]) :] == tools.RECIPES[n][1]
+        )
+        assert "--environment" not in cmd
