@@ -4,6 +4,7 @@
     python -m studies.tools --eval_split validation --seeds 42 --arms tool   # a choice, on validation
     python -m studies.tools --summarize                      # the results of the runs there
     python -m studies.tools --recipes                        # the harder variant's recipe screen (validation)
+    python -m studies.tools --failures runs/tools/one_digit/seed42   # where its held-out failures go wrong
 
 The reference (`python train_sft.py --task multiplication_tool`) saw, on one training product in four, a call to the
 calculator, its reply and the answer ("<37*48=1776>1776"), and the answer alone on the others; the replies are the
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -304,6 +306,45 @@ def table(results: dict) -> str:
     return markdown(head, out)
 
 
+TWO_CALLS = re.compile(r"<(\d+)\*(\d+)=(\d+)><(\d+)\*(\d+)=(\d+)>(\d+)\+(\d+)=(\d+)")
+FAILURE_KINDS = (
+    "a direct answer",
+    "another shape",
+    "a call copies the prompt wrong",
+    "a reply copied wrong into the sum",
+    "the sum worked wrong",
+    "right",
+)
+
+
+def failure_kind(prompt: str, completion: str) -> str:
+    """Where a completion of the harder variant ("<37*8=296><37*4=148>296+1480=1776" for 37*48) first departs from
+    the worked product, step by step: its format, the calls' operands (copied from the prompt), the replies copied into
+    the sum (the second shifted by a 0), the sum. The replies themselves are the calculator's."""
+    a, b = map(int, prompt.rstrip("=").split("*"))
+    text = completion.removesuffix("<eos>")
+    if not text.startswith("<"):
+        return FAILURE_KINDS[0]
+    m = TWO_CALLS.fullmatch(text)
+    if m is None:
+        return FAILURE_KINDS[1]
+    a1, d1, r1, a2, d2, r2, x, y, z = map(int, m.groups())
+    if (a1, d1, a2, d2) != (a, b % 10, a, b // 10):
+        return FAILURE_KINDS[2]
+    if (x, y) != (r1, 10 * r2):
+        return FAILURE_KINDS[3]
+    return FAILURE_KINDS[4] if z != x + y else FAILURE_KINDS[5]
+
+
+def failures(d: Path) -> dict[str, int]:
+    """The kinds of a harder-variant run's held-out failures at its last evaluation (eval_failures.jsonl)."""
+    last = json.loads((d / "eval_failures.jsonl").read_text().splitlines()[-1])
+    counts = dict.fromkeys(FAILURE_KINDS, 0)
+    for prompt, _, completion in last["failures"]:
+        counts[failure_kind(prompt, completion)] += 1
+    return counts
+
+
 def recipes(names: list[str], args: argparse.Namespace) -> int:
     """Run the recipe screen's candidates `names` (two side by side), then summarize every candidate run there."""
     command = "python -m studies.tools --recipes" + ("" if names == list(RECIPES) else " " + " ".join(names))
@@ -359,8 +400,19 @@ def main(argv: list[str] | None = None) -> int:
         help="the harder variant's recipe screen instead (validation, seed 42): these candidates (none named: all);"
         " results in docs/results/tools_recipe.json",
     )
+    p.add_argument(
+        "--failures",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="only the kinds of these harder-variant runs' held-out failures at their last evaluation",
+    )
     add_output_and_jobs(p, REPO / "runs" / "tools")
     args = p.parse_args(argv)
+    if args.failures:
+        for d in args.failures:
+            print(f"{d}: " + ", ".join(f"{k} {n}" for k, n in failures(d).items()))
+        return 0
     if args.recipes is not None:
         return recipes(args.recipes or list(RECIPES), args)
     command = "python -m studies.tools" + "".join(

@@ -100,3 +100,40 @@ def test_the_recipe_screen_runs_each_candidate_on_validation_with_its_flags(tmp_
             cmd[cmd.index("--seed") + 1] == "42" and cmd[-len(tools.RECIPES[n][1]) :] == tools.RECIPES[n][1]
         )
         assert "--environment" not in cmd
+
+
+@pytest.mark.parametrize(
+    "prompt, completion, kind",
+    [
+        ("37*48=", "1776<eos>", "a direct answer"),
+        ("37*48=", "<37*8=296>1776<eos>", "another shape"),
+        ("37*48=", "<37*8=296><37*4=148>296=14801776<eos>", "another shape"),  # (no '+')
+        ("37*48=", "<37*8=296><37*4=?>296+1480=1776<eos>", "another shape"),  # (a failed call)
+        (
+            "37*48=",
+            "<37*4=148><37*8=296>148+2960=3108<eos>",
+            "a call copies the prompt wrong",
+        ),  # digits swapped
+        ("37*48=", "<73*8=584><37*4=148>584+1480=2064<eos>", "a call copies the prompt wrong"),
+        (
+            "37*48=",
+            "<37*8=296><37*4=148>296+148=444<eos>",
+            "a reply copied wrong into the sum",
+        ),  # not shifted
+        ("37*48=", "<37*8=296><37*4=148>269+1480=1749<eos>", "a reply copied wrong into the sum"),
+        ("37*48=", "<37*8=296><37*4=148>296+1480=1766<eos>", "the sum worked wrong"),
+        ("314*55=", "<314*5=1570><314*5=1570>1570+15700=17270<eos>", "right"),
+    ],
+)
+def test_a_failure_is_placed_at_the_first_step_that_departs_from_the_worked_product(prompt, completion, kind):
+    assert tools.failure_kind(prompt, completion) == kind
+
+
+def test_every_gold_worked_product_is_right():
+    """The task's own gold completions (tinygrpo/tasks/multiplication.py's tool_digits, another writer) read as
+    right, every operand pair of the problem sizes included by their extremes."""
+    from tinygrpo.tasks.multiplication import tool_digits
+
+    for a in (10, 37, 99, 100, 481, 999):
+        for b in (10, 19, 48, 90, 99):
+            assert tools.failure_kind(f"{a}*{b}=", tool_digits(a, b) + "<eos>") == "right"
