@@ -36,7 +36,9 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from ._runs import REPO, add_output_and_jobs, read_metrics, run_logged
@@ -96,22 +98,22 @@ DEFAULT_ARMS = ["tool", "tool_disabled", "direct"]
 # The harder variant's recipe, screened on validation, seed 42 (`--recipes`): each candidate's flags on
 # configs/multiplication_tool_digits.yaml, every setting the candidates vary written out, so that a change of the
 # recipe file leaves the screen as it was.
+
+
+def recipe_flags(lr: str, steps: int, sampler: str) -> list[str]:
+    return ["--learning_rate", lr, "--max_steps", str(steps), "--prompt_sampler", sampler]
+
+
 RECIPES = {
     "lr1e-3": (
         "lr 1e-3, 300 steps, prompts weighted to the unsolved (the reasoning experiment's recipe)",
-        ["--learning_rate", "0.001", "--max_steps", "300", "--prompt_sampler", "unsolved"],
+        recipe_flags("0.001", 300, "unsolved"),
     ),
-    "lr2e-3": (
-        "lr 2e-3, 300 steps, unsolved",
-        ["--learning_rate", "0.002", "--max_steps", "300", "--prompt_sampler", "unsolved"],
-    ),
-    "500steps": (
-        "lr 1e-3, 500 steps, unsolved",
-        ["--learning_rate", "0.001", "--max_steps", "500", "--prompt_sampler", "unsolved"],
-    ),
+    "lr2e-3": ("lr 2e-3, 300 steps, unsolved", recipe_flags("0.002", 300, "unsolved")),
+    "500steps": ("lr 1e-3, 500 steps, unsolved", recipe_flags("0.001", 500, "unsolved")),
     "informative": (
         "lr 1e-3, 300 steps, prompts weighted p (1 - p), toward those with signal",
-        ["--learning_rate", "0.001", "--max_steps", "300", "--prompt_sampler", "informative"],
+        recipe_flags("0.001", 300, "informative"),
     ),
 }
 RECIPE_SEED = 42
@@ -123,7 +125,7 @@ def run_dir(out: Path, arm: str, seed: int) -> Path:
 
 
 def grpo(
-    arm: str, seed: int, out: Path, eval_split: str, extra: list[str] = (), d: Path | None = None
+    arm: str, seed: int, out: Path, eval_split: str, extra: Sequence[str] = (), d: Path | None = None
 ) -> int:
     """One run of an arm (one thread), `extra` flags on its recipe, in `d` (default run_dir), its output beside."""
     task, config, flags, _ = ARMS[arm]
@@ -238,9 +240,14 @@ def recipe_summary(recipes: list[str], out: Path, command: str) -> dict:
     }
 
 
+def last_step(row: dict) -> int:
+    """The step of a screened candidate's last evaluation (its max_steps unless it was stopped)."""
+    return max(map(int, row["accuracy"]))
+
+
 def chosen_recipe(results: dict) -> str:
     """The candidate with the best validation accuracy at its last evaluation, among those run to the end."""
-    done = [r for r in results["recipes"] if max(map(int, r["accuracy"])) == r["max_steps"]]
+    done = [r for r in results["recipes"] if last_step(r) == r["max_steps"]]
     return max(done, key=lambda r: r["accuracy"][str(r["max_steps"])])["recipe"]
 
 
@@ -258,7 +265,7 @@ def recipe_table(results: dict) -> str:
     ]
     out = []
     for r in results["recipes"]:
-        last = max(map(int, r["accuracy"]))
+        last = last_step(r)
         cells = [pct(r["accuracy"][str(t)]) if str(t) in r["accuracy"] else "" for t in RECIPE_STEPS]
         end = pct(r["accuracy"][str(last)])
         if last < r["max_steps"]:  # (stopped by hand: its minutes are not a whole run's)
@@ -345,32 +352,41 @@ def failures(d: Path) -> dict[str, int]:
     return counts
 
 
+def run_side_by_side(runs: list[tuple[str, Path, Callable[[], int]]], parallel: int) -> int:
+    """Each run (what it is, its directory, what starts it), `parallel` at a time; 1 with one `error:` line for the
+    first that failed, else 0."""
+    with ThreadPoolExecutor(parallel) as pool:
+        codes = list(pool.map(lambda run: run[2](), runs))
+    for (what, d, _), rc in zip(runs, codes, strict=True):
+        if rc != 0:
+            print(f"error: {what} failed (exit {rc}); see {d}.log", file=sys.stderr)
+            return 1
+    return 0
+
+
 def recipes(names: list[str], args: argparse.Namespace) -> int:
     """Run the recipe screen's candidates `names` (two side by side), then summarize every candidate run there."""
     command = "python -m studies.tools --recipes" + ("" if names == list(RECIPES) else " " + " ".join(names))
     if not args.summarize:
         ensure_reference(ARMS["one_digit"][0])
-        with ThreadPoolExecutor(args.parallel) as pool:
-            codes = list(
-                pool.map(
-                    lambda n: grpo(
-                        "one_digit",
-                        RECIPE_SEED,
-                        args.out,
-                        "validation",
-                        RECIPES[n][1],
-                        recipe_dir(args.out, n),
-                    ),
-                    names,
-                )
+        runs = [
+            (
+                f"recipe {n}",
+                recipe_dir(args.out, n),
+                partial(
+                    grpo,
+                    "one_digit",
+                    RECIPE_SEED,
+                    args.out,
+                    "validation",
+                    RECIPES[n][1],
+                    recipe_dir(args.out, n),
+                ),
             )
-        for n, rc in zip(names, codes, strict=True):
-            if rc != 0:
-                print(
-                    f"error: recipe {n} failed (exit {rc}); see {recipe_dir(args.out, n)}.log",
-                    file=sys.stderr,
-                )
-                return 1
+            for n in names
+        ]
+        if run_side_by_side(runs, args.parallel):
+            return 1
     results = recipe_summary(list(RECIPES), args.out, command)
     if not results["recipes"]:
         print(
@@ -423,16 +439,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.summarize:
         for task in dict.fromkeys(ARMS[a][0] for a in args.arms):
             ensure_reference(task)  # (before the runs start side by side)
-        jobs = [(a, s) for s in args.seeds for a in args.arms]
-        with ThreadPoolExecutor(args.parallel) as pool:
-            codes = list(pool.map(lambda j: grpo(j[0], j[1], args.out, args.eval_split), jobs))
-        for (a, s), rc in zip(jobs, codes, strict=True):
-            if rc != 0:
-                print(
-                    f"error: {a} seed {s} failed (exit {rc}); see {run_dir(args.out, a, s)}.log",
-                    file=sys.stderr,
-                )
-                return 1
+        runs = [
+            (f"{a} seed {s}", run_dir(args.out, a, s), partial(grpo, a, s, args.out, args.eval_split))
+            for s in args.seeds
+            for a in args.arms
+        ]
+        if run_side_by_side(runs, args.parallel):
+            return 1
     results = summarize(args.arms, args.seeds, args.out, command, args.eval_split)
     default = RESULTS / "tools.json" if args.eval_split == "test" else args.out / "tools.json"
     if args.results is None and args.eval_split == "test" and default.is_file():
