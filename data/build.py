@@ -1,8 +1,9 @@
 """Rebuild the committed problem files: `python data/build.py` (every task; deterministic, see tinygrpo/tasks/).
 
 `python data/build.py --task countdown` rebuilds one task's set; `--out DIR` writes under DIR instead of data/.
-Each split is written under a temporary name and renamed when complete, and each set's manifest.json (its splits'
-rows and hashes) last: a build stopped midway is seen as unfinished, and a split changed since is refused on load.
+A set's splits and its manifest.json (their rows and hashes) are written into a hidden staging directory beside it,
+renamed into place whole: a build stopped at any moment leaves the old set or the new one, and the next build
+removes what it left. A split changed after its build is refused on load.
 """
 
 import argparse
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
             print(path)
     except OSError as e:  # a full disk, a read-only place, a file where a directory goes
         print(
-            f"error: {describe_write_error(e, 'no split is half-written (each is renamed into place when whole)')}",
+            f"error: {describe_write_error(e, 'the set being built is as it was (a set is renamed into place whole)')}",
             file=sys.stderr,
         )
         return 1

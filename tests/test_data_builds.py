@@ -1,5 +1,5 @@
 """Data builds that are whole or absent (tinygrpo/problems.py, tinygrpo/task.py, data/build.py), by fault class:
-a build killed at a random moment, a write that fails (ENOSPC, EROFS) at each of its sites, a split cut after the
+a build killed (SIGKILL) at every moment it touches the file system, a write that fails (ENOSPC, EROFS) at each of its sites, a split cut after the
 build at a line boundary or mid-line, or changed; a byte-order mark; a family's build that never finished; a task
 refused before its problems are written; and --out that is not a directory."""
 
@@ -8,11 +8,10 @@ from __future__ import annotations
 import errno
 import json
 import os
-import random
+import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -38,10 +37,14 @@ def build(out: Path, name: str = "countdown") -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def countdown_splits() -> dict[str, bytes]:
+def countdown_rows() -> dict[str, list[dict]]:
+    return get_task("countdown").build()
+
+
+@pytest.fixture(scope="module")
+def countdown_splits(countdown_rows) -> dict[str, bytes]:
     """The bytes each split of a complete build holds."""
-    rows = get_task("countdown").build()
-    return {split: problems.jsonl_bytes(r) for split, r in rows.items()}
+    return {split: problems.jsonl_bytes(r) for split, r in countdown_rows.items()}
 
 
 def assert_whole_or_unfinished(directory: Path, splits: dict[str, bytes]) -> str:
@@ -61,27 +64,103 @@ def assert_whole_or_unfinished(directory: Path, splits: dict[str, bytes]) -> str
 # ================================================================================================ kill
 
 
-def test_a_build_killed_at_random_moments_leaves_whole_splits_and_no_manifest(tmp_path, countdown_splits):
-    rng = random.Random(0)
-    seen = set()
-    for attempt in range(6):
-        out = tmp_path / str(attempt)
-        proc = subprocess.Popen(
-            [sys.executable, "data/build.py", "--task", "countdown", "--out", str(out)],
-            cwd=REPO,
-            env=ENV,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+# The calls of a build that touch the file system (as sys.setprofile names them): a SIGKILL before or after each of
+# them is every moment a kill can land that differs in what is on disk.
+FILE_CALLS = {"mkdir", "open", "write", "close", "rename", "replace", "link", "unlink", "rmdir", "rmtree"}
+
+
+def listed(directory: Path) -> set[str]:
+    return {p.name for p in directory.iterdir()} if directory.exists() else set()
+
+
+def named(splits: dict[str, bytes]) -> dict[str, bytes]:
+    return {f"{split}.jsonl": data for split, data in splits.items()}
+
+
+def build_killed_at(moment: int, directory: Path, splits: dict[str, list[dict]]) -> bool:
+    """write_problem_set in a forked child that SIGKILLs itself at its `moment`-th file-system call or return (a
+    real SIGKILL: no handler, no finally, no buffer flushed). True when it was killed, False when the build ended
+    before that moment."""
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            seen = 0
+
+            def profile(frame, event, arg) -> None:
+                nonlocal seen
+                name = getattr(arg, "__name__", "") if event.startswith("c_") else frame.f_code.co_name
+                if event in ("c_call", "c_return", "call") and name in FILE_CALLS:
+                    if seen == moment:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    seen += 1
+
+            sys.setprofile(profile)
+            problems.write_problem_set(directory, "countdown", splits)
+            sys.setprofile(None)
+        finally:
+            os._exit(0)
+    status = os.waitpid(pid, 0)[1]
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+@pytest.mark.kills
+@pytest.mark.parametrize("before", ["nothing", "an_older_build"])
+def test_a_build_killed_at_any_moment_leaves_the_old_build_or_the_new_and_the_next_build_sweeps(
+    tmp_path, countdown_rows, before
+):
+    """What SIGKILL allows a build to leave, at every moment it can land: the task's directory is absent (nothing
+    was there), the old build untouched, or the new build whole; besides it at most the hidden staging names,
+    which no reader opens. The next build removes them and is whole. A user's own file in the old directory
+    survives every kill."""
+    new_rows = {
+        split: rows[:50] for split, rows in countdown_rows.items()
+    }  # (the moments are the same as whole)
+    old_rows = {split: rows[:49] for split, rows in countdown_rows.items()}  # (another build: a row short)
+    builds = {
+        name: named({s: problems.jsonl_bytes(r) for s, r in rows.items()})
+        for name, rows in [("new", new_rows), ("old", old_rows)]
+    }
+
+    def which(directory: Path) -> str:
+        """'new' or 'old': which whole build `directory` holds (fails on anything else); 'absent'."""
+        if not directory.exists():
+            return "absent"
+        assert build_mismatch(directory) is None and (directory / MANIFEST).is_file()
+        files = {p.name: p.read_bytes() for p in directory.iterdir() if p.name not in (MANIFEST, "notes.txt")}
+        found = [name for name, b in builds.items() if files == b]
+        assert found, f"neither build: {sorted(files)}"
+        if before == "an_older_build":
+            assert (directory / "notes.txt").read_text() == "mine"
+        return found[0]
+
+    outcomes = []
+    for moment in range(10_000):
+        out = tmp_path / str(moment)
+        directory = out / "countdown"
+        if before == "an_older_build":
+            problems.write_problem_set(directory, "countdown", old_rows)
+            (directory / "notes.txt").write_text("mine")
+        if not build_killed_at(moment, directory, new_rows):
+            break
+        staging = {p.name for p in problems.staging_dirs(directory)}
+        assert listed(out) <= {"countdown", *staging}, listed(out)
+        outcomes.append(which(directory))
+        problems.sweep_build_leftovers(directory)
+        # the sweep undoes a swap cut between its renames, and touches a whole build not at all
+        swept = which(directory)
+        assert swept == outcomes[-1] or (outcomes[-1], swept) == ("absent", "old"), (
+            moment,
+            outcomes[-1],
+            swept,
         )
-        # wait for the first split to appear, then a random moment of the writes (or none: the kill may land after)
-        deadline = time.monotonic() + 120
-        while not (out / "countdown").is_dir() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.001)
-        time.sleep(0 if attempt == 0 else rng.uniform(0, 0.05))  # (the first at once: mid-build for sure)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        seen.add(assert_whole_or_unfinished(out / "countdown", countdown_splits))
-    assert "unfinished" in seen  # the kills did land mid-build
+        problems.write_problem_set(directory, "countdown", new_rows)
+        assert listed(out) == {"countdown"} and which(directory) == "new"
+        shutil.rmtree(out)
+    # the kills landed at every stage: before anything was published, and after
+    first = "absent" if before == "nothing" else "old"
+    assert outcomes.count(first) > 10 and "new" in outcomes, outcomes
+    assert set(outcomes) <= {first, "new", "absent"}, outcomes
+    print(f"{moment} moments: {', '.join(f'{k} {outcomes.count(k)}' for k in sorted(set(outcomes)))}")
 
 
 # ================================================================================================ failed writes

@@ -432,12 +432,14 @@ FUZZ = dict(
 )
 
 
+@pytest.mark.kills
 @settings(max_examples=EXAMPLES or CI_EXAMPLES["grpo"], **FUZZ)
 @given(flags=_flags(GRPO_VALUES))
 def test_grpo_flags(flags, seed_reference, warm, fuzz_tmp):
     _fuzz("grpo", flags, seed_reference, fuzz_tmp)
 
 
+@pytest.mark.kills
 @settings(max_examples=EXAMPLES or CI_EXAMPLES["sft"], **FUZZ)
 @given(flags=_flags(SFT_VALUES))
 def test_sft_flags(flags, seed_reference, warm, fuzz_tmp):
@@ -462,6 +464,7 @@ def test_the_fuzzer_sees_every_field_and_its_bounds():
     assert "2147483647" not in _numbers(int, BOUNDS["max_steps"], extremes=False)
 
 
+@pytest.mark.kills
 def test_a_child_that_raises_crashes_or_hangs_is_reported(tmp_path, monkeypatch):
     """The runner itself: a traceback, a signal, a time-out and a clean error line are told apart."""
 
@@ -482,6 +485,7 @@ def test_a_child_that_raises_crashes_or_hangs_is_reported(tmp_path, monkeypatch)
     assert run_forked(lambda argv: time.sleep(30), [], tmp_path)["timed_out"]
 
 
+@pytest.mark.kills
 @pytest.mark.parametrize(
     "known",
     [

@@ -87,6 +87,7 @@ def _half(a: int) -> float:
     return a / 2
 
 
+@pytest.mark.kills
 @pytest.mark.parametrize("thread", [False, True])
 def test_a_tool_that_raises_or_hangs_is_an_error_reply_and_the_caller_goes_on(thread):
     names = {"h": "_hang", "b": "_boom", "x": "_half"}
@@ -116,6 +117,7 @@ def test_a_tool_that_raises_or_hangs_is_an_error_reply_and_the_caller_goes_on(th
     ]
 
 
+@pytest.mark.kills
 def test_run_with_timeout_returns_the_result_and_restores_the_alarm():
     import signal
 

@@ -59,6 +59,85 @@ def write_manifest(directory: Path, task: str, splits: dict[str, dict[str, int |
     write_atomic(directory / MANIFEST, json.dumps({"task": task, "splits": splits}, indent=1) + "\n")
 
 
+def staging_dirs(directory: Path) -> tuple[Path, Path]:
+    """Where a build of `directory` writes before it publishes (`.<name>.building`) and where the build it
+    replaces waits while the two are swapped (`.<name>.replaced`): hidden names beside it, which no reader opens."""
+    directory = Path(directory)
+    return directory.with_name(f".{directory.name}.building"), directory.with_name(
+        f".{directory.name}.replaced"
+    )
+
+
+def sweep_build_leftovers(directory: Path) -> None:
+    """Undo what a killed build of `directory` left: a swap stopped between its two renames is undone (the build
+    it was replacing goes back), and the staging directory is removed. Nothing else of `directory` is touched."""
+    import shutil
+
+    staging, replaced = staging_dirs(directory)
+    if replaced.is_dir() and not Path(directory).exists():
+        os.rename(replaced, directory)
+    for leftover in (staging, replaced):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def write_problem_set(directory: Path, task: str, splits: dict[str, list[dict]]) -> list[Path]:
+    """A task's splits as `<directory>/<split>.jsonl` with the manifest of what was written, all or nothing.
+
+    Everything is written into a staging directory beside `directory` and published by renaming it whole, so that
+    a build stopped at any moment, by SIGKILL too (which runs no handler), leaves `directory` as it was or whole
+    and new; what it can leave besides is a hidden staging directory (staging_dirs) that no reader opens and the
+    next build removes (sweep_build_leftovers). Files in an old `directory` that are neither a split nor the
+    manifest of its build (a user's own) are copied into the new one. A failed write names the file under
+    `directory`, the name the user knows. Returns the paths of the splits."""
+    import shutil
+
+    from .writes import WriteError
+
+    directory = Path(directory)
+    staging, replaced = staging_dirs(directory)
+    sweep_build_leftovers(directory)
+    try:
+        staging.mkdir(parents=True)
+        written = {split: write_jsonl(rows, staging / f"{split}.jsonl") for split, rows in splits.items()}
+        write_manifest(staging, task, written)
+        if directory.exists():
+            built = {MANIFEST, *(f"{s}.jsonl" for s in [*splits, *_manifest_splits(directory)])}
+            for p in directory.iterdir():  # (copied, not moved: until the swap, the old build stays whole)
+                if p.name not in built and not p.name.endswith(".tmp"):
+                    _copy(p, staging / p.name)
+            os.rename(directory, replaced)
+        os.rename(staging, directory)  # (between the two renames, a kill is undone by the next sweep)
+    except BaseException as e:
+        sweep_build_leftovers(directory)  # (an interrupt between the renames puts the old build back)
+        if isinstance(e, WriteError):
+            name = str(e.filename).replace(str(staging), str(directory), 1)
+            raise WriteError(e.errno, e.strerror, name) from e
+        raise
+    shutil.rmtree(replaced, ignore_errors=True)
+    return [directory / f"{split}.jsonl" for split in splits]
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """A hard link where the file system has them (no bytes copied), else a copy; a directory is copied whole."""
+    import shutil
+
+    if src.is_dir() and not src.is_symlink():
+        shutil.copytree(src, dst, symlinks=True)
+        return
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def _manifest_splits(directory: Path) -> list[str]:
+    """The splits an earlier build of `directory` recorded (none when it has no readable manifest)."""
+    try:
+        return [str(s) for s in json.loads((directory / MANIFEST).read_text(encoding="utf-8-sig"))["splits"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
 def build_mismatch(directory: Path) -> str | None:
     """None when every split the manifest of `directory` lists is there with its rows and hash (or there is no
     manifest: a directory of the user's own); else what differs, for one line."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .problems import DATA_DIR, MANIFEST, write_jsonl, write_manifest
+from .problems import DATA_DIR, MANIFEST, write_problem_set
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
@@ -86,20 +86,11 @@ class Task:
             self.write()
 
     def write(self, out_dir: Path | None = None) -> list[Path]:
-        """Write the task's splits as `<out_dir>/<dataset>/<split>.jsonl`, each whole or not at all, then the
-        manifest of what was written (a build stopped before it ends is seen as unfinished); returns the paths."""
+        """Write the task's splits as `<out_dir>/<dataset>/<split>.jsonl` with the manifest of what was written,
+        all or nothing (problems.write_problem_set); returns the paths."""
         directory = Path(out_dir if out_dir is not None else DATA_DIR) / self.dataset
         splits = self.build()  # (before anything is touched: a generator that fails leaves the old build)
-        (directory / MANIFEST).unlink(
-            missing_ok=True
-        )  # the old build's, if any: from here on it is unfinished
-        paths, written = [], {}
-        for split, rows in splits.items():
-            path = directory / f"{split}.jsonl"
-            written[split] = write_jsonl(rows, path)
-            paths.append(path)
-        write_manifest(directory, self.name, written)
-        return paths
+        return write_problem_set(directory, self.name, splits)
 
 
 TASKS: dict[str, Task] = {}
