@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from tinygrpo.config import ConfigError, parse_config
+from tinygrpo.run.config import ConfigError, parse_config
 
 # A saved tokenizer's vocabulary: tokenizers' own file, or a slow tokenizer's (BPE, WordPiece, SentencePiece).
 VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "tokenizer.model", "spiece.model")
@@ -78,11 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_config(argv)
         out = Path(cfg.output_dir)
-        from tinygrpo import launch
-        from tinygrpo.problems import load_splits
-        from tinygrpo.task import task_of_reference
-        from tinygrpo.trainer import GRPOTrainer
-        from tinygrpo.writes import write_atomic
+        from tinygrpo.data.problems import load_splits
+        from tinygrpo.data.task import task_of_reference
+        from tinygrpo.data.writes import write_atomic
+        from tinygrpo.run import launch
+        from tinygrpo.run.trainer import GRPOTrainer
 
         launch.stop_with_launcher()
         acc = launch.build_accelerator(cfg)
@@ -112,6 +112,22 @@ def main(argv: list[str] | None = None) -> int:
 
         launch.on_main_process(acc, take_output_dir)
         resume_from = launch.resume_point(cfg, acc.print)
+        # The data, before any model is trained or loaded; a family's problems are written on first use, by the
+        # main process (the others wait, and read them).
+        from tinygrpo.data.task import task_of_dataset
+
+        def write_data() -> None:
+            try:
+                if (named := task_of_dataset(cfg.dataset)) is not None:
+                    named.ensure_data()
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+
+        launch.on_main_process(acc, write_data)
+        try:
+            train, evald = load_splits(cfg.dataset, cfg.train_split, cfg.eval_split or None)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         task = task_of_reference(cfg.model_name_or_path)
         if task is not None and not Path(cfg.model_name_or_path, "config.json").is_file():
             if acc.is_main_process:  # a task's reference, missing: trained first with its recipe
@@ -119,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"no reference at {cfg.model_name_or_path}: training it first "
                     f"(python train_sft.py --task {task.name})"
                 )
-                from tinygrpo.sft import SFTConfig, train_reference
+                from tinygrpo.run.sft import SFTConfig, train_reference
 
                 train_reference(SFTConfig.for_task(task.name))
             acc.wait_for_everyone()
@@ -128,16 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.beta > 0:
             ref_path = cfg.ref_model_name_or_path or cfg.model_name_or_path
             ref_model, _ = load_model_and_tokenizer(ref_path, "ref_model_name_or_path")
-        try:
-            from tinygrpo.task import task_of_dataset
-
-            if (named := task_of_dataset(cfg.dataset)) is not None:
-                named.ensure_data()  # (a family's problems are written on first use)
-            train, evald = load_splits(cfg.dataset, cfg.train_split, cfg.eval_split or None)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
         if evald is not None:  # which rule decides held-out accuracy, and why that one
-            from tinygrpo.evaluation import Verifier
+            from tinygrpo.run.evaluation import Verifier
 
             try:
                 verifier, why = Verifier.choose(cfg.dataset, cfg.eval_reward, cfg.task)
@@ -158,15 +166,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{e}" if str(e) else "\ninterrupted", file=sys.stderr)
         return 130
     except OSError as e:  # a full disk, a file removed under the run: say what and where, and what was kept
-        from tinygrpo.checkpoint import last_checkpoint
-        from tinygrpo.writes import describe_write_error
+        from tinygrpo.data.writes import describe_write_error
+        from tinygrpo.run.checkpoint import last_checkpoint
 
         kept = last_checkpoint(out) if out is not None else "no checkpoint was kept"
         print(f"error: {describe_write_error(e, kept)}", file=sys.stderr)
         return 1
     except Exception as e:
         from rewards import RewardError
-        from tinygrpo.trainer import NonFiniteError, SaveError
+        from tinygrpo.run.trainer import NonFiniteError, SaveError
 
         if isinstance(e, NonFiniteError | RewardError | SaveError):
             if str(e):  # (a SaveError is empty on the processes that did not fail: the one that did says why)

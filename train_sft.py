@@ -2,11 +2,11 @@
 
 With no arguments it trains the default experiment's deliberately imperfect reference into checkpoints/reference
 (400 training problems, 1000 steps). `--task NAME` trains that task's reference with its recipe
-(tinygrpo/tasks/NAME.py) into checkpoints/NAME; a `--config` recipe overrides the task's, and flags override both
+(tinygrpo/data/tasks/NAME.py) into checkpoints/NAME; a `--config` recipe overrides the task's, and flags override both
 (as in train_grpo.py, whose names these share where the concept is the same: per_device_train_batch_size,
 lr_scheduler_type, torch_num_threads, logging_steps; TRL's dataset_name, dataset_train_split, dataset_test_split
 are accepted too). `python train_sft.py --help` lists every option; the recipe and its reasons are in
-tinygrpo/sft.py.
+tinygrpo/run/sft.py.
 """
 
 from __future__ import annotations
@@ -42,15 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     import datasets
     from transformers.utils import logging as hf_logging
 
-    from tinygrpo.recipe import parse_args
-    from tinygrpo.sft import SFTConfig, task_recipe, train_reference
-    from tinygrpo.update import NonFiniteError
+    from tinygrpo.run.config import check_task_flag
+    from tinygrpo.run.recipe import parse_args
+    from tinygrpo.run.sft import train_reference
+    from tinygrpo.run.sft_config import SFTConfig, task_recipe
+    from tinygrpo.update.policy_update import NonFiniteError
 
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()  # (no "Generating train split" bars around the script's own lines)
     argv = old_names(list(sys.argv[1:] if argv is None else argv))
     cfg = None
     try:
+        check_task_flag(argv)
         task = task_of(argv)
         cfg = parse_args(
             SFTConfig, argv, __doc__.split("\n\n")[0], defaults=task_recipe(task) if task else None
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a full disk, a read-only place: the file, the cause, and that nothing was saved
-        from tinygrpo.writes import describe_write_error
+        from tinygrpo.data.writes import describe_write_error
 
         where = cfg.output_dir if cfg is not None else "the output directory"
         print(f"error: {describe_write_error(e, f'no model was saved in {where}')}", file=sys.stderr)

@@ -166,6 +166,19 @@ def run_shapes(args, run_shape, report) -> list[dict]:
     return results
 
 
+def run_and_record(args, argv: list[str] | None, script: str, run_shape, report, record) -> list[dict]:
+    """A shape benchmark's main() after its own checks: every shape run (run_shapes), then with --results its results
+    recorded (`record(path, results, command)`: the script's summary into docs/results/) and the line that says so."""
+    results = run_shapes(args, run_shape, report)
+    if args.results:
+        record(args.results, results, command_line(script, argv))
+        print(
+            f"\nwrote {args.results}; python -m studies.results draws the docs' tables from it",
+            file=sys.stderr,
+        )
+    return results
+
+
 def set_threads(n: int) -> None:
     import torch
 
@@ -219,7 +232,7 @@ def ensure_seed_reference(path: str | None, workdir: Path = DEFAULT_BENCH_DIR, s
     out = Path(workdir) / "seed_reference"
     if (out / "config.json").is_file():
         return str(out)
-    from tinygrpo.sft import SFTConfig, train_reference
+    from tinygrpo.run.sft import SFTConfig, train_reference
 
     t = time.perf_counter()
     cfg = SFTConfig(
@@ -228,8 +241,8 @@ def ensure_seed_reference(path: str | None, workdir: Path = DEFAULT_BENCH_DIR, s
         eval_split="",
         train_size=0,
         max_steps=sft_steps,
-        batch_size=64,
-        log_every=0,
+        per_device_train_batch_size=64,
+        logging_steps=0,
         seed=0,
     )
     train_reference(cfg, verbose=False)
@@ -387,9 +400,9 @@ def build_our_trainer(
     """tinygrpo's GRPOTrainer at the benchmark shape (no eval split, no checkpoints, no plots)."""
     import tempfile
 
-    from tinygrpo.config import GRPOConfig
-    from tinygrpo.problems import load_split
-    from tinygrpo.trainer import GRPOTrainer
+    from tinygrpo.data.problems import load_split
+    from tinygrpo.run.config import GRPOConfig
+    from tinygrpo.run.trainer import GRPOTrainer
     from train_grpo import load_model_and_tokenizer
 
     out = output_dir or tempfile.mkdtemp(prefix="tinygrpo-bench-")

@@ -92,7 +92,7 @@ def strict_accuracy_for_trl(eos_token: str, eos_token_id: int) -> Callable[..., 
     TRL hands a reward function the completions decoded without special tokens (no <eos>, so the strict rule would
     score everything 0) and their token ids, cut after the first <eos>. Our trainer decodes with <eos> kept and
     padding dropped; with only <pad> and <eos> special in the char tokenizer, that text is TRL's plus <eos> when the
-    last id is <eos> (checked against tinygrpo.rollout.decode_rows in tests/test_benchmarks.py) - no second decode.
+    last id is <eos> (checked against tinygrpo.rollout.sampling.decode_rows in tests/test_benchmarks.py) - no second decode.
     """
     from rewards import accuracy as strict
 
@@ -165,9 +165,9 @@ def run_trl(cfg: Any, model_path: str, eval_limit: int, eval_every: int, out: Pa
     from trl import GRPOTrainer
 
     import tiny_lm  # noqa: F401  (registers the model type with the Auto classes: TRL loads the directory itself)
-    from tinygrpo.backend import select_backend
-    from tinygrpo.evaluation import HeldOutEvaluator
-    from tinygrpo.problems import load_splits
+    from tinygrpo.data.problems import load_splits
+    from tinygrpo.model.backend import select_backend
+    from tinygrpo.run.evaluation import HeldOutEvaluator
 
     torch.set_num_threads(threads)
     train, test = load_splits(cfg.dataset, cfg.train_split, cfg.eval_split)
@@ -286,7 +286,7 @@ def plot_runs(runs: list[dict], path: Path, title: str) -> None:
 # ------------------------------------------------------------------------------------------------ runs and tables
 def write_eval_subset(cfg, limit: int, where: Path) -> None:
     """A dataset directory holding the train split as is and the first `limit` rows of the held-out split."""
-    from tinygrpo.problems import DATA_DIR
+    from tinygrpo.data.problems import DATA_DIR
 
     src = Path(cfg.dataset) if Path(cfg.dataset).is_dir() else DATA_DIR / cfg.dataset
     where.mkdir(parents=True, exist_ok=True)

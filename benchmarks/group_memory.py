@@ -43,8 +43,8 @@ def one(layout: str, G: int, P: int, Tc: int, threads: int, reps: int) -> dict:
     import torch
 
     from tiny_lm import TinyLMConfig, TinyLMForCausalLM
-    from tinygrpo.backend import GenericBackend, GroupedBackend
-    from tinygrpo.rollout import completion_logits
+    from tinygrpo.model.backend import GenericBackend, GroupedBackend
+    from tinygrpo.rollout.sampling import completion_logits
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

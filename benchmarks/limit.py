@@ -42,11 +42,10 @@ if not __package__:  # python benchmarks/limit.py (imported as benchmarks.limit,
 from benchmarks._common import (  # noqa: E402
     ModelDirs,
     build_our_trainer,
-    command_line,
     machine_line,
     md_table,
     merge_rows,
-    run_shapes,
+    run_and_record,
     shape_parser,
 )
 from studies.results import RESULTS, measurement  # noqa: E402
@@ -388,15 +387,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.repeats < 1:
         raise SystemExit("--steps and --repeats must be >= 1, --warmup >= 0")
-    results = run_shapes(args, run_shape, report)
-    if args.results:
-        command = command_line("limit.py", argv)
-        merge_rows(args.results, summarize(results, args, command), KEY, measurement(command))
-        print(
-            f"\nwrote {args.results}; python -m studies.results draws the docs' summary from it",
-            file=sys.stderr,
-        )
-    return results
+    return run_and_record(
+        args,
+        argv,
+        "limit.py",
+        run_shape,
+        report,
+        lambda path, results, command: merge_rows(
+            path, summarize(results, args, command), KEY, measurement(command)
+        ),
+    )
 
 
 if __name__ == "__main__":

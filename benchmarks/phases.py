@@ -44,12 +44,11 @@ from benchmarks._common import (  # noqa: E402
     ModelDirs,
     Timer,
     build_our_trainer,
-    command_line,
     machine_line,
     md_table,
     merge_rows,
     parse_bool,
-    run_shapes,
+    run_and_record,
     shape_parser,
 )
 from studies.results import RESULTS, markdown, measurement  # noqa: E402
@@ -145,11 +144,11 @@ def count_ops(trainer, steps: int) -> float:
 
 
 def instrument(trainer, timer: Timer):
-    """Timing wrappers on the trainer's parts (its update and optimizer-step objects, the generation module's reward
+    """Timing wrappers on the trainer's parts (its update and optimizer-step objects, the scoring module's reward
     helpers, the two decoder classes), restored by the returned undo function; nothing else is touched."""
     import tiny_lm.grouped as grouped
-    import tinygrpo.backend as backend
-    import tinygrpo.generation as gmod
+    import tinygrpo.model.backend as backend
+    import tinygrpo.rollout.scoring as gmod
 
     orig_decode, orig_rewards = gmod.decode_rows, gmod.compute_rewards
     gmod.decode_rows = timer.wrap("decode", orig_decode)
@@ -389,15 +388,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         raise SystemExit("--steps must be >= 1, --warmup >= 0")
-    results = run_shapes(args, run_shape, report)
-    if args.results:
-        command = command_line("phases.py", argv)
-        merge_rows(args.results, summarize(results, args, command), KEY, measurement(command))
-        print(
-            f"\nwrote {args.results}; python -m studies.results draws the docs' table from it",
-            file=sys.stderr,
-        )
-    return results
+    return run_and_record(
+        args,
+        argv,
+        "phases.py",
+        run_shape,
+        report,
+        lambda path, results, command: merge_rows(
+            path, summarize(results, args, command), KEY, measurement(command)
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ TRL's algorithm, and our default, on the same task, reference, verifier and sett
 Peers (--peer, comma-separated; each runs every seed of --seeds, each run in a fresh process, one after another):
   ours_default  `python train_grpo.py` with its defaults: 2-digit addition (data/addition: the train split's prompts;
                 the 500 test problems held out) from checkpoints/reference (SFT'd first by the repo's own
-                tinygrpo.sft if missing), 64 prompts x G = 8 per step (per_device_train_batch_size 512),
+                tinygrpo.run.sft if missing), 64 prompts x G = 8 per step (per_device_train_batch_size 512),
                 max_completion_length 4, temperature 1, AdamW lr 2e-3 cosine, betas 0.9/0.99, clip 1.0, beta 0,
                 loss dapo, 1000 steps; prompts weighted toward unsolved ones, explore rounds, dynamic sampling.
   ours_plain    the same with --prompt_sampler uniform --explore_rounds 0 --dynamic_sampling false: TRL's algorithm.
@@ -21,7 +21,7 @@ Peers (--peer, comma-separated; each runs every seed of --seeds, each run in a f
 Flags after `--` go to train_grpo.py; the TRL peer takes those of them TRL has (SHARED). Every setting of every peer
 is printed first.
 
-The clock (held-out evaluation off it on both sides; evaluation = tinygrpo.evaluation.HeldOutEvaluator: greedy
+The clock (held-out evaluation off it on both sides; evaluation = tinygrpo.run.evaluation.HeldOutEvaluator: greedy
 decoding of the test split, or its first --eval_limit problems, scored by the strict verifier):
   ours  train s = the summed time/step of metrics.jsonl (--logging_steps 1: a row per step): generation, rewards,
         advantages, update. Not on it: the step's metrics (computed after time/step is taken), logging, evaluation
@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _our_config(argv: list[str]):
-    from tinygrpo.config import parse_config
+    from tinygrpo.run.config import parse_config
 
     return parse_config(argv)
 
@@ -275,16 +275,18 @@ def ensure_reference(args) -> None:
     first run, so that every peer starts from the same one."""
     if args.model_name_or_path:
         return
-    from tinygrpo.config import GRPOConfig
+    from tinygrpo.run.config import GRPOConfig
 
     ref = REPO_ROOT / GRPOConfig.__dataclass_fields__["model_name_or_path"].default
     if (ref / "config.json").is_file():
         return
     import torch
 
-    from tinygrpo.sft import SFTConfig, train_reference
+    from tinygrpo.run.sft import SFTConfig, train_reference
 
-    print(f"no reference at {ref}: training it first (tinygrpo.sft, as train_grpo.py does)", file=sys.stderr)
+    print(
+        f"no reference at {ref}: training it first (tinygrpo.run.sft, as train_grpo.py does)", file=sys.stderr
+    )
     torch.set_num_threads(args.threads)
     train_reference(SFTConfig(output_dir=str(ref)))
 

@@ -52,13 +52,12 @@ if not __package__:  # python benchmarks/vs_trl.py (imported as benchmarks.vs_tr
 from benchmarks._common import (  # noqa: E402
     ModelDirs,
     build_our_trainer,
-    command_line,
     fmt_mmm,
     machine_line,
     md_table,
     merge_rows,
     parse_bool,
-    run_shapes,
+    run_and_record,
     shape_parser,
     sync,
 )
@@ -87,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--task",
         default="",
-        help="Train on this task (tinygrpo/tasks/) instead of the seed bank: its train split, its verifier as the "
+        help="Train on this task (tinygrpo/data/tasks/) instead of the seed bank: its train split, its verifier as the "
         "reward (for TRL wrapped to see <eos> as ours does), its reference (checkpoints/<task>, or "
         "--model_name_or_path) for both trainers (--init is ignored).",
     )
@@ -160,11 +159,11 @@ def build_trl_trainer(
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from tinygrpo.problems import load_split
+    from tinygrpo.data.problems import load_split
 
     tok = AutoTokenizer.from_pretrained(model_path)
     if args.task:
-        from tinygrpo.task import get_task
+        from tinygrpo.data.task import get_task
 
         reward = TaskVerifierForTRL(get_task(args.task).correct, tok.eos_token_id)
     else:
@@ -216,7 +215,7 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
     n = prompts * G
     task = None
     if args.task:
-        from tinygrpo.task import get_task
+        from tinygrpo.data.task import get_task
 
         task = get_task(args.task)
     on_task = {"dataset": task.dataset, "reward_funcs": [task.correct]} if task else {}
@@ -604,7 +603,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     except ImportError:
         raise SystemExit("vs_trl.py needs TRL: pip install -e '.[bench]'") from None
     if args.task:
-        from tinygrpo.task import get_task
+        from tinygrpo.data.task import get_task
 
         try:
             task = get_task(args.task)
@@ -618,14 +617,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             raise SystemExit(
                 f"error: no model at {args.model_name_or_path}: train it first (python train_sft.py --task {args.task})"
             )
-    results = run_shapes(args, run_shape, report)
-    if args.results:
-        write_results(args.results, results, args, command_line("vs_trl.py", argv))
-        print(
-            f"\nwrote {args.results}; python -m studies.results draws the docs' tables from it",
-            file=sys.stderr,
-        )
-    return results
+    record = lambda path, results, command: write_results(path, results, args, command)  # noqa: E731
+    return run_and_record(args, argv, "vs_trl.py", run_shape, report, record)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Rebuild the committed problem files: `python data/build.py` (every task; deterministic, see tinygrpo/tasks/).
+"""Rebuild the committed problem files: `python data/build.py` (every task; deterministic, see tinygrpo/data/tasks/).
 
 `python data/build.py --task countdown` rebuilds one task's set; `--out DIR` writes under DIR instead of data/.
 A set's splits and its manifest.json (their rows and hashes) are written into a hidden staging directory beside it,
@@ -10,9 +10,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from tinygrpo.problems import DATA_DIR
-from tinygrpo.task import build_data, get_task
-from tinygrpo.writes import describe_write_error
+# This checkout's tinygrpo, not an installed copy's (whose data/ is another checkout's): its tasks, written under
+# its DATA_DIR (this data/, or $TINYGRPO_DATA_DIR).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tinygrpo.data.problems import DATA_DIR  # noqa: E402
+from tinygrpo.data.task import build_data, get_task  # noqa: E402
+from tinygrpo.data.writes import describe_write_error  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    print(f"building under {args.out.absolute()}")  # (nothing is written anywhere else)
     try:
         for path in build_data(args.task, args.out):
             print(path)

@@ -133,7 +133,7 @@ def tool_answer(
     completions: Sequence[str], answer: Sequence[Any], eos: str = EOS, **kwargs: Any
 ) -> list[float | None]:
     """With tool calls: 1.0 iff the completion is ^(<call>)*(-?[1-9][0-9]*|0)<eos>$, answered calls (each a span
-    from '<' to '>', the environment's reply included: tinygrpo/environments/calculator.py) and then the integer,
+    from '<' to '>', the environment's reply included: tinygrpo/rollout/environments/calculator.py) and then the integer,
     and the integer equals the gold; the calls are not checked.
 
     So "<37*48=1776>1776<eos>" and "1776<eos>" both score 1.0 for 37*48, and so does
@@ -156,9 +156,10 @@ def reversed_answer(
     written = _pattern("([0-9]+)", eos)
 
     def backwards(completion: Any) -> str:
-        # (the digits turned around, then `accuracy`'s own strict rule; anything else is left for it to refuse)
+        # The digits turned around, then `accuracy`'s own strict rule. Anything else is wrong here whatever
+        # `accuracy` would make of it ("-4912<eos>" is an answer in the usual order, not reversed): an empty text.
         m = written.fullmatch(_text(completion))
-        return m.group(1)[::-1] + eos if m else completion
+        return m.group(1)[::-1] + eos if m else ""
 
     return accuracy([backwards(c) for c in completions], answer, eos)
 

@@ -108,8 +108,8 @@ def test_accuracy(run_dir: Path) -> float:
     """Greedy accuracy of the run's final policy on the test split (reporting only)."""
     import torch
 
-    from tinygrpo.evaluation import greedy_accuracy
-    from tinygrpo.problems import load_split
+    from tinygrpo.data.problems import load_split
+    from tinygrpo.run.evaluation import greedy_accuracy
     from train_grpo import load_model_and_tokenizer
 
     torch.set_num_threads(1)

@@ -1,5 +1,5 @@
 """The signal forecast against the signal measured: on each task, the share of groups forecast to carry signal
-before the first step (tinygrpo/forecast.py) beside the share the run's first 20 steps had.
+before the first step (tinygrpo/algorithm/forecast.py) beside the share the run's first 20 steps had.
 
     python -m studies.forecast                                # every built-in task with a reference, 3 seeds
     python -m studies.forecast --tasks reverse addition_long --seeds 42
@@ -47,14 +47,14 @@ WITHIN = 0.10  # the issue's bar: forecast within 10 points of the measured shar
 
 def config_of(name: str) -> str:
     """The task's GRPO recipe; the default experiment's for addition."""
-    from tinygrpo.task import get_task
+    from tinygrpo.data.task import get_task
 
     return get_task(name).config or "configs/default.yaml"
 
 
 def model_of(name: str) -> Path:
     """The task's reference; addition's for a task without one of its own (the seed bank)."""
-    from tinygrpo.task import get_task
+    from tinygrpo.data.task import get_task
 
     reference = get_task(name).reference
     return REPO / (reference["output_dir"] if reference else "checkpoints/reference")

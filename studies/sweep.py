@@ -152,7 +152,7 @@ def unknown_variants(names: list[str]) -> str | None:
 def rejected(flags: list[str]) -> str | None:
     """train_grpo.py's own complaint about these flags (an option or a value it does not have yet), or None: checked
     here, in a second, rather than from a run's log after it started."""
-    from tinygrpo.config import ConfigError, parse_config
+    from tinygrpo.run.config import ConfigError, parse_config
 
     try:
         parse_config(flags)

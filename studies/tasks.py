@@ -51,7 +51,7 @@ def reference_of(name: str) -> tuple[str, Path]:
     task's, as reasoning_gym:chain_sum_worked starts from chain_sum_worked's), and where that reference is."""
     import yaml
 
-    from tinygrpo.task import get_task, task_of_reference
+    from tinygrpo.data.task import get_task, task_of_reference
 
     start = yaml.safe_load((REPO / get_task(name).config).read_text())["model_name_or_path"]
     owner = task_of_reference(start)
@@ -75,7 +75,7 @@ def run_dir(out: Path, name: str, seed: int) -> Path:
 
 def grpo(name: str, seed: int, out: Path) -> int:
     """One GRPO run of the task's recipe (one thread); its output beside its directory."""
-    from tinygrpo.task import get_task
+    from tinygrpo.data.task import get_task
 
     d = run_dir(out, name, seed)
     cmd = [sys.executable, "train_grpo.py", "--config", get_task(name).config, "--seed", str(seed)]
@@ -88,7 +88,7 @@ def summarize(names: list[str], seeds: list[int], out: Path, command: str) -> di
     """What the table shows of each task with finished runs, from its runs: an example, the reference's held-out
     accuracy, each seed's after GRPO, and the medians over seeds of the reference's mean sampled length and of the
     training seconds."""
-    from tinygrpo.task import get_task
+    from tinygrpo.data.task import get_task
 
     tasks = []
     for name in names:
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--summarize", action="store_true", help="only summarize the runs already there")
     p.add_argument("--results", type=Path, default=RESULTS / "tasks.json", help="where the results go")
     args = p.parse_args(argv)
-    from tinygrpo.task import get_task
+    from tinygrpo.data.task import get_task
 
     for name in args.tasks:
         get_task(name)  # an unknown task fails here, before any run

@@ -11,7 +11,7 @@ calculator, its reply and the answer ("<37*48=1776>1776"), and the answer alone 
 environment's, outside its loss. Every arm is GRPO with the tool task's recipe (configs/multiplication_tool.yaml:
 the reward is `tool_answer`, the integer after the answered calls, and nothing else):
 
-- `tool`: from that reference, the calculator answering its calls (tinygrpo/environments/calculator.py);
+- `tool`: from that reference, the calculator answering its calls (tinygrpo/rollout/environments/calculator.py);
 - `tool_disabled` (control): the same reference with no environment: a call it writes goes unanswered, and the
   policy must write the reply itself;
 - `direct` (control): from the reference that never saw a call (`--task multiplication`), no environment;

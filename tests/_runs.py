@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import train_grpo
-from tinygrpo.config import GRPOConfig
-from tinygrpo.problems import load_split
-from tinygrpo.trainer import GRPOTrainer
+from tinygrpo.data.problems import load_split
+from tinygrpo.run.config import GRPOConfig
+from tinygrpo.run.trainer import GRPOTrainer
 
 REPO = Path(train_grpo.__file__).resolve().parent
 SMALL = (

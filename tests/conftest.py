@@ -18,7 +18,7 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="session")
 def seed_reference(tmp_path_factory) -> str:
     """A char GPT SFT'd briefly on the 36 seed-bank questions: knows the format, gets many sums right."""
-    from tinygrpo.sft import SFTConfig, train_reference
+    from tinygrpo.run.sft import SFTConfig, train_reference
 
     out = tmp_path_factory.mktemp("seed_reference")
     cfg = SFTConfig(

@@ -1,4 +1,4 @@
-"""tinygrpo.advantage_estimators against plain-Python loops written from the definitions: OPO's length-weighted
+"""tinygrpo.algorithm.advantage_estimators against plain-Python loops written from the definitions: OPO's length-weighted
 baseline (verl), pass@k by enumerating every k-subset (Chen et al. 2025), REINFORCE++'s whitening over an explicit
 list of tokens (verl's masked_whiten), ReMax, and TRL's normalize_then_sum (GDPO) with its nanmean / nanstd."""
 
@@ -15,7 +15,7 @@ from _numerics import assert_same_math
 from _runs import reference_trainer, run_inproc
 from safetensors.torch import load_file
 
-from tinygrpo.advantage_estimators import (
+from tinygrpo.algorithm.advantage_estimators import (
     ADV_ESTIMATORS,
     ADVANTAGE_MODES,
     advantages,
@@ -26,9 +26,9 @@ from tinygrpo.advantage_estimators import (
     reinforce_pp_advantages,
     remax_advantages,
 )
-from tinygrpo.config import ConfigError, GRPOConfig
-from tinygrpo.core import group_advantages
-from tinygrpo.metrics_io import read_jsonl
+from tinygrpo.algorithm.core import group_advantages
+from tinygrpo.run.config import ConfigError, GRPOConfig
+from tinygrpo.run.metrics_io import read_jsonl
 
 NAN = math.nan
 G = 6
@@ -323,8 +323,13 @@ def test_config_rejects_bad_advantage_settings_naming_the_field(kw, field):
         GRPOConfig(**kw)
 
 
-def test_config_train_pass_k_is_only_checked_for_pass_at_k():
-    assert GRPOConfig(train_pass_k=99).train_pass_k == 99
+def test_train_pass_k_set_for_another_mode_is_refused_not_ignored():
+    with pytest.raises(
+        ConfigError, match="train_pass_k=8 is read by advantage_mode pass_at_k only; this run's is grpo"
+    ):
+        GRPOConfig(train_pass_k=8)
+    assert GRPOConfig(advantage_mode="rloo").train_pass_k == 4  # (its default, unset: nothing to say)
+    assert GRPOConfig(advantage_mode="pass_at_k", train_pass_k=2).train_pass_k == 2
 
 
 QUIET = (

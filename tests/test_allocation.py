@@ -1,4 +1,4 @@
-"""sample_allocation (tinygrpo/allocation.py): the knapsack against a brute-force search, the pass-rate estimates it
+"""sample_allocation (tinygrpo/algorithm/allocation.py): the knapsack against a brute-force search, the pass-rate estimates it
 reads, a round of the trainer under each rule (the until-signal rule against its play-out on scripted outcomes): its
 groups' sizes, advantages and statistics, and its refusals."""
 
@@ -13,12 +13,17 @@ from _runs import reference_trainer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinygrpo.advantage_estimators import AdvantageConfig, AdvantageInputs, compute_advantages
-from tinygrpo.allocation import knapsack_units, knapsack_value, pass_rate_estimates, signal_probability
-from tinygrpo.checks import ConfigError
-from tinygrpo.config import GRPOConfig
-from tinygrpo.group_sizes import rows_of
-from tinygrpo.metrics_io import read_jsonl
+from tinygrpo.algorithm.advantage_estimators import AdvantageConfig, AdvantageInputs, compute_advantages
+from tinygrpo.algorithm.allocation import (
+    knapsack_units,
+    knapsack_value,
+    pass_rate_estimates,
+    signal_probability,
+)
+from tinygrpo.algorithm.group_sizes import rows_of
+from tinygrpo.run.checks import ConfigError
+from tinygrpo.run.config import GRPOConfig
+from tinygrpo.run.metrics_io import read_jsonl
 
 
 def _total(p: torch.Tensor, units: list[int], unit: int) -> float:
@@ -115,6 +120,7 @@ def test_a_knapsack_round_samples_each_prompt_its_units_and_scores_each_group_as
     assert torch.isfinite(loss)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("allocation", ["knapsack", "screen", "until_signal"])
 def test_an_allocated_run_with_refills_and_explore_rounds_trains_and_logs(
     seed_reference, tmp_path, allocation
@@ -286,8 +292,8 @@ def test_refills_take_whole_groups_until_the_batch_is_full_the_last_one_past_it(
     """Dynamic sampling under a rule: a round's groups with signal are taken in order until `room` rows are filled;
     a group is never cut, so a round with a group with signal always adds one (a room smaller than every group would
     otherwise leave the remaining refill rounds sampled for nothing)."""
-    from tinygrpo.generation import signal_rows
-    from tinygrpo.round import Round
+    from tinygrpo.rollout.refill import signal_rows
+    from tinygrpo.rollout.round import Round
 
     sizes = [2, 1, 3, 2]  # prompt rows: 0-1, 2, 3-5, 6-7
     signal = torch.tensor([True, False, True, True])  # per group
@@ -307,7 +313,7 @@ def test_a_screen_on_two_processes_whose_rows_differ_runs_and_logs(seed_referenc
     per-function rewards, the metrics) takes as they are."""
     from _runs import launch_two
 
-    from tinygrpo.metrics_io import read_jsonl
+    from tinygrpo.run.metrics_io import read_jsonl
 
     (tmp_path / "r.py").write_text(
         "import os\n"
@@ -328,3 +334,142 @@ def test_a_screen_on_two_processes_whose_rows_differ_runs_and_logs(seed_referenc
     # rank 0: 4 prompts x 4 samples, half right; rank 1: 4 prompts x 2 samples, none: 8 right of 24
     assert [r["step"] for r in rows] == [1, 2] and rows[0]["reward"] == pytest.approx(8 / 24)
     assert rows[0]["frac_reward_zero_std"] == 0.5
+
+
+# ------------------------------------------------------------------------------------------------ the passes, scripted
+
+
+def _round(
+    idx: list[int], U: int, rewards: list[list[float]], width: int = 3, prompt_width: int = 2, tools=False
+):
+    """A scored round of `U` completions of each prompt of `idx` with these rewards (None: the reward does not
+    apply), the tensors of the widths given (what the rules and `merged` read)."""
+    from tinygrpo.rollout.round import Round
+
+    P, flat = len(idx), [float("nan") if r is None else r for rs in rewards for r in rs]
+    n = P * U
+    return Round(
+        idx=list(idx),
+        prompt_ids=torch.arange(P * prompt_width).view(P, prompt_width) + 100,
+        prompt_mask=torch.ones(P, prompt_width, dtype=torch.long),
+        completion_ids=torch.arange(n * width).view(n, width),
+        completion_mask=torch.ones(n, width),
+        is_eos=torch.ones(n, dtype=torch.bool),
+        lengths=torch.full((n,), width),
+        seconds_generate=0.0,
+        tool_mask=torch.ones(n, width, dtype=torch.bool) if tools else None,
+        tool_calls=torch.ones(n, dtype=torch.long) if tools else None,
+        tool_failures=torch.zeros(n, dtype=torch.long) if tools else None,
+        prompts=[""] * n,
+        completions=[""] * n,
+        rewards_per_func=torch.tensor(flat)[:, None],
+        rewards=torch.tensor(flat),
+    )
+
+
+def _cfg(**kw):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{"unit": 2, "beta": 0.0, "screen_hard_below": 0.5, "num_generations": 4, **kw})
+
+
+def test_a_screen_spends_the_group_on_a_mixed_or_hard_prompt_never_on_one_never_solved():
+    """Pass-rate estimate exactly 0 (never solved) is not 'hard': its alike screen stays alone; 0.3 is hard; a
+    mixed screen always goes on; NaN (unseen) is neither."""
+    from tinygrpo.rollout.sampling_passes import screen
+
+    calls = []
+
+    def sample(idx, sizes):
+        calls.append(list(idx))
+        screens = {0: [0.0, 0.0], 1: [0.0, 0.0], 2: [0.0, 1.0], 3: [1.0, 1.0]}
+        return _round(idx, 2, [screens[i] if len(calls) == 1 else [0.0, 0.0] for i in idx])
+
+    pass_rate = torch.tensor([0.0, 0.3, float("nan"), float("nan")])
+    r = screen(sample, [0, 1, 2, 3], _cfg(), pass_rate, pad_id=0)
+    assert calls == [[0, 1, 2, 3], [1, 2]] and r.sizes == [1, 2, 2, 1]
+
+
+def test_a_unit_with_none_differs_by_its_valid_rewards_and_a_unit_of_nones_never_does():
+    """[None, 0, 1, 0] differs (0 and 1); [None, None, None, None] has no two valid rewards: alike, under screen
+    (no more samples) and until_signal (sampled again until the cap)."""
+    from tinygrpo.rollout.sampling_passes import reward_range, screen, until_signal
+
+    lo, hi = reward_range(torch.tensor([[float("nan"), 0.0, 1.0, 0.0], [float("nan")] * 4]))
+    assert (hi > lo).tolist() == [True, False]
+    units = {0: [None, 0.0, 1.0, 0.0], 1: [None] * 4}
+    passes = []
+
+    def sample(idx, sizes):
+        passes.append(list(idx))
+        return _round(idx, 4, [units[i] for i in idx])
+
+    cfg = _cfg(unit=4, num_generations=8, max_num_generations=16)
+    screened = screen(sample, [0, 1], cfg, torch.full((2,), float("nan")), pad_id=0)
+    assert passes == [[0, 1], [0]] and screened.sizes == [2, 1]
+    passes.clear()
+    until = until_signal(sample, [0, 1], cfg, pad_id=0)
+    # (the budget is P x G = 4 units, 2 spent by the first pass: prompt 1 gets both that are left)
+    assert passes == [[0, 1], [1], [1]] and until.sizes == [1, 3]
+
+
+@pytest.mark.parametrize("tools", [False, True])
+def test_a_merged_round_pads_prompts_left_and_completions_right_keeping_each_rows_tokens(tools):
+    """Passes of other widths merged into one round (tinygrpo/rollout/round.py merged): each row's prompt, ending
+    at the right edge, and its completion, starting at the left, are its pass's own; padding is pad (masked 0),
+    and the environment's token mask is False there."""
+    from tinygrpo.rollout.round import merged
+
+    first = _round([10, 11], 2, [[0.0, 1.0], [0.0, 0.0]], width=3, prompt_width=2, tools=tools)
+    more = _round([11], 2, [[1.0, 0.0]], width=5, prompt_width=4, tools=tools)
+    r = merged(first, [more], [[1]], pad_id=0)
+    assert r.idx == [10, 11, 11] and r.sizes == [1, 2]
+    assert r.prompt_ids.shape == (3, 4) and r.completion_ids.shape == (6, 5)
+    rows = [(first, 0), (first, 1), (first, 2), (first, 3), (more, 0), (more, 1)]  # group 0, then group 1's
+    units = [(first, 0), (first, 1), (more, 0)]
+    for k, (src, i) in enumerate(units):
+        w = src.prompt_ids.size(1)
+        assert (
+            r.prompt_ids[k, -w:].tolist() == src.prompt_ids[i].tolist() and (r.prompt_ids[k, :-w] == 0).all()
+        )
+        assert r.prompt_mask[k].tolist() == [0] * (4 - w) + [1] * w
+    for k, (src, i) in enumerate(rows):
+        w = src.completion_ids.size(1)
+        assert r.completion_ids[k, :w].tolist() == src.completion_ids[i].tolist()
+        assert (r.completion_ids[k, w:] == 0).all() and (r.completion_mask[k, w:] == 0).all()
+        assert r.rewards[k].item() == src.rewards[i].item()
+        if tools:
+            assert r.tool_mask[k, :w].all() and not r.tool_mask[k, w:].any()
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_merged_rounds_log_probs_are_each_passs_own(model64, grouped):
+    """The per-token log-probs of a merged round (prompts re-padded left, completions right) equal those of each
+    pass scored alone, on the trainer's scoring path, in float64 (tests/_numerics.py: other sums, same math)."""
+    from tinygrpo.algorithm.core import selective_log_softmax
+    from tinygrpo.model.backend import select_backend
+    from tinygrpo.rollout.round import merged
+    from tinygrpo.rollout.sampling import completion_logits
+
+    g = torch.Generator().manual_seed(0)
+
+    def tokens(r):  # (ids of the model's vocabulary, past <pad> and <eos>)
+        r.prompt_ids = torch.randint(2, 14, r.prompt_ids.shape, generator=g)
+        r.completion_ids = torch.randint(2, 14, r.completion_ids.shape, generator=g)
+        return r
+
+    first = tokens(_round([10, 11], 2, [[0.0, 1.0], [0.0, 0.0]], width=3, prompt_width=2))
+    more = tokens(_round([11], 2, [[1.0, 0.0]], width=5, prompt_width=4))
+    backend = select_backend(model64, prefer_grouped=grouped)
+
+    def logp(r):
+        logits = completion_logits(
+            model64, r.prompt_ids, r.prompt_mask, r.completion_ids, 2, r.completion_mask, backend
+        )
+        return selective_log_softmax(logits, r.completion_ids)
+
+    got = logp(merged(first, [more], [[1]], pad_id=0))
+    alone = [(logp(first), k) for k in range(4)] + [(logp(more), k) for k in range(2)]
+    for row, (want, k) in enumerate(alone):
+        w = want.size(1)
+        assert torch.allclose(got[row, :w], want[k], rtol=1e-12, atol=1e-12), row

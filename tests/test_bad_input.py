@@ -23,8 +23,8 @@ from safetensors.torch import load_file, save_file
 
 import train_grpo
 import train_sft
-from tinygrpo.problems import DATA_DIR
-from tinygrpo.validation import gigabytes, memory_budget
+from tinygrpo.data.problems import DATA_DIR
+from tinygrpo.run.validation import gigabytes, memory_budget
 
 # ------------------------------------------------------------------------------------------------ builders
 
@@ -120,7 +120,7 @@ def _file_at(t, name):
 
 
 def _locked(t, r, p=None):
-    from tinygrpo import launch
+    from tinygrpo.run import launch
 
     (t / "out").mkdir()
     _locked.fd = launch.lock_output_dir(t / "out")  # held by "another run" (closed by the test)
@@ -708,6 +708,7 @@ def test_bad_input_is_one_exact_error_line_and_changes_nothing(
     assert (out / "metrics.jsonl").exists() == ("out/metrics.jsonl" in before)  # and no training happened
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["wrong_type", "malformed_json_line"])
 def test_bad_input_from_a_real_process(name, seed_reference, prior_run, tmp_path):
     build, expected = CASES[name]
@@ -856,6 +857,7 @@ def test_a_reward_that_fails_in_the_signal_forecast_is_one_exact_error_line(
     assert not (out / "final").exists() and not list(out.glob("checkpoint-*"))
 
 
+@pytest.mark.slow
 def test_a_run_that_skips_some_steps_says_how_many(seed_reference, tmp_path, capfd):
     body = _after_checkpoint(tmp_path, BIG, "[float(i % 2) for i in range(n)]")
     extra = [*_reward_file(tmp_path, body, "f"), *REINFORCE, *"--save_steps 1 --on_nonfinite skip".split()]
@@ -876,7 +878,7 @@ def test_a_run_that_skips_some_steps_says_how_many(seed_reference, tmp_path, cap
 
 
 # ------------------------------------------------------------------------------------------------ train_sft.py
-# The SFT entry point shares GRPO's validation path (tinygrpo.config.check_fields) and its non-finite guard: every
+# The SFT entry point shares GRPO's validation path (tinygrpo.run.config.check_fields) and its non-finite guard: every
 # bad setting is one exact line, rc 1, and no model is saved.
 
 SFT = (

@@ -147,8 +147,8 @@ def test_time_to_accuracy_peers_dry_run(tmp_path, capsys):
 
 
 def test_time_to_accuracy_eval_subset(tmp_path):
-    from tinygrpo.config import GRPOConfig
-    from tinygrpo.problems import load_splits
+    from tinygrpo.data.problems import load_splits
+    from tinygrpo.run.config import GRPOConfig
 
     tta = _load("time_to_accuracy")
     tta.write_eval_subset(GRPOConfig(), 50, tmp_path)
@@ -163,7 +163,7 @@ def test_trl_reward_is_our_strict_verifier_on_our_decoding(tok):
     from _tta import strict_accuracy_for_trl
 
     from rewards import accuracy
-    from tinygrpo.rollout import decode_rows
+    from tinygrpo.model.text import decode_rows
 
     eos, pad = tok.eos_token_id, tok.pad_token_id
     digits = {c: tok.convert_tokens_to_ids(c) for c in "0123456789+="}
@@ -183,6 +183,7 @@ def test_trl_reward_is_our_strict_verifier_on_our_decoding(tok):
     assert ours == [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
 
 
+@pytest.mark.slow
 def test_time_to_accuracy_trl_peer(seed_reference, tmp_path, capsys):
     """TRL's GRPOTrainer, 2 steps evaluated after each on 50 problems: the table has its row, and the clock leaves the
     evaluations out (structurally; no speed is asserted)."""
@@ -210,6 +211,7 @@ def test_time_to_accuracy_trl_peer(seed_reference, tmp_path, capsys):
     assert peer["peer"] == "trl" and peer["seeds"] == [3] and peer["trl_version"]
 
 
+@pytest.mark.slow
 def test_vs_trl_one_iteration(seed_reference, tmp_path, capsys):
     # CI installs .[test]: there a missing trl fails, it never skips
     importlib.import_module("trl") if os.environ.get("CI") else pytest.importorskip("trl")
@@ -276,6 +278,7 @@ def test_the_random_pair_is_one_function_in_tiny_lm_and_in_gpt2(tmp_path):
     assert common.ensure_random_pair(tmp_path, seed=3, n_embd=32, n_layer=3, n_head=2) == (tiny_dir, gpt2_dir)
 
 
+@pytest.mark.slow
 def test_cost_curves_one_point_and_its_report(tmp_path):
     # One small point measured in this process (the script runs each in a fresh one), then the tables and the figure.
     import argparse
@@ -307,6 +310,7 @@ def test_cost_curves_one_point_and_its_report(tmp_path):
     assert (tmp_path / "c.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_vs_trl_on_a_task_scores_both_trainers_with_its_verifier(tmp_path, capsys):
     """--task reverse: both trainers train on reverse's problems from one reference, rewarded by exact_match (TRL's
     through the wrapper that puts <eos> back). The wrapper agrees with the verifier on ids that end or not in EOS."""

@@ -7,8 +7,8 @@ import torch
 from _lm import encode
 from test_grouped import PROMPTS, completions_with_eos
 
-from tinygrpo.backend import AutocastBackend, GenericBackend, GroupedBackend
-from tinygrpo.rollout import SamplingParams, completion_logits, sample_completions
+from tinygrpo.model.backend import AutocastBackend, GenericBackend, GroupedBackend
+from tinygrpo.rollout.sampling import SamplingParams, completion_logits, sample_completions
 
 
 @pytest.mark.parametrize("grouped", [True, False])
@@ -44,9 +44,9 @@ def test_bf16_decoding_samples_valid_completions_on_both_paths(model, tok):
 
 
 def test_a_bf16_training_step_keeps_float32_weights_and_moves_them(seed_reference, tmp_path):
-    from tinygrpo.config import GRPOConfig
-    from tinygrpo.problems import load_split
-    from tinygrpo.trainer import GRPOTrainer
+    from tinygrpo.data.problems import load_split
+    from tinygrpo.run.config import GRPOConfig
+    from tinygrpo.run.trainer import GRPOTrainer
     from train_grpo import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(seed_reference, "model")

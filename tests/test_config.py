@@ -14,7 +14,7 @@ import pytest
 from accelerate.utils import is_tensorboard_available
 
 import train_grpo
-from tinygrpo.config import (
+from tinygrpo.run.config import (
     BOUNDS,
     CHOICES,
     Bound,
@@ -22,7 +22,7 @@ from tinygrpo.config import (
     GRPOConfig,
     parse_config,
 )
-from tinygrpo.recipe import ArgParser, _field_kind
+from tinygrpo.run.recipe import ArgParser, _field_kind
 
 REPO = Path(train_grpo.__file__).resolve().parent
 
@@ -463,11 +463,11 @@ def test_every_choice_field_rejects_an_unknown_value_and_accepts_its_own(name):
 
 def test_a_tracker_that_is_not_installed_is_refused_at_start_up(monkeypatch):
     # accelerate would warn and train on without the tracker the user asked for
-    monkeypatch.setattr("tinygrpo.config.is_tensorboard_available", lambda: False)
+    monkeypatch.setattr("tinygrpo.run.config.is_tensorboard_available", lambda: False)
     with pytest.raises(ConfigError) as e:
         GRPOConfig(report_to="tensorboard")
     assert str(e.value) == "report_to=tensorboard needs the tensorboard package (pip install tensorboard)"
-    monkeypatch.setattr("tinygrpo.config.is_tensorboard_available", lambda: True)
+    monkeypatch.setattr("tinygrpo.run.config.is_tensorboard_available", lambda: True)
     assert GRPOConfig(report_to="tensorboard").report_to == "tensorboard"
 
 
@@ -510,6 +510,7 @@ def test_eval_split_empty_string_disables_evaluation():
     assert parse_config(["--eval_split", ""]).eval_split is None
 
 
+@pytest.mark.slow
 def test_cli_error_is_one_line_without_traceback():
     proc = subprocess.run(
         [sys.executable, "train_grpo.py", "--num_generations", "1"],
@@ -528,7 +529,7 @@ def test_cli_error_is_one_line_without_traceback():
 def test_an_estimator_registered_as_binary_is_checked_as_pass_at_k():
     # A property of the estimator, not of the name pass_at_k: one registered later with binary_rewards is refused
     # with the KL in its rewards too, and GDPO's normalize_then_sum (which uses no estimator) is not.
-    from tinygrpo.advantage_estimators import ADV_ESTIMATORS, needs_binary_rewards, register_adv_est
+    from tinygrpo.algorithm.advantage_estimators import ADV_ESTIMATORS, needs_binary_rewards, register_adv_est
 
     register_adv_est("binary_mode", binary_rewards=True)(lambda x, cfg: (x.rewards, x.rewards))
     try:
@@ -552,7 +553,7 @@ def test_an_estimator_registered_as_binary_is_checked_as_pass_at_k():
 def test_every_option_is_in_an_argument_group_of_the_help(capsys):
     import dataclasses
 
-    from tinygrpo.config import GRPOConfig
+    from tinygrpo.run.config import GRPOConfig
 
     groups = {}
     for f in dataclasses.fields(GRPOConfig):
@@ -602,7 +603,7 @@ def test_no_x_says_what_it_turns_off(capsys):
     ],
 )
 def test_trls_names_set_the_same_field_on_the_command_line_and_in_a_recipe(tmp_path, trl, ours, value):
-    from tinygrpo.config import GRPOConfig
+    from tinygrpo.run.config import GRPOConfig
 
     assert GRPOConfig.ALIASES[trl] == ours
     assert getattr(parse_config([f"--{trl}", str(value)]), ours) == value
@@ -616,6 +617,7 @@ def test_trls_names_set_the_same_field_on_the_command_line_and_in_a_recipe(tmp_p
     assert getattr(parse_config([]), ours) != value  # (the alias really changed something)
 
 
+@pytest.mark.slow
 def test_log_completions_false_logs_none(seed_reference, tmp_path):
     from _runs import run_inproc
 

@@ -1,4 +1,4 @@
-"""tinygrpo.core against independent computations: the seed's tabular GRPO step, plain-Python loops, torch's own
+"""tinygrpo.algorithm.core against independent computations: the seed's tabular GRPO step, plain-Python loops, torch's own
 log_softmax / kl_divergence, and Monte Carlo over many samples."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from _numerics import assert_same_math
 from torch.distributions import Categorical
 from torch.distributions.kl import kl_divergence
 
-from tinygrpo import core
-from tinygrpo.core import (
+from tinygrpo.algorithm import core
+from tinygrpo.algorithm.core import (
     aggregate_loss,
     clipped_surrogate,
     entropy_from_logits,
@@ -23,7 +23,7 @@ from tinygrpo.core import (
     masked_mean,
     selective_log_softmax,
 )
-from tinygrpo.policy_losses import POLICY_LOSSES
+from tinygrpo.algorithm.policy_losses import POLICY_LOSSES
 
 # ---------------------------------------------------------------------------------------------------------------
 # token-level oracle: one-token completions from a table "model" == the seed demo's tabular GRPO step

@@ -1,4 +1,4 @@
-"""Data builds that are whole or absent (tinygrpo/problems.py, tinygrpo/task.py, data/build.py), by fault class:
+"""Data builds that are whole or absent (tinygrpo/data/problems.py, tinygrpo/data/task.py, data/build.py), by fault class:
 a build killed (SIGKILL) at every moment it touches the file system, a write that fails (ENOSPC, EROFS) at each of its sites, a split cut after the
 build at a line boundary or mid-line, or changed; a byte-order mark; a family's build that never finished; a task
 refused before its problems are written; and --out that is not a directory."""
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import train_sft
-from tinygrpo import problems, task
-from tinygrpo.problems import MANIFEST, build_mismatch, load_problems, load_split
-from tinygrpo.task import Task, get_task, register_task_family
+from tinygrpo.data import problems, task
+from tinygrpo.data.problems import MANIFEST, build_mismatch, load_problems, load_split
+from tinygrpo.data.task import Task, get_task, register_task_family
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -77,10 +77,10 @@ def named(splits: dict[str, bytes]) -> dict[str, bytes]:
     return {f"{split}.jsonl": data for split, data in splits.items()}
 
 
-def build_killed_at(moment: int, directory: Path, splits: dict[str, list[dict]]) -> bool:
+def build_killed_at(moment: int, directory: Path, splits: dict[str, list[dict]]) -> tuple[bool, int]:
     """write_problem_set in a forked child that SIGKILLs itself at its `moment`-th file-system call or return (a
     real SIGKILL: no handler, no finally, no buffer flushed). True when it was killed, False when the build ended
-    before that moment."""
+    before that moment; and the child's pid (its staging directories are named after it)."""
     pid = os.fork()
     if pid == 0:  # the child
         try:
@@ -100,9 +100,10 @@ def build_killed_at(moment: int, directory: Path, splits: dict[str, list[dict]])
         finally:
             os._exit(0)
     status = os.waitpid(pid, 0)[1]
-    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, pid
 
 
+@pytest.mark.slow
 @pytest.mark.kills
 @pytest.mark.parametrize("before", ["nothing", "an_older_build"])
 def test_a_build_killed_at_any_moment_leaves_the_old_build_or_the_new_and_the_next_build_sweeps(
@@ -140,9 +141,10 @@ def test_a_build_killed_at_any_moment_leaves_the_old_build_or_the_new_and_the_ne
         if before == "an_older_build":
             problems.write_problem_set(directory, "countdown", old_rows)
             (directory / "notes.txt").write_text("mine")
-        if not build_killed_at(moment, directory, new_rows):
+        killed, pid = build_killed_at(moment, directory, new_rows)
+        if not killed:
             break
-        staging = {p.name for p in problems.staging_dirs(directory)}
+        staging = {p.name for p in problems.staging_dirs(directory, pid)}
         assert listed(out) <= {"countdown", *staging}, listed(out)
         outcomes.append(which(directory))
         problems.sweep_build_leftovers(directory)
@@ -166,6 +168,7 @@ def test_a_build_killed_at_any_moment_leaves_the_old_build_or_the_new_and_the_ne
 # ================================================================================================ failed writes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
 @pytest.mark.parametrize("site", ["validation.jsonl", "train.jsonl", MANIFEST])
 def test_a_failed_write_is_one_line_and_leaves_no_half_file(
@@ -201,6 +204,7 @@ def built(tmp_path) -> Path:
     return tmp_path / "reverse"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "cut",
     ["line_boundary", "mid_line", "a_row_changed", "a_row_added", "removed"],
@@ -227,6 +231,7 @@ def test_a_split_changed_after_its_build_is_refused_naming_it(built, cut):
     assert "\n" not in message
 
 
+@pytest.mark.slow
 def test_an_entry_point_refuses_a_cut_split_with_one_line(built, tmp_path):
     path = built / "train.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
@@ -240,6 +245,7 @@ def test_an_entry_point_refuses_a_cut_split_with_one_line(built, tmp_path):
     assert "300 lines" in r.stderr and not (tmp_path / "ref").exists()
 
 
+@pytest.mark.slow
 def test_a_build_is_whole_and_deleting_its_manifest_uses_the_files_as_they_are(built):
     assert build_mismatch(built) is None
     manifest = json.loads((built / MANIFEST).read_text())
@@ -329,6 +335,7 @@ def test_a_task_whose_reference_is_refused_writes_no_data(toy_family, tmp_path, 
 # ================================================================================================ build.py's arguments
 
 
+@pytest.mark.slow
 def test_build_out_that_is_not_a_directory_is_one_line(tmp_path):
     (tmp_path / "file").write_text("mine\n")
     for out in (tmp_path / "file", tmp_path / "file" / "below"):
@@ -338,3 +345,146 @@ def test_build_out_that_is_not_a_directory_is_one_line(tmp_path):
         )
         assert "not a directory" in r.stderr
     assert (tmp_path / "file").read_text() == "mine\n"
+
+
+# ================================================================================================ a user's task file
+
+# A user's task file whose task would write over a built-in set, or whose build() raises: one line, nothing written.
+HOSTILE_TASKS = {
+    "a_built_in_name": (
+        'register_task(Task(name="reverse", summary="x", build=build, chars="ab=", correct="exact_match"))',
+        "task name 'reverse' is already registered by tinygrpo.data.tasks.reverse",
+    ),
+    "a_built_in_dataset": (
+        'register_task(Task(name="mine", summary="x", build=build, chars="ab=", correct="exact_match", '
+        'dataset="countdown"))',
+        "the built-in task 'countdown''s",
+    ),
+    "a_build_that_raises": (
+        'register_task(Task(name="mine_raises", summary="x", build=lambda: 1 / 0, chars="ab=", '
+        'correct="exact_match", reference={"output_dir": "unused", "max_steps": 1}))',
+        "its build() failed: ZeroDivisionError: division by zero",
+    ),
+}
+TASK_FILE = """from tinygrpo.data.task import Task, register_task
+
+
+def build():
+    rows = [{"prompt": "ab=", "answer": "ba"}]
+    return {"train": rows, "validation": rows, "test": rows}
+
+
+"""
+
+
+def committed(name: str) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (problems.DATA_DIR / name).iterdir()}
+
+
+def build_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_script", REPO / "data" / "build.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(HOSTILE_TASKS))
+@pytest.mark.parametrize("entry", ["data/build.py", "train_sft.py", "train_grpo.py"])
+def test_a_task_file_that_would_overwrite_a_built_in_set_or_fails_to_build_is_one_line(
+    tmp_path, monkeypatch, capfd, case, entry
+):
+    """Each entry point's main(), in process; the task registry is put back after (a refused task registers
+    nothing that lasts)."""
+    from tinygrpo.data import task as registry
+
+    registry.discover_tasks()  # (the built-in tasks in the registry first: put back as they are after the test)
+    monkeypatch.setattr(registry, "TASKS", dict(registry.TASKS))
+    registration, why = HOSTILE_TASKS[case]
+    path = tmp_path / f"{case}.py"
+    path.write_text(TASK_FILE + registration + "\n")
+    before = {name: committed(name) for name in ("reverse", "countdown")}
+    argv = ["--task", str(path)]
+    argv += {
+        "train_sft.py": ["--output_dir", str(tmp_path / "ref")],
+        "train_grpo.py": ["--output_dir", str(tmp_path / "run")],
+    }.get(entry, [])
+    main = {"data/build.py": lambda a: build_script().main(a), "train_sft.py": train_sft.main}.get(entry)
+    capfd.readouterr()
+    rc = (main or __import__("train_grpo").main)(argv)
+    err = capfd.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert rc == 1 and len(errors) == 1 and why in errors[0], err[-2000:]
+    assert "Traceback" not in err
+    assert {name: committed(name) for name in before} == before  # nothing of the built-in sets changed
+    assert not (problems.DATA_DIR / "mine").exists() and not (problems.DATA_DIR / "mine_raises").exists()
+
+
+@pytest.mark.slow
+def test_a_build_from_another_checkout_writes_into_that_checkout(tmp_path):
+    """data/build.py builds with its own checkout's tinygrpo, under its own data/ (not the installed copy's), and
+    says where on its first line."""
+    other = tmp_path / "checkout"
+    shutil.copytree(REPO / "tinygrpo", other / "tinygrpo", ignore=shutil.ignore_patterns("__pycache__"))
+    (other / "data").mkdir()
+    shutil.copy(REPO / "data" / "build.py", other / "data" / "build.py")
+    before = committed("reverse")
+    env = {k: v for k, v in ENV.items() if k != "TINYGRPO_DATA_DIR"}
+    r = subprocess.run(
+        [sys.executable, str(other / "data" / "build.py"), "--task", "reverse"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == f"building under {other / 'data'}"
+    assert (
+        build_mismatch(other / "data" / "reverse") is None
+        and (other / "data" / "reverse" / MANIFEST).is_file()
+    )
+    assert committed("reverse") == before
+
+
+def test_a_build_interrupted_after_its_first_split_is_rebuilt_not_refused(tmp_path, monkeypatch):
+    """What an earlier version's killed build left (a split, no manifest) is a family's unfinished build: the next
+    use writes it again, whole, and it loads; a built-in set's directory in that state is the user's, loaded as
+    it is (never refused for a manifest it does not have)."""
+    from tinygrpo.data import task as task_module
+
+    monkeypatch.setattr(task_module, "DATA_DIR", tmp_path)
+    rows = {s: [{"prompt": f"{s}{i}=", "answer": str(i)} for i in range(3)] for s in ("train", "test")}
+    t = Task(
+        name="fam:x",
+        summary="x",
+        build=lambda: rows,
+        chars="traintes0123=",
+        correct="exact_match",
+        dataset="fam_x",
+    )
+    (tmp_path / "fam_x").mkdir()
+    (tmp_path / "fam_x" / "train.jsonl").write_bytes(problems.jsonl_bytes(rows["train"][:1]))  # half a build
+    said = []
+    t.ensure_data(said.append)
+    assert said and "an unfinished build" in said[0]
+    assert build_mismatch(tmp_path / "fam_x") is None and (tmp_path / "fam_x" / MANIFEST).is_file()
+    assert load_problems(str(tmp_path / "fam_x"))["train"].num_rows == 3
+    (tmp_path / "fam_x" / MANIFEST).unlink()  # (now the user's own files: used as they are)
+    assert load_problems(str(tmp_path / "fam_x"))["test"].num_rows == 3
+
+
+def test_a_live_builds_staging_is_left_alone_and_a_dead_ones_swept(tmp_path):
+    """Two processes building one set at once (a study's seeds side by side) each stage under their own pid: a
+    build sweeps what dead processes left, never a live one's work in progress."""
+    directory = tmp_path / "countdown"
+    parent_alive = problems.staging_dirs(directory, os.getppid())[0]  # (pytest's parent: alive)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    dead = problems.staging_dirs(directory, child.pid)
+    for d in (parent_alive, *dead):
+        d.mkdir(parents=True)
+    problems.write_problem_set(directory, "countdown", {"train": [{"prompt": "1=", "answer": "1"}]})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["countdown", parent_alive.name])

@@ -260,6 +260,7 @@ def test_every_variant_builds_a_valid_config():
 # ================================================================================================ end to end
 
 
+@pytest.mark.slow
 def test_tiny_run_end_to_end(seed_reference, tmp_path):
     out, docs = tmp_path / "out", tmp_path / "docs"
     argv = [

@@ -1,4 +1,4 @@
-"""tinygrpo.exact: the enumerated completion distribution against independent computations.
+"""tinygrpo.algorithm.exact: the enumerated completion distribution against independent computations.
 
 Every test compares the oracle with something computed another way: a brute-force enumeration, the trainer's own
 scorer on single completions, Monte Carlo samples from `sample_completions` (within 5 standard errors), finite
@@ -19,17 +19,17 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from rewards import accuracy
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
-from tinygrpo.backend import GenericBackend, GroupedBackend
-from tinygrpo.bandit import TablePolicy
-from tinygrpo.core import selective_log_softmax
-from tinygrpo.exact import (
+from tinygrpo.algorithm.bandit import TablePolicy
+from tinygrpo.algorithm.core import selective_log_softmax
+from tinygrpo.algorithm.exact import (
     completion_count,
     completion_space,
     enumerate_completions,
     exact_objective,
     score_completions,
 )
-from tinygrpo.rollout import SamplingParams, completion_logits, sample_completions
+from tinygrpo.model.backend import GenericBackend, GroupedBackend
+from tinygrpo.rollout.sampling import SamplingParams, completion_logits, sample_completions
 
 PROMPTS = ["1+2=", "37+48="]  # different lengths: the batch is left-padded
 V, EOS, PAD = 14, 1, 0

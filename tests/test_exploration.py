@@ -14,13 +14,13 @@ from _numerics import same_math
 from _runs import cli, launch_two, reference_trainer, run_inproc
 from safetensors.torch import load_file
 
-from tinygrpo.batch import Batch
-from tinygrpo.config import ConfigError, GRPOConfig
-from tinygrpo.loss import explore_weights
-from tinygrpo.loss_config import LossConfig
-from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
-from tinygrpo.prompt_stats import PromptStats, selection_weights
-from tinygrpo.tasks.addition import problem_kinds
+from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.data.tasks.addition import problem_kinds
+from tinygrpo.rollout.batch import Batch
+from tinygrpo.rollout.prompt_stats import PromptStats, selection_weights
+from tinygrpo.run.config import ConfigError, GRPOConfig
+from tinygrpo.run.metrics_io import TIMING_PREFIXES, read_jsonl
+from tinygrpo.update.loss_terms import explore_weights
 
 # ================================================================================================ statistics
 
@@ -72,7 +72,7 @@ def test_selection_weights_are_the_documented_formulas():
 
 
 def _source(sampler: str, pass_rate: list[float], seed: int = 0):
-    from tinygrpo.prompts import PromptSource
+    from tinygrpo.rollout.prompts import PromptSource
 
     class Tok:
         pad_token_id = 0
@@ -242,8 +242,8 @@ def test_explore_round_k_samples_at_the_kth_temperature_the_last_one_repeating(
         explore_rounds=4,
         explore_temperatures=temps,
     )
-    sample = tr.generator.sample
-    monkeypatch.setattr(tr.generator, "sample", recording)
+    sample = tr.generator.draw  # (every round draws its completions here, the first and the explore rounds)
+    monkeypatch.setattr(tr.generator, "draw", recording)
     batch = tr.generator.generate().batch
     first = calls[0][0]
     assert len(first) == 8
@@ -273,6 +273,7 @@ def test_without_explore_rounds_no_failed_prompt_is_sampled_again(seed_reference
 # ================================================================================================ end to end
 
 
+@pytest.mark.slow
 def test_resume_with_weighted_selection_and_explore_rounds_continues_exactly(seed_reference, tmp_path):
     out, straight = tmp_path / "resumed", tmp_path / "straight"
     common = (
@@ -341,7 +342,7 @@ def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
     ],
 )
 def test_bad_exploration_settings_are_one_line_errors(flag, value, message):
-    from tinygrpo.config import parse_config
+    from tinygrpo.run.config import parse_config
 
     with pytest.raises(ConfigError, match=None) as e:
         parse_config([flag, value])
@@ -533,7 +534,7 @@ def test_sample_efficiency_results_give_each_seed_to_99_and_the_readme_summary()
 
 def test_sample_efficiency_study_arms_each_change_one_setting_of_the_default_or_combine_two_arms():
     from studies.sample_efficiency import ARMS
-    from tinygrpo.config import parse_config
+    from tinygrpo.run.config import parse_config
 
     default = parse_config([])
 

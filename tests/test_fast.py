@@ -1,4 +1,4 @@
-"""tinygrpo.fast: each faster form against its plain form in tinygrpo.core, bit for bit, where the trainer uses it."""
+"""tinygrpo.algorithm.fast: each faster form against its plain form in tinygrpo.algorithm.core, bit for bit, where the trainer uses it."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tinygrpo import fast
-from tinygrpo.config import GRPOConfig
-from tinygrpo.core import GROUP_MODES, SCALE_REWARDS, clipped_surrogate, group_advantages
-from tinygrpo.fast import on_policy_applies
-from tinygrpo.loss_config import LossConfig
-from tinygrpo.policy_losses import POLICY_LOSSES
+from tinygrpo.algorithm import fast
+from tinygrpo.algorithm.core import GROUP_MODES, SCALE_REWARDS, clipped_surrogate, group_advantages
+from tinygrpo.algorithm.fast import on_policy_applies
+from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.algorithm.policy_losses import POLICY_LOSSES
+from tinygrpo.run.config import GRPOConfig
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ from tinygrpo.policy_losses import POLICY_LOSSES
 )
 def test_on_policy_clip_equals_the_plain_form_with_old_logp_detached(kw, fast):
     """The registered clip loss on-policy (old_logp None: the trainer's num_iterations 1, one mini-batch), which
-    takes tinygrpo.fast's path where it applies, against core.clipped_surrogate with old_logp = logp.detach(): the
+    takes tinygrpo.algorithm.fast's path where it applies, against core.clipped_surrogate with old_logp = logp.detach(): the
     same per-token loss, statistics and gradient, bit for bit."""
     cfg = replace(LossConfig.from_config(GRPOConfig()), **kw)
     assert on_policy_applies(None, cfg.importance_sampling_level, cfg.delta) is fast

@@ -31,9 +31,9 @@ from safetensors import SafetensorError
 
 import train_grpo
 import train_sft
-from tinygrpo import checkpoint as ckpt
-from tinygrpo import metrics_io, report
-from tinygrpo.metrics_io import read_jsonl_lines
+from tinygrpo.run import checkpoint as ckpt
+from tinygrpo.run import metrics_io, report
+from tinygrpo.run.metrics_io import read_jsonl_lines
 
 ERRNOS = [errno.ENOSPC, errno.EFBIG, errno.EROFS]
 TORCH_WRITE_FAILED = "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"

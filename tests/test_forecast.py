@@ -1,4 +1,4 @@
-"""tinygrpo/forecast.py: the signal forecast before the first step. Its arithmetic against an enumeration and plain
+"""tinygrpo/algorithm/forecast.py: the signal forecast before the first step. Its arithmetic against an enumeration and plain
 loops, its estimate against the exact probabilities of a real policy, and in a run: printed, logged, warned about,
 and without any effect on what the run trains."""
 
@@ -13,10 +13,10 @@ import torch
 from _runs import reference_trainer, run_inproc
 from datasets import Dataset
 
-from tinygrpo.evaluation import answer_beliefs
-from tinygrpo.forecast import forecast_signal, signal_probability
-from tinygrpo.problems import load_split
-from tinygrpo.prompts import left_pad
+from tinygrpo.algorithm.forecast import forecast_signal, signal_probability
+from tinygrpo.data.problems import load_split
+from tinygrpo.rollout.prompts import left_pad
+from tinygrpo.run.evaluation import answer_beliefs
 
 
 @pytest.mark.parametrize("G", [2, 3, 5, 8])
@@ -87,6 +87,7 @@ def test_the_forecast_estimates_the_exact_share_of_a_real_policy(seed_reference,
     assert abs(f.pass_rate - float(p.mean())) < 5 * math.sqrt(0.25 / (f.prompts * G))
 
 
+@pytest.mark.slow
 def test_a_run_prints_logs_and_warns_and_trains_what_it_would_without(seed_reference, tmp_path, capfd):
     """Bit for bit the same weights and metrics (the forecast's own rows aside) with the forecast on and off; on, its
     line is printed, its metrics sit in step 0's row and summary.json, and below the minimum the warning reaches

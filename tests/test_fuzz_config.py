@@ -43,9 +43,9 @@ from safetensors.torch import load_file
 import train_grpo
 import train_sft
 from rewards import REWARD_REGISTRY
-from tinygrpo.config import BOUNDS, CHOICES, Bound, GRPOConfig
-from tinygrpo.recipe import _field_kind  # (the parser's own reading of a field's annotation)
-from tinygrpo.sft import SFT_CHOICES, SFTConfig
+from tinygrpo.run.config import BOUNDS, CHOICES, Bound, GRPOConfig
+from tinygrpo.run.recipe import _field_kind  # (the parser's own reading of a field's annotation)
+from tinygrpo.run.sft_config import SFT_CHOICES, SFTConfig
 
 EXAMPLES = int(os.environ.get("TINYGRPO_FUZZ_EXAMPLES", "0"))
 # CI: an example takes 0.05-1 s (most end at start-up); with these the file takes ~60 s on one busy core.
@@ -322,9 +322,9 @@ def warm() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
     import tiny_lm  # noqa: F401
-    import tinygrpo.launch  # noqa: F401
-    import tinygrpo.problems  # noqa: F401
-    import tinygrpo.trainer  # noqa: F401
+    import tinygrpo.data.problems  # noqa: F401
+    import tinygrpo.run.launch  # noqa: F401
+    import tinygrpo.run.trainer  # noqa: F401
 
 
 def grpo_base(ref: str, out: Path) -> list[str]:
@@ -432,6 +432,7 @@ FUZZ = dict(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.kills
 @settings(max_examples=EXAMPLES or CI_EXAMPLES["grpo"], **FUZZ)
 @given(flags=_flags(GRPO_VALUES))
@@ -439,6 +440,7 @@ def test_grpo_flags(flags, seed_reference, warm, fuzz_tmp):
     _fuzz("grpo", flags, seed_reference, fuzz_tmp)
 
 
+@pytest.mark.slow
 @pytest.mark.kills
 @settings(max_examples=EXAMPLES or CI_EXAMPLES["sft"], **FUZZ)
 @given(flags=_flags(SFT_VALUES))

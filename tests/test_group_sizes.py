@@ -1,4 +1,4 @@
-"""Groups of different sizes (tinygrpo/group_sizes.py): the size-by-size advantages against each group computed
+"""Groups of different sizes (tinygrpo/algorithm/group_sizes.py): the size-by-size advantages against each group computed
 alone, and against the uniform batch when every size is the same, bit for bit; the estimators that read the batch are
 refused."""
 
@@ -9,8 +9,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinygrpo.advantage_estimators import ADV_ESTIMATORS, AdvantageConfig, AdvantageInputs, compute_advantages
-from tinygrpo.group_sizes import group_reduce, per_group_estimator, rows_of, sized_advantages, unit_group
+from tinygrpo.algorithm.advantage_estimators import (
+    ADV_ESTIMATORS,
+    AdvantageConfig,
+    AdvantageInputs,
+    compute_advantages,
+)
+from tinygrpo.algorithm.group_sizes import (
+    group_reduce,
+    per_group_estimator,
+    rows_of,
+    sized_advantages,
+    unit_group,
+)
 
 # Every estimator whose groups are independent, with the settings it runs at.
 PER_GROUP = [

@@ -15,8 +15,8 @@ from _numerics import assert_same_math
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tiny_lm.grouped_layout import FrameCache
-from tinygrpo.backend import CacheDecoder, GenericBackend, GroupedBackend, select_backend
-from tinygrpo.rollout import SamplingParams, completion_logits, sample_completions
+from tinygrpo.model.backend import CacheDecoder, GenericBackend, GroupedBackend, select_backend
+from tinygrpo.rollout.sampling import SamplingParams, completion_logits, sample_completions
 
 BACKENDS = {True: GroupedBackend, False: GenericBackend}
 

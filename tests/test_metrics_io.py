@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tinygrpo.config import ConfigError
-from tinygrpo.metrics_io import (
+from tinygrpo.run.config import ConfigError
+from tinygrpo.run.metrics_io import (
     JsonlError,
     curve_panels,
     curves_figure,
@@ -132,6 +132,7 @@ def _metrics(beta: bool) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow
 def test_the_curves_figure_is_the_union_of_plots_png_and_the_reports_panels(tmp_path):
     """One builder: plots.png's panels (reward, accuracy by kind, KL or entropy, signal, prompts, kinds first and
     last) and the report's (accuracy against seconds and completions, lengths), nine in a 3x3 grid."""

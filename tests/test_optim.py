@@ -1,4 +1,4 @@
-"""tinygrpo.optim: AdamW's parameter groups, the schedule, and OptimizerStep's clip against torch's clip_grad_norm_."""
+"""tinygrpo.update.optim: AdamW's parameter groups, the schedule, and OptimizerStep's clip against torch's clip_grad_norm_."""
 
 import warnings
 
@@ -7,8 +7,8 @@ import torch
 from accelerate import Accelerator
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
-from tinygrpo.config import GRPOConfig
-from tinygrpo.optim import OptimizerStep, build_optimizer
+from tinygrpo.run.config import GRPOConfig
+from tinygrpo.update.optim import OptimizerStep, build_optimizer
 
 
 def _model() -> TinyLMForCausalLM:
@@ -77,7 +77,7 @@ def test_a_step_without_update_still_advances_the_schedule_quietly():
 def test_functional_step_equals_step_bit_for_bit(weight_decay):
     # OptimizerStep (FUNCTIONAL_ADAMW: torch's functional AdamW on the optimizer's own state) against a twin that
     # calls AdamW.step(), over several steps with a learning-rate change and a parameter without gradient.
-    from tinygrpo import optim
+    from tinygrpo.update import optim
 
     assert optim.FUNCTIONAL_ADAMW
     ours, theirs = _model(), _model()

@@ -1,4 +1,4 @@
-"""The policy-loss variants (tinygrpo.policy_losses, grpo_loss's options) against independent transcriptions.
+"""The policy-loss variants (tinygrpo.algorithm.policy_losses, grpo_loss's options) against independent transcriptions.
 
 Each oracle is a plain-Python loop over elements with Python floats, written from the definitions (TRL 1.16's
 _compute_loss / get_off_policy_mask / get_gamma_weights / get_high_entropy_mask, verl's geo_mean loss), with the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,9 @@ import torch
 from _runs import reference_trainer, run_inproc
 from safetensors.torch import load_file
 
-from tinygrpo.batch import Batch
-from tinygrpo.config import ConfigError, GRPOConfig
-from tinygrpo.core import aggregate_loss
-from tinygrpo.loss import EntropyCoefficient, LossInputs, grpo_loss
-from tinygrpo.loss_config import LossConfig
-from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
-from tinygrpo.policy_losses import (
+from tinygrpo.algorithm.core import aggregate_loss
+from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.algorithm.policy_losses import (
     POLICY_LOSSES,
     cispo_surrogate,
     entropy_threshold,
@@ -34,6 +31,11 @@ from tinygrpo.policy_losses import (
     sapo_surrogate,
     vespo_surrogate,
 )
+from tinygrpo.rollout.batch import Batch
+from tinygrpo.run.config import ConfigError, GRPOConfig
+from tinygrpo.run.metrics_io import TIMING_PREFIXES, read_jsonl
+from tinygrpo.update.loss import EntropyCoefficient, LossInputs, grpo_loss
+from tinygrpo.update.policy_update import UpdateConfig
 
 F64 = {"rtol": 1e-12, "atol": 1e-12}
 LENGTHS = [5, 3, 1, 4, 2, 5, 3]  # ragged rows of a (7, 5) batch
@@ -750,10 +752,12 @@ def test_entropy_bonus_logs_its_coefficient_and_trains_zero_advantage_groups(see
     zero = batch.advantages.view(batch.num_groups, -1).eq(0).all(1)
     assert zero.any() and not zero.all()
     assert tr.update.active_groups(batch).tolist() == list(range(batch.num_groups))
-    tr.cfg.entropy_coef = 0.0  # (the property reads the config) without the bonus those groups are skipped
+    # without the bonus those groups are skipped (the update reads its own config: built again without it)
+    tr.update.cfg = UpdateConfig.of(replace(tr.cfg, entropy_coef=0.0))
     assert tr.update.active_groups(batch).tolist() == torch.nonzero(~zero).flatten().tolist()
 
 
+@pytest.mark.slow
 def test_adaptive_entropy_resumes_exactly(seed_reference, tmp_path):
     common = [*QUIET, *"--save_steps 2 --lr_scheduler_type constant --use_adaptive_entropy true".split()]
     # target above any entropy of a 16-token vocabulary: the coefficient rises by delta after every step, and the

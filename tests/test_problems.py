@@ -1,4 +1,4 @@
-"""tinygrpo.problems: the committed data files, the builder and the loader."""
+"""tinygrpo.data.problems: the committed data files, the builder and the loader."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from tinygrpo.problems import DATA_DIR, load_split
-from tinygrpo.task import build_data
-from tinygrpo.tasks.addition import build_addition
-from tinygrpo.tasks.seed_bank import build_seed_bank
+from tinygrpo.data.problems import DATA_DIR, load_split
+from tinygrpo.data.task import build_data
+from tinygrpo.data.tasks.addition import build_addition
+from tinygrpo.data.tasks.seed_bank import build_seed_bank
 
 # (a task family's data, data/reasoning_gym_*/, are written on first use and not committed)
 COMMITTED = sorted(
@@ -28,6 +28,7 @@ def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_committed_files_equal_builder_output(tmp_path):
     written = build_data(None, tmp_path)  # every task's problems
     assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == COMMITTED
@@ -36,8 +37,8 @@ def test_committed_files_equal_builder_output(tmp_path):
 
 
 def test_validation_is_carved_from_train_out_of_the_reference_sft_sample(addition):
-    # The SFT sample as tinygrpo.sft draws it (datasets' shuffle with the default seed), computed by datasets itself.
-    from tinygrpo.sft import SFTConfig
+    # The SFT sample as tinygrpo.run.sft draws it (datasets' shuffle with the default seed), computed by datasets itself.
+    from tinygrpo.run.sft import SFTConfig
 
     cfg = SFTConfig()
     train = load_split("addition", "train")

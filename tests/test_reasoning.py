@@ -13,13 +13,13 @@ from datasets import Dataset
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer
 from tiny_lm.tokenization_tiny_lm import EOS_TOKEN as EOS
-from tinygrpo.checks import ConfigError
-from tinygrpo.evaluation import Verifier, format_counts, format_metrics, held_out_metrics
-from tinygrpo.prompts import left_pad
-from tinygrpo.rollout import SamplingParams
-from tinygrpo.sft import SFTConfig, training_targets
-from tinygrpo.task import get_task
-from tinygrpo.tasks import multiplication
+from tinygrpo.data.task import get_task
+from tinygrpo.data.tasks import multiplication
+from tinygrpo.rollout.prompts import left_pad
+from tinygrpo.rollout.sampling import SamplingParams
+from tinygrpo.run.checks import ConfigError
+from tinygrpo.run.evaluation import Verifier, format_counts, format_metrics, held_out_metrics
+from tinygrpo.run.sft import SFTConfig, training_targets
 
 
 def _train(n: int = 200) -> Dataset:
@@ -99,7 +99,7 @@ def test_format_metrics_count_each_format_and_its_hits():
 
 
 def test_a_format_the_detector_names_but_the_task_does_not_list_is_an_error():
-    from tinygrpo.task import Formats
+    from tinygrpo.data.task import Formats
 
     formats = Formats(("direct",), multiplication.completion_format)
     with pytest.raises(

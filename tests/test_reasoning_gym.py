@@ -1,4 +1,4 @@
-"""reasoning-gym's datasets as tasks (tinygrpo/tasks/reasoning_gym.py): the adapter, its reward, its errors, and one
+"""reasoning-gym's datasets as tasks (tinygrpo/data/tasks/reasoning_gym.py): the adapter, its reward, its errors, and one
 short run end to end. CI installs the extra (the test extra holds it): there a missing reasoning-gym fails."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,8 +13,8 @@ import pytest
 
 import train_grpo
 from rewards import EOS, resolve_reward
-from tinygrpo.evaluation import Verifier
-from tinygrpo.task import get_task, task_of_dataset
+from tinygrpo.data.task import get_task, task_of_dataset
+from tinygrpo.run.evaluation import Verifier
 
 rg = (
     importlib.import_module("reasoning_gym") if os.environ.get("CI") else pytest.importorskip("reasoning_gym")
@@ -29,6 +28,7 @@ def tasks():
     return {name: get_task(f"reasoning_gym:{name}") for name in NAMES}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_adapter_splits_alphabet_and_gold_answers(name, tasks):
     task = tasks[name]
@@ -62,7 +62,7 @@ def test_chain_sum_worked_is_reasoning_gyms_problems_in_the_built_in_format(task
     """reasoning_gym:chain_sum_worked: reasoning-gym's own rows (the same splits, answers and entries), each prompt the
     built-in chain_sum's padded layout of the entry's expression and its worked target the built-in's; scored by
     reasoning-gym's score_answer on the final answer (worked or direct right, a wrong answer after the work not)."""
-    from tinygrpo.tasks import chain_sum
+    from tinygrpo.data.tasks import chain_sum
 
     worked_task = get_task("reasoning_gym:chain_sum_worked")
     assert worked_task.dataset == "reasoning_gym_chain_sum_worked" and worked_task.target == "worked"
@@ -100,13 +100,14 @@ def test_family_lookups_and_errors():
 
 
 def test_missing_extra_says_how_to_install(monkeypatch):
-    from tinygrpo.tasks import reasoning_gym as adapter
+    from tinygrpo.data.tasks import reasoning_gym as adapter
 
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import fails as when it is not installed
     with pytest.raises(ValueError, match=r"need the reasoning-gym package: pip install reasoning-gym"):
         adapter.make("chain_sum")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "task, config",
     [
@@ -114,20 +115,16 @@ def test_missing_extra_says_how_to_install(monkeypatch):
         ("reasoning_gym:chain_sum_worked", "configs/reasoning_gym_chain_sum_worked.yaml"),
     ],
 )
-def test_chain_sum_trains_end_to_end(task, config, tmp_path):
+def test_chain_sum_trains_end_to_end(task, config, tmp_path, capfd):
     """train_sft.py --task TASK (shrunk), then two GRPO steps of its config."""
-    env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin"}
-
-    def run(*argv: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, *argv]
-        return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    import train_grpo
+    import train_sft
 
     ref, out = tmp_path / "ref", tmp_path / "run"
     shrink = (
         "--n_layer 1 --n_embd 32 --max_steps 20 --batch_size 32 --eval_split validation --threads 1".split()
     )
-    r = run("train_sft.py", "--task", task, "--output_dir", str(ref), *shrink)
-    assert r.returncode == 0, r.stderr
+    assert train_sft.main(["--task", task, "--output_dir", str(ref), *shrink]) == 0, capfd.readouterr().err
     grpo = [
         "--config",
         config,
@@ -138,7 +135,6 @@ def test_chain_sum_trains_end_to_end(task, config, tmp_path):
     ]
     grpo += "--max_steps 2 --per_device_train_batch_size 16 --eval_split validation --eval_steps 2".split()
     grpo += "--save_steps 0 --make_plots false --disable_tqdm true --torch_num_threads 1".split()
-    r = run("train_grpo.py", *grpo)
-    assert r.returncode == 0, r.stderr
+    assert train_grpo.main(grpo) == 0, capfd.readouterr().err
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("eval/accuracy" in row for row in rows)

@@ -23,8 +23,8 @@ import torch
 from _runs import ENV, LAUNCH, LAUNCH_ENV, REPO, TWO_CPU_PROCESSES, cli, run_inproc, snapshot
 from safetensors.torch import load_file
 
-from tinygrpo import checkpoint as ckpt
-from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
+from tinygrpo.run import checkpoint as ckpt
+from tinygrpo.run.metrics_io import TIMING_PREFIXES, read_jsonl
 
 # The kill/resume runs: long enough (N steps of ~15-50 ms) that a poller catches the run mid-way after its first
 # checkpoints; every step logged, so that resume has lines to truncate.
@@ -160,6 +160,7 @@ def straight_run(seed_reference, tmp_path_factory) -> Path:
 # ================================================================================================ 1. kill / resume
 
 
+@pytest.mark.slow
 @pytest.mark.kills
 def test_sigkill_after_a_checkpoint_then_resume_is_exact(seed_reference, straight_run, tmp_path):
     out = tmp_path / "b"
@@ -181,6 +182,7 @@ def test_sigkill_after_a_checkpoint_then_resume_is_exact(seed_reference, straigh
     assert_same_run(out, straight_run)
 
 
+@pytest.mark.slow
 @pytest.mark.kills
 def test_sigkills_at_random_moments_leave_only_complete_checkpoints(seed_reference, straight_run, tmp_path):
     """save_steps=1: a checkpoint is written every step, so a SIGKILL at a random moment often lands inside a save
@@ -215,6 +217,7 @@ def test_sigkills_at_random_moments_leave_only_complete_checkpoints(seed_referen
     assert_same_run(out, straight_run)
 
 
+@pytest.mark.slow
 def test_kill_while_pruning_leaves_no_half_deleted_checkpoint(seed_reference, tmp_path, monkeypatch):
     """Deterministic stand-in for a SIGKILL that lands inside prune()'s rmtree: the simulated kill happens after
     the first file of the old checkpoint is gone (rmtree's order is the directory's order; here: the weights)."""
@@ -252,6 +255,7 @@ def test_kill_while_pruning_leaves_no_half_deleted_checkpoint(seed_reference, tm
 # ================================================================================================ 2. determinism
 
 
+@pytest.mark.slow
 def test_same_seed_same_run_different_seed_different_run(seed_reference, tmp_path):
     short = ("--max_steps", "8", "--save_steps", "4", "--logging_steps", "1", "--eval_steps", "4")
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
@@ -270,6 +274,7 @@ def test_same_seed_same_run_different_seed_different_run(seed_reference, tmp_pat
 # ================================================================================================ 3. nothing lost
 
 
+@pytest.mark.slow
 def test_second_run_into_the_same_output_dir_is_refused_and_changes_nothing(seed_reference, tmp_path, capfd):
     out = tmp_path / "run"
     rc = run_inproc(seed_reference, out, *"--max_steps 3 --save_steps 2 --logging_steps 1".split())
@@ -302,6 +307,7 @@ def test_second_run_into_the_same_output_dir_is_refused_and_changes_nothing(seed
     assert not (out / "checkpoint-2").exists()  # the old run's checkpoints are gone, not mixed in
 
 
+@pytest.mark.slow
 @pytest.mark.kills
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_at_a_step_boundary_saves_and_resumes(seed_reference, straight_run, tmp_path, sig):
@@ -325,6 +331,7 @@ def test_a_signal_stops_at_a_step_boundary_saves_and_resumes(seed_reference, str
 END_FILES = ("final", "report.html", "summary.json", "plots.png")
 
 
+@pytest.mark.slow
 @pytest.mark.kills
 @pytest.mark.parametrize("moment", ["mid_run", "at_the_last_step", "during_the_end_writes"])
 def test_sigterm_at_any_moment_up_to_the_last_write_ends_whole(seed_reference, tmp_path, moment):
@@ -365,6 +372,7 @@ def test_sigterm_at_any_moment_up_to_the_last_write_ends_whole(seed_reference, t
         # After the last step: the run is whole. (A SIGTERM that lands after its last write, while Python exits,
         # may still end it with -15: by then there is nothing left to write.)
         assert rc in (0, -signal.SIGTERM), (rc, err)
+        assert "stopping after this step" not in err, err  # (no step is left to stop after: it says so)
         assert all((out / f).exists() for f in END_FILES), sorted(p.name for p in out.iterdir())
         assert json.loads((out / "summary.json").read_text())["steps"] == steps
         if rc == 0 and "the end-of-run writes were finished first" not in err:
@@ -373,12 +381,13 @@ def test_sigterm_at_any_moment_up_to_the_last_write_ends_whole(seed_reference, t
             )  # it ended before the signal
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_during_the_end_writes_names_what_is_missing(
     seed_reference, tmp_path, monkeypatch, capfd
 ):
     """Only a second Ctrl-C stops the end-of-run writes: the line names the files not written, the checkpoint kept,
     and the command that writes the report from the run's logs (which then works)."""
-    from tinygrpo import run_end
+    from tinygrpo.run import run_end
 
     def interrupted(run_dir):
         raise KeyboardInterrupt
@@ -388,9 +397,9 @@ def test_a_second_ctrl_c_during_the_end_writes_names_what_is_missing(
     assert run_inproc(seed_reference, out, "--max_steps", "3", "--make_plots", "false") == 130
     err = capfd.readouterr().err
     assert "interrupted during the end-of-run writes: report.html, summary.json not written" in err, err
-    assert f"python -m tinygrpo.report {out}" in err and "checkpoint-3" in err
+    assert f"python -m tinygrpo.run.report {out}" in err and "checkpoint-3" in err
     assert (out / "final").is_dir() and not (out / "summary.json").exists()
-    from tinygrpo.report import main as report_main
+    from tinygrpo.run.report import main as report_main
 
     assert report_main([str(out)]) == 0 and (out / "report.html").exists()
 
@@ -441,6 +450,7 @@ def test_nonfinite_loss_stops_with_one_line_naming_step_and_quantity(
         assert_checkpoints_sound(out)
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_with_skip_completes_and_counts_the_skips(seed_reference, tmp_path, huge_reward):
     out = tmp_path / "skip"
     assert (
@@ -470,6 +480,7 @@ def test_nonfinite_loss_with_skip_completes_and_counts_the_skips(seed_reference,
 # The table of bad inputs, by class, is tests/test_bad_input.py.
 
 
+@pytest.mark.slow
 def test_a_failed_launch_leaves_the_output_dir_reusable(seed_reference, tmp_path, capfd):
     out = tmp_path / "out"
     assert run_inproc(seed_reference, out, *"--max_steps 2 --resume_from_checkpoint latest".split()) == 1
@@ -498,6 +509,7 @@ def test_no_pickle_loading_in_project_code():
     assert offenders == []
 
 
+@pytest.mark.slow
 def test_checkpoints_hold_safetensors_and_resume_never_unpickles(seed_reference, tmp_path, monkeypatch):
     out = tmp_path / "run"
     # (a constant schedule: resuming with more steps is the same run; a decaying one would be refused)
@@ -604,6 +616,7 @@ def launched(ref: str, out: Path, processes: int, *extra: str, tag: str = "run")
     )
 
 
+@pytest.mark.slow
 @pytest.mark.kills
 def test_sigterm_to_the_accelerate_launcher_reaches_the_run_which_saves_and_resumes_exactly(
     seed_reference, straight_run, tmp_path
@@ -681,6 +694,7 @@ def test_two_processes_killed_at_a_random_moment_resume_exactly(seed_reference, 
     assert_same_run(out, straight)
 
 
+@pytest.mark.slow
 def test_latest_skips_a_damaged_checkpoint_says_so_and_resumes_exactly(
     seed_reference, straight_run, tmp_path, capsys
 ):
@@ -747,13 +761,14 @@ def test_a_run_whose_every_reward_is_none_stops(seed_reference, tmp_path, capfd,
     assert not (out / "final").exists()
 
 
+@pytest.mark.slow
 def test_two_processes_stop_together_when_the_main_one_cannot_write_a_checkpoint(seed_reference, tmp_path):
     # Only the main process writes the checkpoint's last files; when it fails there, the other process must stop
     # too (not wait for it at the next hand-off), and the one line comes from the process that failed.
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
-        "import tinygrpo.checkpoint as ckpt\n"
+        "import tinygrpo.run.checkpoint as ckpt\n"
         "real = ckpt.write_manifest\n"
         "def write_manifest(path):\n"
         "    if str(path).endswith('-4'):\n"
@@ -783,13 +798,14 @@ def test_two_processes_stop_together_when_the_main_one_cannot_write_a_checkpoint
     assert not (out / "final").exists()
 
 
+@pytest.mark.slow
 def test_the_trainer_api_refuses_to_resume_a_run_trained_with_other_settings(seed_reference, tmp_path):
     # train_grpo.py checks the settings before it loads anything; a script that calls GRPOTrainer.train() with a
     # checkpoint gets the same check from the trainer itself.
     import train_grpo
-    from tinygrpo.config import ConfigError, GRPOConfig
-    from tinygrpo.problems import load_split
-    from tinygrpo.trainer import GRPOTrainer
+    from tinygrpo.data.problems import load_split
+    from tinygrpo.run.config import ConfigError, GRPOConfig
+    from tinygrpo.run.trainer import GRPOTrainer
 
     out = tmp_path / "run"
     assert run_inproc(seed_reference, out, *"--max_steps 2 --save_steps 2 --eval_split".split(), "") == 0

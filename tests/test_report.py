@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from _runs import run_inproc
 
-from tinygrpo.metrics_io import plot_metrics, read_jsonl
-from tinygrpo.report import REPORT_FILE, build_report, main
+from tinygrpo.run.metrics_io import plot_metrics, read_jsonl
+from tinygrpo.run.report import REPORT_FILE, build_report, main
 
 SECTIONS = ("run", "curves", "groups", "tokens", "prompts", "beliefs")
 SIGNAL_KEYS = ("frac_completions_with_signal", "frac_reward_zero_std")
@@ -54,7 +54,7 @@ def _token_cell(row: dict, t: int) -> str:
 
 
 def _numbers(run: Path) -> dict:
-    """What the report must show, read from the run's files independently of tinygrpo.report."""
+    """What the report must show, read from the run's files independently of tinygrpo.run.report."""
     metrics = read_jsonl(run / "metrics.jsonl")
     evals = [r for r in metrics if "eval/accuracy" in r]
     fails = read_jsonl(run / "eval_failures.jsonl")[-1]
@@ -71,6 +71,7 @@ def _numbers(run: Path) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_the_trainer_writes_a_self_contained_report_with_the_run_numbers(run_dir):
     text = (run_dir / REPORT_FILE).read_text()
     for s in SECTIONS:
@@ -86,6 +87,7 @@ def test_the_trainer_writes_a_self_contained_report_with_the_run_numbers(run_dir
     assert f"--max_steps {config['max_steps']}" in text  # the command that reproduces the run
 
 
+@pytest.mark.slow
 def test_a_report_of_an_interrupted_run_and_of_an_older_run_says_what_is_missing(run_dir, tmp_path):
     # interrupted: metrics cut after step 2, the last line cut in the middle; older: only what old versions wrote
     cut = tmp_path / "cut"
@@ -239,6 +241,7 @@ def test_report_that_cannot_be_written_is_an_error_line_naming_the_file_and_the_
     assert not (tmp_path / REPORT_FILE).exists()
 
 
+@pytest.mark.slow
 def test_the_report_inlines_the_figure_of_plots_png(run_dir, tmp_path):
     """One builder (metrics_io.curves_figure): plots.png and the report's curves are the same picture, pixel for pixel."""
     plot_metrics(run_dir / "metrics.jsonl", tmp_path / "plots.png")

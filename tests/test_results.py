@@ -9,7 +9,7 @@ from studies import results
 
 # Tables that list things rather than results (a reference to read, not a measurement).
 REFERENCE_TABLES = {
-    "| room | what lives there |",
+    "| package | owns | imports |",
     "| component | its state | in a checkpoint |",
     "| you want | touch | and |",
     "| task | problems | completion | verifier (held-out accuracy) | other rewards |",

@@ -1,4 +1,4 @@
-"""tinygrpo.rollout: batched sampling with a shared prompt cache, completion logits, and the sampler itself.
+"""tinygrpo.rollout.sampling: batched sampling with a shared prompt cache, completion logits, and the sampler itself.
 
 Models are random with a fixed seed and a large init range, so greedy paths differ between prompts.
 """
@@ -10,11 +10,11 @@ import torch
 from _lm import encode
 from _numerics import assert_same_math
 
-from tinygrpo.backend import GenericBackend, GroupedBackend, select_backend
-from tinygrpo.rollout import (
+from tinygrpo.model.backend import GenericBackend, GroupedBackend, select_backend
+from tinygrpo.model.text import decode_completions
+from tinygrpo.rollout.sampling import (
     SamplingParams,
     completion_logits,
-    decode_completions,
     sample_completions,
     sample_from_logits,
 )

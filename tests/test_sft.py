@@ -1,4 +1,4 @@
-"""tinygrpo.sft and train_sft.py: the SFT recipe for the reference policy."""
+"""tinygrpo.run.sft and train_sft.py: the SFT recipe for the reference policy."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import tiny_lm  # noqa: F401 - registers the model with the Auto classes
 from tiny_lm import build_tokenizer
-from tinygrpo.sft import SFTConfig, encode_examples, train_reference
-from tinygrpo.tasks.seed_bank import build_seed_bank
+from tinygrpo.data.problems import load_split
+from tinygrpo.data.tasks.seed_bank import build_seed_bank
+from tinygrpo.run.sft import SFTConfig, encode_examples, train_reference
 
 REPO = Path(__file__).resolve().parent.parent
 CHANCE = 1 / 13  # the seed bank's answers are one of the 11 sums 0..10; ~1/13 allows for format errors
@@ -30,6 +31,7 @@ def sft_run(tmp_path_factory):
         output_dir=str(out),
         dataset="seed_bank",
         eval_split="train",
+        allow_overlapping_splits=True,  # (the seed bank's one split: judged on what it trains on, on purpose)
         max_steps=150,
         per_device_train_batch_size=32,
         logging_steps=0,
@@ -111,6 +113,7 @@ def test_sft_rejects_too_short_context(tmp_path):
     assert not (tmp_path / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_cli_rejects_bad_value():
     r = subprocess.run(
         [sys.executable, "train_sft.py", "--max_steps", "0"],
@@ -127,6 +130,7 @@ def test_cli_rejects_bad_value():
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_help_lists_the_options():
     r = subprocess.run(
         [sys.executable, "train_sft.py", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
@@ -206,3 +210,45 @@ def test_sft_never_writes_where_it_reads_its_dataset(tmp_path, capsys, case):
     rule = ": a run never writes where it reads; choose another --output_dir"
     assert capsys.readouterr().err.splitlines() == [f"error: {expected}{rule}"]
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.slow
+def test_sft_refuses_what_grpo_refuses_before_training(tmp_path):
+    """One set of start-up checks: a held-out split made of rows trained on, and a verifier that scores every gold
+    answer 0, are refused by SFT as by GRPO (tinygrpo/run/validation.py check_held_out), naming the option."""
+    common = dict(output_dir=str(tmp_path / "ref"), max_steps=1, logging_steps=0, train_size=0)
+    with pytest.raises(
+        ValueError, match="share 36 of the 36 held-out prompts.*--allow_overlapping_splits true"
+    ):
+        train_reference(SFTConfig(dataset="seed_bank", eval_split="train", **common), verbose=False)
+    # a task's verifier on data whose gold completions it scores 0: multiplication_scratchpad's judges its worked
+    # column, here addition's answers turned around and cut by an "x" (no worked answer)
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "test"):
+        rows = load_split("addition", split).to_dict()
+        lines = [
+            json.dumps({"prompt": p, "answer": a, "worked": a[::-1] + "x"})
+            for p, a in zip(rows["prompt"], rows["answer"], strict=True)
+        ][:50]
+        (data / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    cfg = SFTConfig(dataset=str(data), task="multiplication_scratchpad", eval_split="test", **common)
+    with pytest.raises(ValueError, match="scores the gold worked .* not 1.0"):
+        train_reference(cfg, verbose=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train_sft.py", "train_grpo.py"])
+def test_an_empty_task_is_one_line_not_the_default_task(script, tmp_path):
+    r = subprocess.run(
+        [sys.executable, script, "--task", "", "--output_dir", str(tmp_path / "out")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "error: --task is empty: name a task (a built-in name, a file, module:NAME) or leave the flag out"
+    ], r.stderr
+    assert not (tmp_path / "out").exists()

@@ -36,6 +36,7 @@ def help_text(script: str) -> str:
     return out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_one_naming_for_output_seeds_and_jobs(script):
     text = help_text(script)

@@ -11,7 +11,7 @@ import pytest
 
 from studies import _runs, sweep
 from studies import results as results_module
-from tinygrpo.metrics_io import read_jsonl
+from tinygrpo.run.metrics_io import read_jsonl
 
 # ================================================================================================ synthetic runs
 

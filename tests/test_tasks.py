@@ -1,4 +1,4 @@
-"""Tasks (tinygrpo/task.py, tinygrpo/tasks/): each generator, each verifier by a table of cases, and one short run
+"""Tasks (tinygrpo/data/task.py, tinygrpo/data/tasks/): each generator, each verifier by a table of cases, and one short run
 of each task end to end (its reference recipe, shrunk, then two GRPO steps from its config)."""
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import train_grpo
+import train_sft
 from rewards import EOS, resolve_reward
 from rewards.countdown import parse_expression
-from tinygrpo.evaluation import Verifier
-from tinygrpo.task import Task, get_task, register_task, task_names, task_of_dataset, task_of_reference
-from tinygrpo.tasks import countdown, multiplication
+from tinygrpo.data.task import Task, get_task, register_task, task_names, task_of_dataset, task_of_reference
+from tinygrpo.data.tasks import countdown, multiplication
+from tinygrpo.run.evaluation import Verifier
 
 REPO = Path(train_grpo.__file__).resolve().parent
 TASKS = task_names()
@@ -63,6 +64,7 @@ def test_every_registered_task_is_a_row_of_the_docs_table():
     assert "reasoning_gym:NAME" in rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BUILT_IN))
 def test_generator_is_seeded_and_its_splits_are_disjoint(name, splits):
     task, rows = get_task(name), splits[name]
@@ -194,7 +196,7 @@ def _column_totals_by_hand(a: int, b: int) -> list[int]:
 def test_long_addition_targets_are_the_sum_in_each_format(a, b):
     """The worked target's totals are schoolbook addition's columns and their units, read backwards after the last
     carry, are the sum; the reversed target read backwards is the sum."""
-    from tinygrpo.tasks import addition_long
+    from tinygrpo.data.tasks import addition_long
 
     work, _, total = addition_long.worked(a, b).rpartition("=")
     totals = [int(t) for t in work.split(",")]
@@ -243,7 +245,7 @@ def test_chain_sum_worked_totals_are_the_running_sums(terms, data):
     """Each total of the worked target, read as its sign then its digits units first, is the sum of the terms so far
     (by Python's own arithmetic on the expression's text); the answer after '=' is the whole sum; both formats'
     verifiers score the targets 1.0."""
-    from tinygrpo.tasks import chain_sum
+    from tinygrpo.data.tasks import chain_sum
 
     ops = data.draw(st.lists(st.sampled_from("+-"), min_size=len(terms) - 1, max_size=len(terms) - 1))
     prompt = chain_sum.padded(terms, ops)
@@ -416,21 +418,21 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BUILT_IN - {"seed_bank", "addition"}))
-def test_task_trains_end_to_end(name, tmp_path):
+def test_task_trains_end_to_end(name, tmp_path, capfd):
     """The task's reference recipe (shrunk: a 1-layer model, 30 steps) and two GRPO steps of its config on it: the
     held-out accuracy is the task's verifier's (its metric is there), and the run finishes."""
     ref, out = tmp_path / "ref", tmp_path / "run"
     shrink = "--n_layer 1 --n_embd 32 --max_steps 30 --batch_size 32 --eval_split  --threads 1".split(" ")
-    r = _run("train_sft.py", "--task", name, "--output_dir", str(ref), *shrink)
-    assert r.returncode == 0, r.stderr
+    # (in process, the entry points' main() as their command lines run them: a second each, not a Python start)
+    assert train_sft.main(["--task", name, "--output_dir", str(ref), *shrink]) == 0, capfd.readouterr().err
     assert json.loads((ref / "sft_config.json").read_text())["task"] == name
     task = get_task(name)
     grpo = ["--config", task.config, "--model_name_or_path", str(ref), "--output_dir", str(out)]
     grpo += "--max_steps 2 --per_device_train_batch_size 16 --eval_split validation --eval_steps 2".split()
     grpo += "--save_steps 0 --make_plots false --disable_tqdm true --torch_num_threads 1".split()
-    r = _run("train_grpo.py", *grpo)
-    assert r.returncode == 0, r.stderr
+    assert train_grpo.main(grpo) == 0, capfd.readouterr().err
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [row for row in rows if "eval/accuracy" in row]
     assert evals and all(0.0 <= row["eval/accuracy"] <= 1.0 for row in evals)
@@ -452,6 +454,7 @@ def test_task_trains_end_to_end(name, tmp_path):
         assert (right if right is not None else wrong) == pytest.approx(mean)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -616,6 +619,7 @@ def test_tasks_reasoning_gym_table_shows_the_median_seed():
     assert _cells(lines[3])[2:] == ["30.0 %", "31.0 % (30.0 / 31.0 / 60.0)", "51 s"]
 
 
+@pytest.mark.slow
 def test_build_script_refuses_an_unknown_task(tmp_path):
     r = _run("data/build.py", "--task", "nope", "--out", str(tmp_path))
     assert r.returncode == 1 and r.stderr.startswith("error: unknown task 'nope' (known tasks: ")

@@ -363,6 +363,7 @@ def test_activation_checkpointing_gives_the_same_gradients(tok):
         assert_same_math(ga, gb)
 
 
+@pytest.mark.slow
 def test_saved_model_loads_with_remote_code_in_a_process_that_never_imported_tiny_lm(model, tok, tmp_path):
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)

@@ -1,4 +1,4 @@
-"""Tool calls (tinygrpo/environment.py, tinygrpo/tool_calls.py): the calculator's replies, a decode that feeds them
+"""Tool calls (tinygrpo/rollout/environment.py, tinygrpo/rollout/tool_calls.py): the calculator's replies, a decode that feeds them
 against completions written out by hand, the environment's tokens of real rollouts on both backends against the
 tool's output, and the loss: exactly no gradient on the environment's tokens, and the masked loss against the same
 completion's per-token terms summed without them."""
@@ -14,14 +14,15 @@ from _numerics import F64_EPS
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tiny_lm.tokenization_tiny_lm import build_tokenizer
-from tinygrpo.backend import GenericBackend, GroupedBackend
-from tinygrpo.batch import Batch
-from tinygrpo.config import GRPOConfig
-from tinygrpo.environment import OUTCOMES, Environment, get_environment, run_with_timeout
-from tinygrpo.loss import LossInputs, grpo_loss
-from tinygrpo.loss_config import LossConfig
-from tinygrpo.rollout import SamplingParams, completion_logits, decode, decode_completions, sample_completions
-from tinygrpo.tool_calls import ToolUse, policy_mask
+from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.model.backend import GenericBackend, GroupedBackend
+from tinygrpo.model.text import decode_completions
+from tinygrpo.rollout.batch import Batch
+from tinygrpo.rollout.environment import OUTCOMES, Environment, get_environment
+from tinygrpo.rollout.sampling import SamplingParams, completion_logits, decode, sample_completions
+from tinygrpo.rollout.tool_calls import ToolUse, policy_mask
+from tinygrpo.run.config import GRPOConfig
+from tinygrpo.update.loss import LossInputs, grpo_loss
 
 CHARS = "0123456789*+=<>?"  # no '-': a negative result is a reply the tokenizer cannot write
 CALC = get_environment("calculator")
@@ -98,13 +99,13 @@ def test_a_tool_that_raises_or_hangs_is_an_error_reply_and_the_caller_goes_on(th
     def calls():
         return [env.call(c) for c in ("h1", "b1", "x3", "xq", "z1", "")]
 
-    if thread:  # (off the main thread the timeout is a daemon thread's join)
+    if thread:  # (from another thread than the main one, as from the main one: the worker's deadline)
         import threading
 
         got: list = []
         worker = threading.Thread(target=lambda: got.extend(calls()))
         worker.start()
-        worker.join(10)
+        worker.join(60)
     else:
         got = calls()
     assert [(r.text, r.outcome) for r in got] == [
@@ -115,15 +116,6 @@ def test_a_tool_that_raises_or_hangs_is_an_error_reply_and_the_caller_goes_on(th
         ("?>", "malformed"),  # parse raised KeyError: a parser's own error is a malformed call too
         ("?>", "malformed"),
     ]
-
-
-@pytest.mark.kills
-def test_run_with_timeout_returns_the_result_and_restores_the_alarm():
-    import signal
-
-    before = signal.getsignal(signal.SIGALRM)
-    assert run_with_timeout(lambda a: a + 1, {"a": 1}, 1.0) == 2
-    assert signal.getsignal(signal.SIGALRM) == before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 def test_a_tool_without_hints_or_docstring_is_refused_at_definition():
@@ -401,8 +393,8 @@ def test_a_run_with_the_calculator_trains_logs_and_reports_the_environments_toke
 
     from datasets import Dataset
 
-    from tinygrpo.report import REPORT_FILE
-    from tinygrpo.trainer import GRPOTrainer
+    from tinygrpo.run.report import REPORT_FILE
+    from tinygrpo.run.trainer import GRPOTrainer
 
     prompts = ["12*34=", "7*8=", "21*3=", "5*6="]
     ds = Dataset.from_dict({"prompt": prompts, "answer": ["408", "56", "63", "30"]})
@@ -445,14 +437,14 @@ def test_a_run_with_the_calculator_trains_logs_and_reports_the_environments_toke
 
 # ------------------------------------------------------------------------------------------------ the reference
 def test_a_targets_replies_are_found_checked_and_left_out_of_the_sft_loss(tok):
-    from tinygrpo.sft import encode_examples, target_replies
-    from tinygrpo.tool_calls import written_calls
+    from tinygrpo.rollout.tool_calls import written_calls
+    from tinygrpo.run.sft import encode_examples, target_replies
 
     assert written_calls("<37*48=1776>1776", CALC, 4) == [("37*48", 7, 12)]
     assert written_calls("<1*2=2><3*4=12>12", CALC, 1) == [("1*2", 5, 7)]  # (the cap, as decoding reads it)
     assert written_calls("1776", CALC, 4) == [] and written_calls("<37*48", CALC, 4) == []
     answers = ["<37*48=1776>1776", "56"]
-    spans = [target_replies(a, CALC, f"row {i + 1}") for i, a in enumerate(answers)]
+    spans = target_replies(answers, CALC, "split")
     ids, _, labels = encode_examples(tok, ["37*48=", "7*8="], answers, spans)
     row = [
         tok.convert_ids_to_tokens(int(t)) if int(lab) != -100 else "_"
@@ -460,8 +452,8 @@ def test_a_targets_replies_are_found_checked_and_left_out_of_the_sft_loss(tok):
     ]
     assert "".join(row).rstrip("<eos>").endswith("<37*48=_____1776")  # the reply "1776>" carries no label
     assert int((labels[1] != -100).sum()) == 3  # "56" and <eos>, as without an environment
-    with pytest.raises(ValueError, match=r"row 2: the target's reply to the call '37\*48' is '1777>'"):
-        target_replies("<37*48=1777>1777", CALC, "row 2")
+    with pytest.raises(ValueError, match=r"split row 2: the target's reply to the call '37\*48' is '1777>'"):
+        target_replies(["<37*48=1776>1776", "<37*48=1777>1777"], CALC, "split")
 
 
 def test_the_tool_reference_trains_and_is_evaluated_calling_the_tool(tmp_path):
@@ -469,7 +461,7 @@ def test_the_tool_reference_trains_and_is_evaluated_calling_the_tool(tmp_path):
     policy's with the calculator's replies (a completion that calls gets a reply, from the tool)."""
     import json
 
-    from tinygrpo.sft import SFTConfig, train_reference
+    from tinygrpo.run.sft import SFTConfig, train_reference
 
     cfg = SFTConfig.for_task(
         "multiplication_tool", output_dir=str(tmp_path / "ref"), max_steps=2, train_size=64, logging_steps=0
@@ -479,3 +471,36 @@ def test_the_tool_reference_trains_and_is_evaluated_calling_the_tool(tmp_path):
     assert set(summary["eval_formats"]) == {"direct", "tool", "scratchpad", "other"}
     saved = json.loads((tmp_path / "ref" / "sft_config.json").read_text())
     assert saved["environment"] == "calculator" and saved["mix_column"] == "tool"
+
+
+def test_max_tool_calling_iterations_caps_the_calls_a_run_answers(tok):
+    """The run's option over the environment's own cap (TRL's name): 1 answers one call of a completion, None
+    keeps the environment's."""
+    from types import SimpleNamespace
+
+    from tinygrpo.rollout.tool_calls import tool_use
+
+    capped = tool_use(SimpleNamespace(environment="calculator", max_tool_calling_iterations=1), tok)
+    default = tool_use(SimpleNamespace(environment="calculator", max_tool_calling_iterations=None), tok)
+    assert capped.max_calls == 1 and default.max_calls == CALC.max_calls > 1
+    calls = capped.session(1)
+    written = tok.convert_tokens_to_ids(list("<2+2=<3*3="))
+    for t in written:  # the policy writes two calls; the first is answered, the second is not
+        calls.next_tokens(torch.tensor([0]), torch.tensor([t]))
+        while calls.owed[0]:
+            calls.next_tokens(torch.tensor([0]), torch.tensor([t]))
+    assert int(calls.calls[0]) == 1 and dict(calls.outcomes) == {"ok": 1}
+
+
+@pytest.mark.slow
+def test_the_one_digit_tool_answers_every_digit_and_every_gold_target_of_its_task():
+    from tinygrpo.data.task import get_task
+    from tinygrpo.run.sft import target_replies
+
+    env = get_environment("calculator_one_digit")
+    assert [env.call(f"37*{d}").text for d in range(10)] == [f"{37 * d}>" for d in range(10)]
+    task = get_task("multiplication_tool_digits")
+    rows = task.build()["validation"]
+    targets = [r[task.reference["mix_column"]] for r in rows]  # (the worked targets its reference sees)
+    spans = target_replies(targets, env, "multiplication_tool_digits/validation")  # (raises on a wrong reply)
+    assert len(spans) == len(rows) and all(len(s) == 2 for s in spans)  # two calls a target: one per digit

@@ -130,9 +130,9 @@ def test_a_failure_is_placed_at_the_first_step_that_departs_from_the_worked_prod
 
 
 def test_every_gold_worked_product_is_right():
-    """The task's own gold completions (tinygrpo/tasks/multiplication.py's tool_digits, another writer) read as
+    """The task's own gold completions (tinygrpo/data/tasks/multiplication.py's tool_digits, another writer) read as
     right, every operand pair of the problem sizes included by their extremes."""
-    from tinygrpo.tasks.multiplication import tool_digits
+    from tinygrpo.data.tasks.multiplication import tool_digits
 
     for a in (10, 37, 99, 100, 481, 999):
         for b in (10, 19, 48, 90, 99):

@@ -22,12 +22,12 @@ from safetensors.torch import load_file
 from torch.distributions import Categorical
 
 import train_grpo
-from tinygrpo.batch import Batch
-from tinygrpo.config import GRPOConfig
-from tinygrpo.metrics_io import TIMING_PREFIXES, read_jsonl
-from tinygrpo.problems import load_split
-from tinygrpo.rollout import SamplingParams, sample_completions
-from tinygrpo.trainer import GRPOTrainer
+from tinygrpo.data.problems import load_split
+from tinygrpo.rollout.batch import Batch
+from tinygrpo.rollout.sampling import SamplingParams, sample_completions
+from tinygrpo.run.config import GRPOConfig
+from tinygrpo.run.metrics_io import TIMING_PREFIXES, read_jsonl
+from tinygrpo.run.trainer import GRPOTrainer
 
 REPO = Path(train_grpo.__file__).resolve().parent
 
@@ -58,6 +58,7 @@ def metric_rows(out: Path) -> list[dict]:
 # ================================================================================================ end to end
 
 
+@pytest.mark.slow
 def test_two_step_run_changes_every_parameter_and_writes_all_outputs(seed_reference, tmp_path):
     out = tmp_path / "run"
     assert (
@@ -126,6 +127,7 @@ def exact_expected_accuracy(path: str) -> float:
     return total / len(ds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_short_run_raises_the_reward(seed_reference, tmp_path, seed):
     # 60 steps x 16 prompts x G=8 (~3 s). Measured over seeds 0-3: the exact expected reward goes 0.150 -> 0.26-0.27
@@ -146,6 +148,7 @@ def test_short_run_raises_the_reward(seed_reference, tmp_path, seed):
     assert last > first + 0.05, (first, last)
 
 
+@pytest.mark.slow
 def test_num_iterations_2_moves_the_ratio_and_num_iterations_1_keeps_it_exactly_one(seed_reference, tmp_path):
     out1, out2 = tmp_path / "mu1", tmp_path / "mu2"
     assert run_main(seed_reference, out1, *"--max_steps 3 --epsilon 0.01".split()) == 0
@@ -303,6 +306,7 @@ def test_fsdp_config_on_cpu_says_it_runs_data_parallel(seed_reference, tmp_path)
     assert len(notes) == 1 and "as MULTI_CPU" in notes[0] and "2 process(es)" in notes[0], notes
 
 
+@pytest.mark.slow
 def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_path):
     # `accelerate launch --cpu --num_processes 2` starts ONE process (its simple launcher ignores num_processes
     # without mpirun); two CPU ranks need the torchrun launcher (--multi_gpu) plus ACCELERATE_USE_CPU, which makes
@@ -353,6 +357,7 @@ def teacher_forced(path: str, prompt: str, tokens: list[str], temperature: float
     return [float(a[i].exp()) for a, i in zip(at, c, strict=True)], [float(-(a.exp() * a).sum()) for a in at]
 
 
+@pytest.mark.slow
 def test_completions_log_what_the_update_did_to_each_token(seed_reference, tmp_path):
     """Each logged completion's tokens with the advantage the loss gave them, their probability before the step's
     update (the policy that sampled them) and after it, the ratio and the entropy; before and after checked by a
@@ -388,7 +393,7 @@ def test_completions_log_what_the_update_did_to_each_token(seed_reference, tmp_p
 def test_the_logged_completions_are_whole_groups_with_signal_first():
     from types import SimpleNamespace
 
-    from tinygrpo.run_logs import logged_rows
+    from tinygrpo.run.run_logs import logged_rows
 
     G = 4  # 5 groups, of which 1 and 3 have signal
     first = SimpleNamespace(
@@ -437,6 +442,7 @@ def test_logging_the_tokens_changes_nothing_about_training(seed_reference, tmp_p
     assert all(torch.equal(weights[8][k], weights[0][k]) for k in weights[0])
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(seed_reference, tmp_path, capsys):
     out, straight = tmp_path / "resumed", tmp_path / "straight"
     # Extending max_steps on resume: a constant schedule, since a decaying one is a function of max_steps.
@@ -783,7 +789,7 @@ def test_no_signal_means_no_update(seed_reference, tmp_path, dynamic_sampling):
 def test_pass_at_k_with_near_zero_temperature_equals_greedy_accuracy(seed_reference):
     # At temperature -> 0 every sample is the greedy answer, so pass@k must equal greedy accuracy; at temperature 1
     # pass@k can only be as good as "any of k", which is in [0, 1].
-    from tinygrpo.evaluation import accuracy_rate, held_out_metrics
+    from tinygrpo.run.evaluation import accuracy_rate, held_out_metrics
 
     model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
     rows = load_split("seed_bank", "train").to_dict()
@@ -807,6 +813,7 @@ def test_pass_at_k_with_near_zero_temperature_equals_greedy_accuracy(seed_refere
         held_out_metrics(*batch, SamplingParams(3), pass_k=2)
 
 
+@pytest.mark.slow
 def test_grouped_fast_path_trains_like_the_generic_forward(seed_reference, tmp_path):
     """grouped_forward on and off: the same completions, rewards and (to float64 rounding: two orders of the same
     sums, tests/_numerics.py) losses and weights after three steps with beta > 0 (the reference forward runs too)
@@ -836,6 +843,7 @@ def test_grouped_fast_path_trains_like_the_generic_forward(seed_reference, tmp_p
 # Each of these caught a one-line mutation of the update that the rest of the suite let through.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
 def test_skipping_zero_advantage_groups_is_exact(seed_reference, tmp_path, loss_type):
     # With beta == 0 a group whose advantages are all 0 adds exactly 0 to the loss and its gradient, so leaving it
@@ -866,6 +874,7 @@ def test_skipping_zero_advantage_groups_is_exact(seed_reference, tmp_path, loss_
             assert a[k] == same_math(b[k]), k
 
 
+@pytest.mark.slow
 def test_mask_truncated_completions_leaves_truncated_rows_out_of_the_gradient(seed_reference, tmp_path):
     # One-token completions: "<eos>" (finished) or a character (truncated). The reward is None for finished rows
     # (advantage exactly 0) and varies among truncated ones, so every bit of signal sits on truncated rows. With
@@ -991,10 +1000,11 @@ def test_accelerate_launch_with_two_processes_that_starts_one_refuses(seed_refer
     assert "Traceback" not in proc.stderr and not out.exists()
 
 
+@pytest.mark.slow
 def test_outputs_line_lists_only_what_was_written_and_plots_show_entropy_without_kl(
     seed_reference, tmp_path, capsys
 ):
-    from tinygrpo.metrics_io import plot_metrics
+    from tinygrpo.run.metrics_io import plot_metrics
 
     out = tmp_path / "run"
     assert run_main(seed_reference, out, *"--make_plots false --make_report false".split()) == 0

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from _runs import run_inproc
 
-from tinygrpo.problems import DATA_DIR
-from tinygrpo.task import get_task
+from tinygrpo.data.problems import DATA_DIR
+from tinygrpo.data.task import get_task
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,6 +52,7 @@ def countdown_reference(tmp_path_factory) -> str:
     return str(d)
 
 
+@pytest.mark.slow
 def test_data_of_ones_own_is_judged_by_the_rule_one_chooses(
     countdown_reference, countdown_copy, tmp_path, capfd
 ):
@@ -68,6 +69,7 @@ def test_data_of_ones_own_is_judged_by_the_rule_one_chooses(
         assert not (tmp_path / f"r{eval_split}" / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_the_run_says_which_reward_decides_held_out_accuracy(seed_reference, tmp_path, capfd):
     assert run_inproc(seed_reference, tmp_path / "a", "--max_steps", "1") == 0
     out = capfd.readouterr().out
@@ -84,6 +86,7 @@ def test_the_run_says_which_reward_decides_held_out_accuracy(seed_reference, tmp
     assert "nope" in one_error(capfd)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "train, held, shared",
     [
@@ -111,12 +114,12 @@ def test_splits_that_share_prompts_stop_the_run_unless_asked(
 def test_each_built_in_recipe_trains_and_evaluates_on_splits_apart():
     """Every task's GRPO recipe: its training split and its held-out split share no prompt; and validation, where a
     task has one, shares none with test nor with the split its studies train on."""
-    from tinygrpo.task import task_names
+    from tinygrpo.data.task import task_names
 
     checked = 0
     for name in task_names():
         task = get_task(name)
-        if not task.config or ":" in name or not task.build.__module__.startswith("tinygrpo.tasks."):
+        if not task.config or ":" in name or not task.build.__module__.startswith("tinygrpo.data.tasks."):
             continue  # (the built-in tasks only: other tests register their own, with data of their own)
         recipe = yaml.safe_load((ROOT / task.config).read_text())
         d = DATA_DIR / task.dataset
@@ -136,11 +139,11 @@ def test_each_built_in_recipe_trains_and_evaluates_on_splits_apart():
 
 
 def test_a_task_from_a_module_or_a_file_by_name(tmp_path, monkeypatch):
-    import tinygrpo.task
+    import tinygrpo.data.task
 
-    tinygrpo.task.discover_tasks()  # the registry as it was, back after the test (the tasks here are its own)
-    monkeypatch.setattr(tinygrpo.task, "TASKS", dict(tinygrpo.task.TASKS))
-    text = (ROOT / "tinygrpo" / "tasks" / "reverse.py").read_text()
+    tinygrpo.data.task.discover_tasks()  # the registry as it was, back after the test (the tasks here are its own)
+    monkeypatch.setattr(tinygrpo.data.task, "TASKS", dict(tinygrpo.data.task.TASKS))
+    text = (ROOT / "tinygrpo" / "data" / "tasks" / "reverse.py").read_text()
     (tmp_path / "my_reverse.py").write_text(text.replace('name="reverse"', 'name="my_reverse"'))
     assert get_task(str(tmp_path / "my_reverse.py")).name == "my_reverse"
     assert get_task(f"{tmp_path / 'my_reverse.py'}:my_reverse").name == "my_reverse"
@@ -170,7 +173,7 @@ def test_a_non_editable_install_finds_data_from_the_repository_root_or_says_how(
     for package in ("tinygrpo", "rewards", "tiny_lm"):
         shutil.copytree(ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
     code = (
-        "import tinygrpo.problems as p\n"
+        "import tinygrpo.data.problems as p\n"
         "print(p.DATA_DIR)\n"
         "try:\n    p.load_problems('addition'); print('loaded')\n"
         "except ValueError as e:\n    print('error:', e)\n"
@@ -184,3 +187,21 @@ def test_a_non_editable_install_finds_data_from_the_repository_root_or_says_how(
     lines = elsewhere.stdout.splitlines()
     assert lines[0] == str(tmp_path / "data") and lines[1].startswith("error: dataset 'addition'")
     assert "pip install -e ." in lines[1] and "TINYGRPO_DATA_DIR" in lines[1]
+
+
+def test_a_verifier_that_gives_partial_credit_to_the_gold_answers_is_refused():
+    """check_gold wants exactly 1.0 of every gold answer: a verifier that scores them 0.5 would count right
+    answers half right (accuracy counts 1.0 only); refused naming the row and the score."""
+    from datasets import Dataset
+
+    from tinygrpo.run.config import ConfigError
+    from tinygrpo.run.evaluation import Verifier
+    from tinygrpo.run.validation import check_gold
+
+    half = Verifier("half", lambda completions, **kw: [0.5] * len(completions))
+    rows = Dataset.from_dict({"prompt": ["1+1=", "2+2="], "answer": ["2", "4"]})
+    with pytest.raises(
+        ConfigError, match="mine row 1: the held-out verifier 'half' scores the gold answer '2' 0.5, not 1.0"
+    ):
+        check_gold(half, rows, "mine")
+    check_gold(Verifier(), rows, "mine")  # (the strict integer rule: every gold answer right)

@@ -28,13 +28,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tinygrpo.task as task_module
+import tinygrpo.data.task as task_module
 from rewards import EOS, list_rewards, resolve_reward
 from rewards.countdown import MAX_CHARS, parse_expression
-from tinygrpo.evaluation import Verifier
-from tinygrpo.problems import DATA_DIR
-from tinygrpo.task import TASK_FAMILIES, Task, discover_tasks, get_task, task_of_dataset
-from tinygrpo.tasks import addition, addition_long, countdown, multiplication, reverse
+from tinygrpo.data.problems import DATA_DIR
+from tinygrpo.data.task import TASK_FAMILIES, Task, discover_tasks, get_task, task_of_dataset
+from tinygrpo.data.tasks import addition, addition_long, countdown, multiplication, reverse
+from tinygrpo.run.evaluation import Verifier
 
 Columns = dict[str, Any]
 
@@ -218,7 +218,7 @@ SCORES = [1.0, 1, True, 0.0, False, 0.1, 0.5, 2 / 3, 0.999999, 1.000001, 2.0, -1
 
 
 def test_held_out_accuracy_counts_a_score_of_exactly_one() -> None:
-    # Verifier's rule (tinygrpo/evaluation.py): 1.0 right; None "or any other score is wrong", partial credit too.
+    # Verifier's rule (tinygrpo/run/evaluation.py): 1.0 right; None "or any other score is wrong", partial credit too.
     rows = {"prompt": ["p"] * len(SCORES), "score": SCORES}
     right = Verifier("table", _table_reward)(["x"] * len(SCORES), rows)
     assert right == [s is not None and s == 1 for s in SCORES]
@@ -278,8 +278,8 @@ def test_held_out_metrics_read_the_verifier_pass_at_k_is_any_of_k(monkeypatch: p
     kind from the greedy ones, pass@k right where any of a prompt's k samples is."""
     import torch
 
-    from tinygrpo import evaluation
-    from tinygrpo.rollout import SamplingParams
+    from tinygrpo.rollout.sampling import SamplingParams
+    from tinygrpo.run import evaluation
 
     # 37+48 (carry), 5+7 (one digit, carry), 3+4 (one digit), 20+50 (none of them)
     rows = {"prompt": ["37+48=", "5+7=", "3+4=", "20+50="], "answer": ["85", "12", "7", "70"]}
@@ -420,6 +420,7 @@ def countdown_rows() -> tuple[dict, ...]:
     return _rows("countdown")
 
 
+@pytest.mark.slow
 def test_countdown_problems_are_distinct_whatever_the_numbers_order(countdown_rows: tuple[dict, ...]) -> None:
     """The prompt lists the numbers in drawn order, but "2,37,95:116=" and "95,37,2:116=" are one problem: none
     twice, within a split or across train, validation and test."""
@@ -454,7 +455,7 @@ def test_generators_reach_every_value_their_doc_names(
 def test_a_small_reasoning_gym_generator_gets_a_smaller_train_split(monkeypatch: pytest.MonkeyPatch) -> None:
     """A generator with fewer distinct questions than the splits ask for: duplicates dropped (the first kept),
     validation and test whole, train what is left; below 1000 for train, a ValueError that says so."""
-    from tinygrpo.tasks import reasoning_gym as adapter
+    from tinygrpo.data.tasks import reasoning_gym as adapter
 
     def fake(distinct: int) -> Any:
         def create_dataset(name: str, size: int, seed: int) -> list[dict]:
@@ -495,7 +496,7 @@ def test_a_small_reasoning_gym_generator_gets_a_smaller_train_split(monkeypatch:
 def test_common_affixes_drop_the_whole_shared_instruction(
     words: list[str], bodies: list[str], tail: str
 ) -> None:
-    from tinygrpo.tasks.reasoning_gym import _common_affixes
+    from tinygrpo.data.tasks.reasoning_gym import _common_affixes
 
     head = " ".join(words) + " "  # an instruction every question repeats, then the question's own text
     texts = [head + b + tail for b in bodies]
@@ -516,7 +517,7 @@ AFFIXES = [
 
 @pytest.mark.parametrize("texts, want", AFFIXES)
 def test_common_affixes_table(texts: list[str], want: tuple[int, int]) -> None:
-    from tinygrpo.tasks.reasoning_gym import _common_affixes
+    from tinygrpo.data.tasks.reasoning_gym import _common_affixes
 
     assert _common_affixes(texts) == want
 
@@ -524,7 +525,7 @@ def test_common_affixes_table(texts: list[str], want: tuple[int, int]) -> None:
 def test_reasoning_gym_prompts_share_no_word(rg: Any) -> None:
     """chain_sum's questions all begin "State the final answer to the following arithmetic problem: ": its prompts
     begin with the sum itself, and no two-word prefix is common to them all."""
-    from tinygrpo.tasks.reasoning_gym import build_for
+    from tinygrpo.data.tasks.reasoning_gym import build_for
 
     rows = [r for split in build_for("chain_sum").values() for r in split]
     prompts = [r["prompt"] for r in rows]
@@ -643,3 +644,18 @@ def test_every_task_with_kinds_puts_each_problem_in_one_kind() -> None:
         kinds = get_task(name).kinds({c: [r[c] for r in rows] for c in rows[0]})
         for i in range(len(rows)):
             assert sum(kinds[p][i] for p in parts) == 1, (name, rows[i])
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet="-+0123456789 ", max_size=6), gold=st.integers(-9999, 9999))
+def test_reversed_answer_scores_only_its_own_format(text: str, gold: int) -> None:
+    """A reversed answer is digits alone, read backwards: any other text scores 0, also one that `accuracy` would
+    take for the answer in the usual order (a signed '-4912<eos>' for -4912)."""
+    from rewards import reversed_answer
+
+    score = reversed_answer([text + EOS], [str(gold)])[0]
+    right = (
+        text.isdigit() and text.isascii() and str(int(text[::-1])) == text[::-1] and int(text[::-1]) == gold
+    )
+    assert score == (1.0 if right else 0.0), (text, gold, score)
+    assert reversed_answer([f"{-abs(gold) or -1}{EOS}"], [str(-abs(gold) or -1)]) == [0.0]

@@ -1,12 +1,12 @@
-"""tinygrpo/watch.py: a run that cannot learn says so while it runs, once per cause, and the report shows it."""
+"""tinygrpo/run/watch.py: a run that cannot learn says so while it runs, once per cause, and the report shows it."""
 
 from __future__ import annotations
 
 import pytest
 from _runs import run_inproc
 
-from tinygrpo.metrics_io import read_jsonl
-from tinygrpo.watch import LearningWatch
+from tinygrpo.run.metrics_io import read_jsonl
+from tinygrpo.run.watch import LearningWatch
 
 
 def steps(n: int, **metrics) -> list[dict]:
@@ -44,15 +44,31 @@ def test_a_condition_over_the_window_is_said_once(rows, said):
 
 
 def test_the_truncation_line_names_the_length_and_the_answers():
-    watch = LearningWatch(max_completion_length=8, num_generations=8, answer_lengths=(12, 38))
-    (line,) = [x for m in steps(5, **{"completions/clipped_ratio": 0.99}) for x in watch.observe(1, m)]
-    assert (
-        "max_completion_length=8" in line
-        and "12-38 characters" in line
-        and "Raise max_completion_length" in line
+    watch = LearningWatch(
+        max_completion_length=8, num_generations=8, answer_lengths=(12, 38), target="worked"
     )
+    (line,) = [x for m in steps(5, **{"completions/clipped_ratio": 0.99}) for x in watch.observe(1, m)]
+    assert "max_completion_length=8" in line and "Raise max_completion_length" in line
+    assert "a right completion (the data's 'worked') is 12-38 characters" in line
 
 
+@pytest.mark.parametrize(
+    "task, column", [("multiplication_scratchpad", "worked"), ("multiplication", "answer"), (None, "answer")]
+)
+def test_the_truncation_line_reads_the_lengths_of_the_tasks_own_completions(task, column):
+    """A worked task's right completions are its worked column, not its answers (the scratchpad's are ~30
+    characters, its answers 3-5): the line compares max_completion_length with those."""
+    from types import SimpleNamespace
+
+    from tinygrpo.data.problems import load_split
+    from tinygrpo.run.watch import target_lengths
+
+    rows = load_split("multiplication", "validation").to_dict()
+    got, (lo, hi) = target_lengths(rows, SimpleNamespace(task=task, dataset="multiplication"))
+    assert got == column and (lo, hi) == (min(map(len, rows[column])), max(map(len, rows[column])))
+
+
+@pytest.mark.slow
 def test_runs_that_cannot_learn_say_why_on_stderr_in_their_logs_and_report(seed_reference, tmp_path, capfd):
     # One token per completion: every answer that is not <eos> at once is cut off (the seed bank's answers take two
     # or three). And a constant reward: no group ever has signal.
@@ -71,3 +87,10 @@ def test_runs_that_cannot_learn_say_why_on_stderr_in_their_logs_and_report(seed_
         assert [r["warning"] for r in logged] == lines and {r["step"] for r in logged} == {0, 5}
         assert [r["step"] for r in logged if "forecast" in r["warning"]] == [0]
         assert words in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize("share, warned", [(0.9, True), (0.8999, False), (1.0, True)])
+def test_the_truncation_warning_starts_at_ninety_percent_exactly(share, warned):
+    watch = LearningWatch(max_completion_length=8, num_generations=8)
+    said = observe(watch, steps(5, **{"completions/clipped_ratio": share}))
+    assert bool(said) == warned, said

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinygrpo import bandit
+from tinygrpo.algorithm import bandit
 
 from .settings import METHODS, N_ANSWERS, N_QUESTIONS
 

@@ -44,14 +44,14 @@ def _write_jsonl(rows: Sequence[dict], path: Path) -> None:
 
 @functools.cache
 def seed_bank():
-    from tinygrpo.problems import load_split
+    from tinygrpo.data.problems import load_split
 
     return load_split("seed_bank", "train")
 
 
 def build_references(out: Path, seed: int, st: Settings) -> dict:
     """Train the two SFT references of one seed; returns {name: {"path", "acc", ...}}."""
-    from tinygrpo.sft import SFTConfig, train_reference
+    from tinygrpo.run.sft import SFTConfig, train_reference
 
     bank = seed_bank()
     prompts, answers = list(bank["prompt"]), list(bank["answer"])
@@ -101,7 +101,7 @@ def build_references(out: Path, seed: int, st: Settings) -> dict:
 
 def seed_bank_greedy(model, tokenizer, max_new_tokens: int) -> tuple[float, float]:
     """Greedy accuracy on the 36 questions, and the fraction of greedy outputs of the form "<0..12><eos>"."""
-    from tinygrpo.evaluation import greedy_accuracy
+    from tinygrpo.run.evaluation import greedy_accuracy
 
     bank = seed_bank()
     acc, outs = greedy_accuracy(model, tokenizer, bank.to_dict(), max_new_tokens)
@@ -116,7 +116,7 @@ def answer_beliefs(model, tokenizer) -> torch.Tensor:
     Exact: all 13 candidate completions are scored with `completion_logits` (rows sum to <= 1; the rest of the
     mass is on malformed strings).
     """
-    from tinygrpo.rollout import completion_logits
+    from tinygrpo.rollout.sampling import completion_logits
 
     bank = seed_bank()
     enc = tokenizer(list(bank["prompt"]), padding=True, return_tensors="pt")
@@ -141,8 +141,8 @@ def run_token(
     """One token-level run from a reference; greedy accuracy on the 36 questions after every step."""
     from accelerate import Accelerator
 
-    from tinygrpo.config import GRPOConfig
-    from tinygrpo.trainer import GRPOTrainer
+    from tinygrpo.run.config import GRPOConfig
+    from tinygrpo.run.trainer import GRPOTrainer
 
     _, mode, _, _ = METHODS[method]
     beta = st.token_beta if mode == "grpo" else 0.0
@@ -217,10 +217,10 @@ def run_token(
 def addition_section(out: Path, st: Settings, log: Callable[[str], None]) -> dict:
     from accelerate import Accelerator
 
-    from tinygrpo.config import GRPOConfig
-    from tinygrpo.problems import load_split
-    from tinygrpo.sft import SFTConfig, train_reference
-    from tinygrpo.trainer import GRPOTrainer
+    from tinygrpo.data.problems import load_split
+    from tinygrpo.run.config import GRPOConfig
+    from tinygrpo.run.sft import SFTConfig, train_reference
+    from tinygrpo.run.trainer import GRPOTrainer
 
     ref_path = next(
         (
@@ -235,7 +235,7 @@ def addition_section(out: Path, st: Settings, log: Callable[[str], None]) -> dic
         ref_path = out / "addition_reference"
         kw = {} if st.addition_reference_steps is None else {"max_steps": st.addition_reference_steps}
         log(
-            f"no {ADDITION_REFERENCE}: training the addition reference into {ref_path} (tinygrpo.sft, {kw or 'defaults'})"
+            f"no {ADDITION_REFERENCE}: training the addition reference into {ref_path} (tinygrpo.run.sft, {kw or 'defaults'})"
         )
         train_reference(
             SFTConfig(output_dir=str(ref_path), overwrite_output_dir=True, logging_steps=0, **kw),

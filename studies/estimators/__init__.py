@@ -6,7 +6,7 @@
     python -m studies.estimators --docs docs --rewrite_docs      # the docs again from the JSON, no run
 
 Why. GRPO climbs J(theta) = mean over prompts x of sum_y pi(y | x) R(x, y). On this task every completion can be
-listed (tinygrpo/exact.py), so for a batch of prompts J's gradient g* is known exactly, and so is each prompt's. One
+listed (tinygrpo/algorithm/exact.py), so for a batch of prompts J's gradient g* is known exactly, and so is each prompt's. One
 GRPO step computes, from G sampled completions per prompt, a loss whose negated gradient g is meant to point along
 g*. Where a variant's g points on average, how long it is and how noisy, is a property of the estimator alone
 (advantages, normalisers, ratios), measured here for each variant and group size G, on a real transformer:
@@ -36,7 +36,7 @@ The standard error of the mean for mean cos. Completions per batch (P * G) are r
 at equal samples.
 
 How a batch becomes g: as the trainer's on-policy first mini-batch. `sample_completions` at temperature 1 (the
-trainer's sampler and backend), the `accuracy` reward computed as tinygrpo/generation.py does, advantages by
+trainer's sampler and backend), the `accuracy` reward computed as tinygrpo/rollout/generation.py does, advantages by
 `advantage_estimators.advantages` with the variant's settings, then the trainer's own `PolicyUpdate.prepare`
 (zero-advantage groups left out, normalisers over the whole mini-batch, the dapo normaliser) and `PolicyUpdate.loss`
 (`grpo_loss`, the ratio exactly 1), whose gradient w.r.t. the parameters, negated, is g. No dynamic sampling and no

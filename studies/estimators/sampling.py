@@ -1,4 +1,4 @@
-"""Prompts, batches and estimates: the prompts with signal and their exact gradients (tinygrpo/exact.py), batches
+"""Prompts, batches and estimates: the prompts with signal and their exact gradients (tinygrpo/algorithm/exact.py), batches
 drawn as the trainer draws them, and one variant's estimate of a batch through the trainer's own PolicyUpdate."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from torch import Tensor
 from .variants import MAX_COMPLETION_LENGTH, VARIANTS
 
 if TYPE_CHECKING:
-    from tinygrpo.config import GRPOConfig
-    from tinygrpo.distributed import Processes
-    from tinygrpo.exact import CompletionSpace, ExactResult
+    from tinygrpo.algorithm.exact import CompletionSpace, ExactResult
+    from tinygrpo.rollout.distributed import Processes
+    from tinygrpo.run.config import GRPOConfig
 
 SCAN_CHUNK = 32  # prompts per exact-accuracy forward while looking for prompts with signal
 
@@ -36,7 +36,7 @@ def load_policy(path: str | Path) -> tuple[nn.Module, Any]:
 
 
 def encode(tok: Any, prompts: list[str]) -> tuple[Tensor, Tensor]:
-    from tinygrpo.prompts import left_pad
+    from tinygrpo.rollout.prompts import left_pad
 
     return left_pad(tok(prompts)["input_ids"], tok.pad_token_id)
 
@@ -44,8 +44,8 @@ def encode(tok: Any, prompts: list[str]) -> tuple[Tensor, Tensor]:
 def exact_result(
     model: nn.Module, tok: Any, space: CompletionSpace, prompts: list[str], answers: list[str], grad: bool
 ) -> ExactResult:
-    """tinygrpo.exact's J (and gradient) for these prompts under the `accuracy` reward, scored as the trainer does."""
-    from tinygrpo.exact import exact_objective, score_completions
+    """tinygrpo.algorithm.exact's J (and gradient) for these prompts under the `accuracy` reward, scored as the trainer does."""
+    from tinygrpo.algorithm.exact import exact_objective, score_completions
 
     R = score_completions(tok, prompts, space, ["accuracy"], columns={"answer": answers})
     if not bool(torch.isfinite(R).all()):
@@ -61,7 +61,7 @@ def pass_at_k_gradient(per_prompt: Tensor, accuracy: Tensor, k: int) -> Tensor:
 
 
 def answer_of(prompt: str) -> str:
-    """The gold answer of an "a+b=" prompt (tinygrpo.problems.make_row's format)."""
+    """The gold answer of an "a+b=" prompt (tinygrpo.data.problems.make_row's format)."""
     a, b = prompt.rstrip("=").split("+")
     return str(int(a) + int(b))
 
@@ -116,11 +116,11 @@ class Draw:
 
 
 class Sampler:
-    """Draws batches as tinygrpo/generation.py does: sample_completions, decode with <eos> kept, the reward."""
+    """Draws batches as tinygrpo/rollout/generation.py does: sample_completions, decode with <eos> kept, the reward."""
 
     def __init__(self, model: nn.Module, tok: Any, prompts: list[str], answers: list[str], T: int) -> None:
         from rewards import EOS, resolve_rewards
-        from tinygrpo.backend import select_backend
+        from tinygrpo.model.backend import select_backend
 
         self.model, self.tok, self.T = model, tok, T
         self.backend = select_backend(model)  # the trainer's choice: the grouped fast path for tiny_lm
@@ -132,7 +132,8 @@ class Sampler:
 
     def draw(self, G: int, generator: torch.Generator) -> Draw:
         from rewards import combine_rewards, compute_rewards
-        from tinygrpo.rollout import SamplingParams, decode_rows, sample_completions
+        from tinygrpo.model.text import decode_rows
+        from tinygrpo.rollout.sampling import SamplingParams, sample_completions
 
         tok = self.tok
         ro = sample_completions(
@@ -163,7 +164,7 @@ class Sampler:
 
 def variant_config(name: str, G: int, P: int, T: int = MAX_COMPLETION_LENGTH) -> GRPOConfig:
     """The GRPOConfig of a variant for P prompts x G completions in one on-policy mini-batch."""
-    from tinygrpo.config import GRPOConfig
+    from tinygrpo.run.config import GRPOConfig
 
     return GRPOConfig(
         num_generations=G,
@@ -176,10 +177,10 @@ def variant_config(name: str, G: int, P: int, T: int = MAX_COMPLETION_LENGTH) ->
 
 
 def one_process() -> Processes:
-    """tinygrpo.distributed.Processes for this process alone (every collective is the identity)."""
+    """tinygrpo.rollout.distributed.Processes for this process alone (every collective is the identity)."""
     from accelerate import Accelerator
 
-    from tinygrpo.distributed import Processes
+    from tinygrpo.rollout.distributed import Processes
 
     return Processes(Accelerator(cpu=True))
 
@@ -188,8 +189,8 @@ class Estimator:
     """A variant's gradient estimate of a batch, through the trainer's own PolicyUpdate (prepare, then loss)."""
 
     def __init__(self, cfg: GRPOConfig, model: nn.Module, sampler: Sampler, processes: Processes) -> None:
-        from tinygrpo.backend import PolicyForward
-        from tinygrpo.update import PolicyUpdate
+        from tinygrpo.model.backend import PolicyForward
+        from tinygrpo.update.policy_update import PolicyUpdate
 
         self.cfg, self.sampler = cfg, sampler
         self.params = list(model.parameters())
@@ -200,8 +201,8 @@ class Estimator:
 
     def batch(self, draw: Draw):
         """The trainer's Batch of a draw, with this variant's advantages (over the whole batch, as the trainer's)."""
-        from tinygrpo.advantage_estimators import advantages
-        from tinygrpo.batch import Batch
+        from tinygrpo.algorithm.advantage_estimators import advantages
+        from tinygrpo.rollout.batch import Batch
 
         cfg = self.cfg
         adv, _ = advantages(

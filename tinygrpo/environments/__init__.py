@@ -1,1 +1,0 @@
-"""The built-in environments, one file each (tinygrpo/environment.py)."""

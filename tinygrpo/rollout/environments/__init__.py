@@ -1,0 +1,1 @@
+"""The built-in environments, one file each (tinygrpo/rollout/environment.py)."""

@@ -1,0 +1,123 @@
+"""Rounds beyond the first, for groups without signal (the variants that add them; the plain run has none):
+
+    explore rounds (Reinforce-Ada with a temperature schedule): prompts whose G samples all scored the same and below
+        the batch's best are sampled again at higher temperatures, until their group has signal (bounded)
+    dynamic sampling (DAPO): the groups without signal are dropped, and fresh prompts' rounds refill the batch (at
+        most max_dynamic_sampling_rounds)
+
+`Refill(generator)(first)` is the step's ScoredBatch: the groups the update trains on, and the first round, which
+describes the step (refills and explore rounds are chosen for their signal and would bias it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..algorithm.group_sizes import group_reduce, group_starts, rows_of
+from .batch import Batch, concat_batches
+from .round import Round, ScoredBatch
+
+if TYPE_CHECKING:
+    from .generation import BatchGenerator
+
+
+class Refill:
+    def __init__(self, generator: BatchGenerator) -> None:
+        self.gen, self.cfg = generator, generator.cfg
+
+    def __call__(self, first: Round) -> ScoredBatch:
+        """The step's batch from its first round (scored, advantages set): itself when neither variant is on."""
+        cfg, gen = self.cfg, self.gen
+        rounds = [first]
+        batch = first.batch
+        explored: list[Round] = []  # the explore rounds (this process's)
+        if cfg.explore_rounds or cfg.dynamic_sampling:
+            # (prompt rows: P, or the P x G / allocation_unit units of a rule that gives prompts several, whatever
+            # the first round sampled: a screen samples fewer)
+            target = cfg.generation_size // gen.unit
+            # Dynamic sampling keeps only the groups with signal; without it the whole first batch is trained on.
+            kept = (
+                first.batch.groups(torch.nonzero(first.has_signal).flatten())
+                if cfg.dynamic_sampling
+                else batch
+            )
+            parts, have = [kept], kept.num_groups
+            if cfg.explore_rounds:
+                found, explored = self.explore(first)
+                parts += found
+                have += sum(f.num_groups for f in found)
+            for _ in range(cfg.max_dynamic_sampling_rounds if cfg.dynamic_sampling else 0):
+                if not gen.procs.any(have < target):  # every process is full
+                    break
+                r = gen.round()
+                rounds.append(r)
+                sel = signal_rows(r, max(0, target - have))
+                parts.append(r.batch.groups(sel))
+                have += sel.numel()
+            if have == 0:  # nothing with signal in any round: one group, kept for DDP's forward (no_signal)
+                parts = [replace(first.batch.groups(torch.zeros(1, dtype=torch.long)), no_signal=True)]
+            parts = [p for p in parts if p.num_groups]
+            batch = (
+                concat_batches(parts, gen.tokenizer.pad_token_id, cfg.temperature)
+                if len(parts) > 1
+                else parts[0]
+            )
+        timed = [*rounds, *explored]
+        return ScoredBatch(
+            batch=batch,
+            first=first,
+            num_sampled=sum(len(r.all_rewards) for r in rounds)
+            + (int(gen.procs.sum(sum(s.rewards.numel() for s in explored))) if cfg.explore_rounds else 0),
+            refill_rounds=len(rounds) - 1 if cfg.dynamic_sampling else None,
+            seconds_generate=sum(r.seconds_generate for r in timed),
+            seconds_reward=sum(r.seconds_reward for r in timed),
+        )
+
+    def explore(self, first: Round) -> tuple[list[Batch], list[Round]]:
+        """Adaptive resampling of failed prompts (Reinforce-Ada, Xiong et al. 2025, with a temperature schedule):
+        a prompt of the first round whose G samples all scored the same and below the batch's best is sampled again,
+        G at a time at the next of `explore_temperatures`, until a round gives it a group whose rewards differ (that
+        group is trained on, its advantages computed within the group) or the temperatures are used up. Local to
+        this process: each process explores its own prompts. Returns the groups found and each round's samples."""
+        cfg, gen = self.cfg, self.gen
+        G, U = gen.G, gen.unit
+        best = float(first.all_rewards.nan_to_num(float("-inf")).max())
+        top = group_reduce(first.rewards.nan_to_num(float("-inf")), first.sizes, U, "amax")  # (groups,)
+        heads = torch.arange(len(first.idx)) if first.sizes is None else group_starts(first.sizes, 1)
+        todo = torch.nonzero(
+            ~first.has_signal[heads] & (top < best)
+        ).flatten()  # this process's failed groups
+        idx = [first.idx[i] for i in heads[todo].tolist()]
+        found: list[Batch] = []
+        rounds: list[Round] = []
+        for k in range(cfg.explore_rounds):
+            temperature = cfg.explore_temperatures[min(k, len(cfg.explore_temperatures) - 1)]
+            if not idx:
+                break
+            s = gen.sample(idx, temperature, None if U == G else [G // U] * len(idx))  # G samples a prompt
+            rounds.append(s)
+            # Within the round (its groups are this process's own), so scale_rewards "batch" falls back to "group".
+            scale = "group" if cfg.scale_rewards == "batch" else cfg.scale_rewards
+            s.advantages, s.zero_std = gen.estimate(s.shaped_rewards(cfg.beta), s, scale, sizes=s.sizes)
+            hit = torch.nonzero(~s.zero_std).flatten()
+            if hit.numel():
+                b = replace(s.batch, temperature=torch.full((len(idx) * G,), temperature))
+                found.append(b.groups(hit if s.sizes is None else rows_of(hit, s.sizes, 1)))
+            hits = set(hit.tolist())
+            idx = [i for j, i in enumerate(idx) if j not in hits]
+        return found, rounds
+
+
+def signal_rows(r: Round, room: int) -> torch.Tensor:
+    """This process's prompt rows of `r` whose group has signal, whole groups in order, until `room` rows are
+    filled (the last group may go past it: a group is never cut, and a round that has a group with signal always
+    adds one)."""
+    if r.sizes is None:
+        return torch.nonzero(r.has_signal).flatten()[:room]
+    with_signal = torch.nonzero(r.has_signal[group_starts(r.sizes, 1)]).flatten()  # (groups)
+    size = torch.tensor(r.sizes)[with_signal]
+    before = torch.cumsum(size, 0) - size  # rows taken before each group
+    return rows_of(with_signal[before < room], r.sizes, 1)

@@ -1,0 +1,212 @@
+"""Sampling G completions per prompt.
+
+`sample_completions` is one decoding loop for any backend (tinygrpo/model/backend.py): a row that emits EOS is done
+and leaves the batch, so each step computes only the rows still running, and a seeded generator draws the same
+completions on either backend. `SamplingParams` is how to sample (length, temperature, top-k, top-p, generator),
+one object from the caller down to `sample_from_logits`, the sampler itself. tinygrpo/model/text.py turns the ids
+back into text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..model.backend import Backend, Decoder, select_backend
+from .tool_calls import ToolCalls, ToolUse
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample a completion, token by token.
+
+    - max_new_tokens: tokens per completion at most (EOS included); decoding stops earlier once every row has
+      emitted EOS.
+    - temperature: the logits are divided by it before the softmax (< 1 sharpens, > 1 flattens); 0 is greedy
+      (argmax, no uniform drawn).
+    - top_k: sample among the k most likely tokens only (Fan et al. 2018, "Hierarchical Neural Story
+      Generation"); 0 = all.
+    - top_p: nucleus sampling, among the smallest set of most likely tokens whose probability reaches top_p
+      (Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration"); 1 = all.
+    - generator: the source of the uniforms, one per row per step (None: torch's global generator). The same
+      generator object, drawn in the same order, gives the same completions; a caller that must not move another
+      stream's state (evaluation beside training) gives its own.
+    """
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    generator: torch.Generator | None = None
+
+    def __post_init__(self) -> None:
+        if not self.max_new_tokens >= 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not self.top_k >= 0:
+            raise ValueError(f"top_k must be >= 0 (0 = all tokens), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @classmethod
+    def greedy(cls, max_new_tokens: int) -> SamplingParams:
+        """Argmax decoding: draws nothing from any generator."""
+        return cls(max_new_tokens, temperature=0)
+
+
+@dataclass
+class Rollout:
+    completion_ids: torch.Tensor  # (P*G, Tc) long, pad after EOS
+    completion_mask: (
+        torch.Tensor
+    )  # (P*G, Tc) 1 for every token up to and including EOS (the environment's too)
+    is_eos: torch.Tensor  # (P*G,) bool: the completion ended with EOS (not truncated)
+    # (P*G, Tc) bool: the tokens the environment fed (tool replies, tinygrpo/rollout/tool_calls.py); None without tools
+    tool_mask: torch.Tensor | None = None
+    tool_calls: torch.Tensor | None = None  # (P*G,) calls answered in each completion
+    tool_failures: torch.Tensor | None = None  # (P*G,) of them, answered with the environment's error
+
+
+def sample_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """(B, V) -> (B,) token ids, one per row, drawn as `params` says (its max_new_tokens is the caller's).
+
+    Inverse-CDF sampling (one uniform per row against the cumulative weights) instead of `torch.multinomial`: the
+    same distribution, several times cheaper on tiny vocabularies; and exp/sum by hand rather than softmax, which
+    is slow on a tiny last dimension on CPU.
+    """
+    temperature, top_k, top_p, generator = params.temperature, params.top_k, params.top_p, params.generator
+    if temperature == 0:
+        return logits.argmax(-1)
+    if logits.dtype != torch.float32:
+        logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    if top_k and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
+        drop_sorted = (
+            cum - torch.softmax(sorted_logits, dim=-1)
+        ) >= top_p  # keep the smallest set reaching top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    weights = torch.exp(logits - logits.amax(-1, keepdim=True))  # (B, V), unnormalised
+    cdf = weights.cumsum(-1)
+    # The uniforms come from the generator's device (the CPU's for the trainer's: the same draws, and checkpoints
+    # that resume on either device), then move to the logits'.
+    u = torch.rand(
+        logits.size(0),
+        1,
+        generator=generator,
+        device=generator.device if generator is not None else logits.device,
+    )
+    if u.device != logits.device:
+        u = u.to(logits.device)
+    u = u * cdf[:, -1:]
+    return (cdf <= u).sum(-1).clamp(max=logits.size(-1) - 1)  # first index whose cdf exceeds u
+
+
+@torch.inference_mode()
+def sample_completions(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    num_generations: int,
+    params: SamplingParams,
+    *,
+    eos_token_id: int,
+    pad_token_id: int,
+    backend: Backend | None = None,
+    tools: ToolUse | None = None,
+) -> Rollout:
+    """prompt_ids/prompt_mask (P, Tp), left-padded -> G completions per prompt, rows grouped by prompt (P*G, Tc).
+
+    One batched decode for all P*G sequences with a KV cache. A row that emits EOS is done: later tokens are pad
+    (masked), and it leaves the batch, so each step computes only the rows still running; decoding ends when
+    none is left or at `params.max_new_tokens`. `backend` defaults to `select_backend(model)`. A backend whose
+    forward depends on the mode (dropout) samples in eval mode, as `generate()` does; the model's mode is restored
+    after. With `tools` (an environment), a row that ends a tool call is fed the environment's reply before it
+    samples again (tinygrpo/rollout/tool_calls.py).
+    """
+    backend = backend or select_backend(model)
+    switch = model.training and not backend.mode_independent
+    if switch:
+        model.eval()
+    try:
+        dec = backend.decoder(model, prompt_ids, prompt_mask, num_generations)
+        calls = None if tools is None else tools.session(prompt_ids.size(0) * num_generations)
+        return decode(dec, params, eos_token_id=eos_token_id, pad_token_id=pad_token_id, tools=calls)
+    finally:
+        if switch:
+            model.train()
+
+
+def decode(
+    dec: Decoder,
+    params: SamplingParams,
+    *,
+    eos_token_id: int,
+    pad_token_id: int,
+    tools: ToolCalls | None = None,
+) -> Rollout:
+    """The decoding loop of `sample_completions` on a decoder that holds the prompts' state."""
+    logits = dec.logits  # (B, V)
+    B, max_new_tokens = logits.size(0), params.max_new_tokens
+    completion_ids = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=logits.device)
+    tool_mask = (
+        None if tools is None else torch.zeros(B, max_new_tokens, dtype=torch.bool, device=logits.device)
+    )
+    live = torch.arange(B, device=logits.device)  # rows still running, in the order the decoder holds them
+    Tc = max_new_tokens
+    for step in range(max_new_tokens):
+        nxt = sample_from_logits(logits, params)  # (A,)
+        if tools is not None:  # a row owed a reply is fed it instead of its sample (which it still drew)
+            nxt, fed = tools.next_tokens(live, nxt)
+            tool_mask[live[fed], step] = True
+        completion_ids[live, step] = nxt
+        if step == max_new_tokens - 1:
+            break
+        running = nxt != eos_token_id
+        if not bool(running.all()):
+            keep = running.nonzero().squeeze(1)
+            if keep.numel() == 0:
+                Tc = step + 1
+                break
+            live, nxt = live[keep], nxt[keep]
+            dec.keep(keep)
+        logits = dec.step(nxt)
+    completion_ids = completion_ids[:, :Tc]  # (B, Tc): as long as the longest completion
+    is_eos_tok = completion_ids == eos_token_id
+    # Mask: every token up to and including the first EOS.
+    after_eos = (is_eos_tok.cumsum(1) - is_eos_tok.long()) > 0
+    completion_mask = (~after_eos).long()
+    if tools is None:
+        return Rollout(completion_ids, completion_mask, is_eos_tok.any(1))
+    return Rollout(
+        completion_ids, completion_mask, is_eos_tok.any(1), tool_mask[:, :Tc], tools.calls, tools.failures
+    )
+
+
+def completion_logits(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    num_generations: int,
+    completion_mask: torch.Tensor | None = None,
+    backend: Backend | None = None,
+) -> torch.Tensor:
+    """Logits that score each completion token: (P, Tp) prompts, (P*G, Tc) completions -> (P*G, Tc, V).
+
+    Position t of the result is the distribution the model gave completion token t. The prompt is run once per
+    prompt and its keys/values serve the G completions (exact; gradients flow through the sharing). With the grouped
+    backend and a `completion_mask`, only the positions the mask marks are computed (the rest are 0). A trainer
+    builds the layout once and scores it with several models; this is the one-off form.
+    """
+    backend = backend or select_backend(model)
+    layout = backend.layout(model, prompt_ids, prompt_mask, completion_ids, num_generations, completion_mask)
+    return backend.logits(model, layout)

@@ -1,0 +1,115 @@
+"""Tool calls in a worker process, so that no tool can hang or end the run.
+
+A tool is anyone's code: it may sleep, catch the timeout meant to stop it, spin in C where no Python signal reaches
+it, print a megabyte, or raise SystemExit. The calls of an environment run in a worker, a fork of the run (the
+environment's functions come along, whatever module defines them) started on the first call and reused. Each call
+has a hard deadline of the environment's `timeout_s`: past it the worker is killed (SIGKILL, which nothing in it can
+catch), the call is answered as timed out, and a fresh worker takes the next call. Whatever a call does inside the
+worker is an answered failure (Environment.answer); a worker that dies anyway (os._exit, a crash) answers the call
+it was on as raised. The worker dies with the run (PR_SET_PDEATHSIG) and leaves when its pipe closes.
+
+A decode step's calls go to the worker in one message and come back one by one: one round trip a step, not a call.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .environment import Environment, Reply
+
+
+def _serve(conn, env: Environment, die_with_parent: bool) -> None:
+    """The worker: answer each batch of calls' texts, one reply at a time, until the pipe closes."""
+    if die_with_parent:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the run
+        except (OSError, AttributeError):
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (Ctrl-C is the run's to handle, not a tool's)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    while True:
+        try:
+            texts = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        for text in texts:
+            conn.send(env.answer(text))
+
+
+class ToolWorker:
+    """The worker of one environment (see the module docstring)."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+        self.process = None
+        self.conn = None
+
+    def _start(self) -> None:
+        # (tokenizers warns in a fork of a process that used its threads, unless told how to behave)
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        ctx = multiprocessing.get_context("fork")
+        self.conn, child = ctx.Pipe()
+        # The kernel's parent-death signal follows the thread that forks: asked for from the main thread only (the
+        # run's); a worker started by another thread would die with that thread.
+        main = threading.current_thread() is threading.main_thread()
+        self.process = ctx.Process(target=_serve, args=(child, self.env, main), daemon=True, name="tools")
+        self.process.start()
+        child.close()
+
+    def stop(self) -> None:
+        """Kill the worker (a later call starts another)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.join()
+            self.conn.close()
+        self.process = self.conn = None
+
+    def answer(self, texts: list[str]) -> list[Reply]:
+        """The replies to `texts`, in order; each call waits at most timeout_s."""
+        replies: list[Reply] = []
+        while len(replies) < len(texts):
+            if self.process is None or not self.process.is_alive():
+                self.stop()
+                self._start()
+            try:
+                self.conn.send(texts[len(replies) :])
+            except OSError:  # (it died since: the call it would have taken fails, a fresh one goes on)
+                self.stop()
+                replies.append(self.env.failed("raised"))
+                continue
+            while len(replies) < len(texts):
+                if not self.conn.poll(self.env.timeout_s):  # past the deadline: kill, answer, go on afresh
+                    self.stop()
+                    replies.append(self.env.failed("timeout"))
+                    break
+                try:
+                    replies.append(self.conn.recv())
+                except (EOFError, OSError):  # the worker died on this call
+                    self.stop()
+                    replies.append(self.env.failed("raised"))
+                    break
+        return replies
+
+
+_WORKERS: dict[int, ToolWorker] = {}  # by id(environment): one worker each, for the run
+
+
+def worker_of(env: Environment) -> ToolWorker:
+    worker = _WORKERS.get(id(env))
+    if worker is None or worker.env is not env:
+        worker = _WORKERS[id(env)] = ToolWorker(env)
+    return worker
+
+
+@atexit.register
+def _stop_all() -> None:
+    for worker in _WORKERS.values():
+        worker.stop()

@@ -1,0 +1,320 @@
+"""Crash-safe checkpoints of a run's components: written under a temporary name, moved into place when complete.
+
+Every component that has state owns it, as `state_dict()` / `load_state_dict()` (the Stateful protocol below); this
+module saves and restores a named set of them, and never looks inside. A checkpoint directory `checkpoint-<step>`
+holds what `accelerator.save_state` writes (model weights as safetensors, optimizer, per-process RNG states; loaded
+back with `weights_only=True`), `trainer_state.json` (the state of every shared component, by name: the same on
+every process, written once), `<name>_<rank>.json` and `<name>_<rank>.safetensors` (each process's own components:
+JSON values, and the tensors found in them), `<name>.safetensors` for extra models (the reference while it is
+synced), the run's settings (`grpo_config.json`) and a manifest of every file's size and SHA-256 (`manifest.json`),
+written last. (accelerate's `register_for_checkpointing` would pickle the objects, once per node: the
+per-process sampling state and readable JSON are why it is not used.)
+A kill at any moment leaves either no `checkpoint-<step>` or a complete one: the directory is renamed into place
+after everything in it is written and flushed, and `latest` only ever considers complete ones. A checkpoint damaged
+later (a truncated or edited file) fails its manifest: `latest` skips it, and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.nn as nn
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+from ..data.writes import as_write_error, named_save_errors, write_atomic, writing
+from .config import ConfigError
+
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+STATE_FILE = "trainer_state.json"
+CONFIG_FILE = "grpo_config.json"
+MANIFEST_FILE = "manifest.json"
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class SaveError(RuntimeError):
+    """A checkpoint could not be written (disk full, permissions): what was kept is in the message."""
+
+
+def save_checkpoint(
+    out: Path,
+    step: int,
+    acc,
+    procs,
+    *,
+    shared: dict[str, Stateful],
+    per_process: dict[str, Stateful],
+    models: dict[str, nn.Module],
+    config: dict,
+    keep: int,
+) -> Path:
+    """Write checkpoint-<step> in `out` (see the module docstring) and keep the newest `keep`. A failure on one
+    process is settled by all of them at each hand-off (procs.any), so that none waits for a process that has given
+    up: the process that failed raises a SaveError saying why, the others an empty one."""
+    final, tmp = out / f"checkpoint-{step}", out / f".tmp-checkpoint-{step}"
+    # What each writer raises for a full disk (OSError, SafetensorError, torch's RuntimeError) becomes one
+    # WriteError naming the file; any other exception is also settled by all processes, then raised as it is.
+    failed: BaseException | None = None
+    published = False
+    try:
+        if procs.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        procs.wait()
+        with named_save_errors():
+            acc.save_state(str(tmp), safe_serialization=True)
+        for name, component in per_process.items():
+            plain, tensors = _split_tensors(component.state_dict())
+            write_json_atomic(tmp / f"{name}_{procs.rank}.json", plain)
+            if tensors:
+                path = tmp / f"{name}_{procs.rank}.safetensors"
+                with writing(path):
+                    save_file(tensors, str(path))
+    except Exception as e:  # noqa: BLE001  (settled below, with the other processes)
+        failed = as_write_error(e, tmp) or e
+    if not procs.any(failed is not None) and procs.is_main:
+        try:
+            for name, model in models.items():
+                path = tmp / f"{name}.safetensors"
+                with writing(path):
+                    save_model(model, str(path))  # (tied weights stored once)
+            state = {"num_processes": procs.num, **{name: c.state_dict() for name, c in shared.items()}}
+            write_json_atomic(tmp / STATE_FILE, state)
+            write_json_atomic(tmp / CONFIG_FILE, config)
+            write_manifest(tmp)
+            with writing(tmp):
+                publish(tmp, final)
+            published = True
+            with writing(out):
+                prune(out, keep)
+        except Exception as e:  # noqa: BLE001
+            failed = as_write_error(e, tmp) or e
+    if procs.any(failed is not None):
+        if procs.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)  # a partial checkpoint is of no use
+        if failed is None:
+            raise SaveError("")
+        if not isinstance(failed, OSError):
+            raise failed
+        if published:  # (only the removal of an older checkpoint failed)
+            raise SaveError(
+                f"step {step}: saved {final}, but could not remove an older checkpoint: "
+                f"{failed.strerror or failed} ({failed.filename}); {last_checkpoint(out)}"
+            )
+        raise SaveError(
+            f"step {step}: could not write the checkpoint: {failed.strerror or failed}"
+            + (f" ({failed.filename})" if failed.filename else "")
+            + f"; {last_checkpoint(out)}"
+        )
+    return final
+
+
+def load_checkpoint(
+    path: Path,
+    acc,
+    procs,
+    *,
+    shared: dict[str, Stateful],
+    per_process: dict[str, Stateful],
+    models: dict[str, nn.Module],
+    check_config: Callable[[dict], None],
+) -> None:
+    """Restore what save_checkpoint wrote into the same set of components; `check_config` is given the saved
+    settings first. A file that cannot be read is one ConfigError naming the checkpoint and the cause."""
+    try:
+        state = json.loads((path / STATE_FILE).read_text())
+        if state["num_processes"] != procs.num:
+            raise ConfigError(
+                f"checkpoint {path} was written by {state['num_processes']} processes; resume with the same "
+                f"number (this launch has {procs.num})"
+            )
+        if (path / CONFIG_FILE).is_file():
+            check_config(json.loads((path / CONFIG_FILE).read_text()))
+        acc.load_state(str(path))
+        for name, component in shared.items():
+            component.load_state_dict(state[name])
+        for name, component in per_process.items():
+            plain = json.loads((path / f"{name}_{procs.rank}.json").read_text())
+            tensors = path / f"{name}_{procs.rank}.safetensors"
+            component.load_state_dict(
+                _join_tensors(plain, load_file(str(tensors)) if tensors.is_file() else {})
+            )
+        for name, model in models.items():
+            if (path / f"{name}.safetensors").is_file():
+                load_model(model, str(path / f"{name}.safetensors"))
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001  (a damaged file of the user's checkpoint: say which and why)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"cannot resume from {path}: {first}") from None
+
+
+def _split_tensors(state: dict, prefix: str = "") -> tuple[dict, dict[str, torch.Tensor]]:
+    """A state dict -> (its JSON values, its tensors by "/"-joined key path), so tensors go to safetensors."""
+    plain: dict = {}
+    tensors: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor):
+            tensors[prefix + key] = value.contiguous()
+        elif isinstance(value, dict):
+            plain[key], inner = _split_tensors(value, f"{prefix}{key}/")
+            tensors.update(inner)
+        else:
+            plain[key] = value
+    return plain, tensors
+
+
+def _join_tensors(plain: dict, tensors: dict[str, torch.Tensor]) -> dict:
+    """The inverse of _split_tensors."""
+    for path, tensor in tensors.items():
+        *parents, leaf = path.split("/")
+        node = plain
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = tensor
+    return plain
+
+
+def last_checkpoint(output_dir: str | Path, resume: bool = False) -> str:
+    """The newest complete checkpoint in words, for an error message: after a failed write, what was kept; with
+    `resume` (a run stopped by an error), how to resume from it, or that there is nothing to resume from."""
+    kept = checkpoint_dirs(output_dir)
+    if kept:
+        hint = ", to resume from with --resume_from_checkpoint latest" if resume else ""
+        return f"the last complete checkpoint is {kept[-1]}{hint}"
+    return "there is no checkpoint to resume from" if resume else "no checkpoint was kept"
+
+
+def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in out.iterdir() if (m := CHECKPOINT_RE.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found) if (p / STATE_FILE).is_file()]
+
+
+def resolve_checkpoint(spec: str, output_dir: str | Path, say: Callable[[str], None] = print) -> Path:
+    """'latest' -> the newest complete checkpoint in output_dir that verifies (each one that does not is skipped,
+    with a line saying why); otherwise the given directory, which must verify."""
+    if spec == "latest":
+        found = checkpoint_dirs(output_dir)
+        for path in reversed(found):
+            problem = verify(path)
+            if problem is None:
+                return path
+            say(f"skipping {path}: {problem}")
+        raise ConfigError(
+            f"resume_from_checkpoint=latest: no complete checkpoint in {output_dir}"
+            + (" that verifies" if found else "")
+        )
+    path = Path(spec)
+    if not (path / STATE_FILE).is_file():
+        raise ConfigError(f"resume_from_checkpoint={spec}: not a checkpoint directory (no {STATE_FILE})")
+    problem = verify(path)
+    if problem is not None:
+        raise ConfigError(f"resume_from_checkpoint={spec}: {problem}")
+    return path
+
+
+def write_manifest(path: Path) -> None:
+    """Size and SHA-256 of every file in a checkpoint, written last, just before the checkpoint is published."""
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+    manifest = {str(p.relative_to(path)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    write_json_atomic(path / MANIFEST_FILE, manifest)
+
+
+def verify(path: Path) -> str | None:
+    """None if every file of the manifest is there with its size and hash; else what is wrong. (A checkpoint
+    written before manifests existed has none and is taken as it is.)"""
+    manifest_path = path / MANIFEST_FILE
+    if not manifest_path.is_file():
+        return None
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as e:
+        return f"its manifest cannot be read ({e})"
+    for name, want in manifest.items():
+        p = path / name
+        if not p.is_file():
+            return f"{name} is missing"
+        if p.stat().st_size != want["bytes"]:
+            return f"{name} has {p.stat().st_size:,} bytes, the manifest says {want['bytes']:,}"
+        if _sha256(p) != want["sha256"]:
+            return f"{name} does not match its SHA-256 in the manifest"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fsync_tree(path: Path) -> None:
+    """Flush every file under path to disk, so that the rename that publishes it comes after the data."""
+    for p in sorted(path.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+
+
+def generator_state_to_list(gen: torch.Generator) -> list[int]:
+    return gen.get_state().tolist()
+
+
+def generator_state_from_list(gen: torch.Generator, state: list[int]) -> None:
+    gen.set_state(torch.tensor(state, dtype=torch.uint8))
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    write_atomic(path, json.dumps(obj))
+
+
+def publish(tmp_dir: Path, final_dir: Path) -> None:
+    """Move a fully written checkpoint into place (an existing one of the same step is replaced)."""
+    fsync_tree(tmp_dir)
+    if final_dir.exists():
+        old = final_dir.with_name(final_dir.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final_dir, old)
+        try:
+            os.replace(tmp_dir, final_dir)
+        except OSError:
+            # the complete checkpoint back in place: a failed save must not lose it
+            with contextlib.suppress(OSError):
+                os.replace(old, final_dir)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp_dir, final_dir)
+
+
+def prune(output_dir: str | Path, keep: int) -> None:
+    """Delete the oldest complete checkpoints beyond `keep`, and leftovers of interrupted saves or deletions.
+
+    A checkpoint is first renamed out of the `checkpoint-<step>` namespace, then deleted: a kill during the delete
+    leaves a `.del-` directory that nothing mistakes for a checkpoint.
+    """
+    out = Path(output_dir)
+    for p in checkpoint_dirs(out)[:-keep]:
+        doomed = p.with_name(".del-" + p.name)
+        os.replace(p, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+    for pattern in (".tmp-checkpoint-*", ".del-checkpoint-*", "checkpoint-*.old"):
+        for p in out.glob(pattern):
+            shutil.rmtree(p, ignore_errors=True)

@@ -1,0 +1,102 @@
+"""report.html: one self-contained page of what a run did, from its output directory alone.
+
+    python -m tinygrpo.run.report RUN_DIR            # any run: finished, interrupted or in progress, of this or older code
+
+The trainer writes it at the end of every run. It reads only the run directory's files (config.json, metrics.jsonl,
+completions.jsonl and, where the run wrote them, prompt_stats.jsonl, eval_failures.jsonl, beliefs.jsonl) and says
+which were missing; a log it cannot read is one `error:` line naming the file and the line (exit code 1). Figures are
+PNGs drawn with matplotlib and inlined as data URIs; there is no script, no stylesheet to fetch, no network: the file
+opens from disk and can be attached to an issue.
+
+Sections: the run (summary, settings, the command that reproduces it); curves (plots.png's figure: reward, held-out
+accuracy by step, by problem kind, against seconds and against completions, signal, KL or entropy, prompts by their
+latest group, lengths); sampled groups (the logged completions of each logged step, coloured by reward, with
+advantages and gold answers); tokens (the groups with signal of the last logged steps drawn token by token, each
+token coloured by its advantage, with its probability before and after the step's update, their ratio and the
+entropy on hover and in a table); prompts (pass-rate estimates of the training prompts over time, held-out failures
+at the end, accuracy by problem kind); beliefs (on a small problem set: the policy's probability of each answer for each
+question at the first, middle and last evaluation).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ...data.writes import write_atomic
+from ..metrics_io import JsonlError
+from .groups import section_groups, section_tokens
+from .html import STYLE, _e
+from .logs import LOGS, REPORT_FILE, _read_json, read_log
+from .prompts import section_beliefs, section_prompts
+from .run import section_curves, section_run
+
+__all__ = ["LOGS", "REPORT_FILE", "build_report", "main", "read_log", "write_report"]
+
+
+def build_report(run_dir: str | Path) -> str:
+    """The report's HTML for a run directory."""
+    run = Path(run_dir)
+    config = _read_json(run / "config.json")
+    metrics = read_log(run, "metrics.jsonl")
+    completions = read_log(run, "completions.jsonl")
+    parts = [
+        section_run(run, config, metrics, read_log(run, "warnings.jsonl")),
+        section_curves(metrics),
+        section_groups(completions),
+        section_tokens(completions),
+        section_prompts(read_log(run, "prompt_stats.jsonl"), read_log(run, "eval_failures.jsonl"), metrics),
+        section_beliefs(read_log(run, "beliefs.jsonl")),
+    ]
+    nav = "".join(
+        f'<a href="#{s}">{s}</a>' for s in ("run", "curves", "groups", "tokens", "prompts", "beliefs")
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>tinygrpo report: {_e(run.name)}</title>"
+        f"<style>{STYLE}</style></head><body><h1>tinygrpo run report</h1><nav>{nav}</nav>"
+        + "".join(parts)
+        + "</body></html>"
+    )
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write RUN_DIR/report.html and return its path (JsonlError on a log it cannot read, OSError naming report.html
+    when it cannot be written)."""
+    return _write(Path(run_dir), build_report(run_dir))
+
+
+def _write(run: Path, text: str) -> Path:
+    """Under a temporary name, then renamed: a reader never sees half a report (a WriteError, an OSError, names
+    report.html, not the temporary file, which is removed)."""
+    path = run / REPORT_FILE
+    write_atomic(path, text)
+    return path
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0] in ("-h", "--help"):
+        print(__doc__.split("\n\n")[1].strip(), file=sys.stderr if len(argv) != 1 else sys.stdout)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    run = Path(argv[0])
+    if not (run / "metrics.jsonl").is_file():
+        return _error(f"{run} is not a run directory (no metrics.jsonl)")
+    try:
+        text = build_report(run)
+    except JsonlError as e:
+        return _error(str(e))
+    except OSError as e:
+        return _error(f"cannot read {e.filename or run}: {e.strerror or e}")
+    except (KeyError, IndexError, TypeError, ValueError) as e:  # content the checks of LOGS let through
+        return _error(f"cannot build a report from the logs in {run} ({type(e).__name__}: {e})")
+    try:
+        path = _write(run, text)
+    except OSError as e:
+        return _error(f"cannot write {e.filename}: {e.strerror or e}")
+    print(path)
+    return 0

@@ -1,0 +1,7 @@
+"""python -m tinygrpo.run.report RUN_DIR"""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,230 @@
+"""A run's JSONL logs, written by the main process: metrics.jsonl, completions.jsonl, warnings.jsonl, and what the report
+(tinygrpo/run/report.py) shows beside the metrics, written at every evaluation (prompt_stats.jsonl,
+eval_failures.jsonl, beliefs.jsonl). Each file is listed in launch.RUN_FILES and truncated on resume.
+
+completions.jsonl also holds, per logged completion, what the step's update did to each of its tokens (`StepTokens`:
+one no-grad forward of the policy on the logged rows before the update and one after, at logging steps only).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from tqdm.auto import tqdm
+
+from ..algorithm.core import entropy_from_logits, selective_log_softmax
+from ..algorithm.group_sizes import unit_group
+from ..model.backend import Backend
+from ..rollout.round import Round, ScoredBatch
+from ..rollout.sampling import completion_logits
+from .metrics_io import JsonlWriter, truncate_after_step
+
+DETAIL_FILES = ("prompt_stats", "eval_failures", "beliefs")  # <name>.jsonl, written at every evaluation
+MAX_BELIEF_PROMPTS, MAX_BELIEF_ANSWERS = 64, 32  # beliefs are logged for problem sets this small
+
+
+# The per-token lists of a completions.jsonl row (StepTokens), one item per completion token (<eos> included).
+TOKEN_KEYS = ("tokens", "token_advantage", "token_p_old", "token_p_new", "token_ratio", "token_entropy")
+
+
+@dataclass(frozen=True)
+class TokenProbs:
+    """A policy's view of the tokens of a round's first k completions, at the run's temperature (as the loss sees
+    them). Positions past a completion's last token are 0."""
+
+    logp: torch.Tensor  # (k, Tc) log-probability of each sampled token
+    entropy: torch.Tensor  # (k, Tc) entropy of the distribution the token was drawn from
+
+
+def logged_rows(first: Round, count: int) -> list[int]:
+    """The rows of the first round a step logs: whole groups, those with signal (advantages not all equal: what the
+    update learns from, and what the report's token pictures are for) before the others, each in sampling order, up
+    to `count` rows."""
+    G = first.completion_ids.size(0) // len(first.idx)
+    signal = first.has_signal.tolist() if first.has_signal is not None else [False] * len(first.idx)
+    groups = range(len(first.idx))
+    order = [g for g in groups if signal[g]] + [g for g in groups if not signal[g]]
+    return [g * G + j for g in order for j in range(G)][:count]
+
+
+@torch.inference_mode()
+def token_probs(
+    model: nn.Module, backend: Backend, first: Round, rows: list[int], temperature: float
+) -> TokenProbs:
+    """One forward of `model` on the completions `rows` of `first` (logged_rows: whole groups), without gradients.
+    Changes nothing about training: no generator is drawn from (a model with dropout runs in eval mode, as it
+    samples, and its mode is restored) and the weights are only read. Row r of the result is completion rows[r]."""
+    G = first.completion_ids.size(0) // len(first.idx)
+    groups = list(dict.fromkeys(r // G for r in rows))  # (in order, once each)
+    whole = torch.tensor([g * G + j for g in groups for j in range(G)], device=first.completion_ids.device)
+    ids = first.completion_ids[whole]  # (groups*G, Tc)
+    # Every sampled token, also of a truncated completion that mask_truncated_completions leaves out of the loss.
+    mask = (torch.arange(ids.size(1), device=ids.device) < first.lengths[whole, None]).float()
+    switch = model.training and not backend.mode_independent
+    if switch:
+        model.eval()
+    try:
+        gidx = torch.tensor(groups, device=first.prompt_ids.device)
+        logits = completion_logits(
+            model, first.prompt_ids[gidx], first.prompt_mask[gidx], ids, G, mask, backend
+        )
+    finally:
+        if switch:
+            model.train()
+    # rows are whole groups in that order, so they are the first k rows of the layout (the last group may be cut)
+    k = len(rows)
+    logp = selective_log_softmax(logits[:k], ids[:k], temperature) * mask[:k]
+    entropy = entropy_from_logits(logits[:k], temperature) * mask[:k]
+    return TokenProbs(logp.to("cpu", copy=True), entropy.to("cpu", copy=True))
+
+
+def token_texts(tokenizer, first: Round, rows: list[int]) -> list[list[str]]:
+    """Each completion `rows` of `first` as its tokens, decoded one at a time (<eos> kept)."""
+    ids, lengths = first.completion_ids.tolist(), first.lengths.tolist()
+    return [
+        tokenizer.batch_decode([[t] for t in ids[r][: lengths[r]]], skip_special_tokens=False) for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class StepTokens:
+    """What one step's update did to the tokens of its logged completions (logged_rows of its first round)."""
+
+    rows: list[int]  # the first round's rows they are, in the order logged
+    texts: list[list[str]]  # each completion's tokens (token_texts)
+    before: TokenProbs  # the policy that sampled them (before the update)
+    after: TokenProbs  # the policy after the update
+
+
+def _sig(x: float) -> float:
+    """4 significant digits: small probabilities keep their relative precision, the log stays small."""
+    return float(f"{x:.4g}")
+
+
+class RunLogs:
+    def __init__(self, out: Path, enabled: bool) -> None:
+        self.out = out
+        self.names = ("metrics", "completions", "warnings", *DETAIL_FILES)
+        self.files = {name: JsonlWriter(out / f"{name}.jsonl", enabled=enabled) for name in self.names}
+
+    def truncate_after(self, step: int) -> None:
+        """On resume: drop what was logged after the checkpoint's step (those steps are about to be redone)."""
+        for name in self.names:
+            truncate_after_step(self.out / f"{name}.jsonl", step)
+
+    def metrics(self, step: int, metrics: dict) -> None:
+        self.files["metrics"].write({"step": step, **metrics})
+
+    def warning(self, step: int, line: str) -> None:
+        """A line the run said about itself (tinygrpo/run/watch.py): the report shows it beside the summary."""
+        self.files["warnings"].write({"step": step, "warning": line})
+
+    def completions(
+        self,
+        step: int,
+        scored: ScoredBatch,
+        reward_names: list[str],
+        count: int,
+        answers: list | None,
+        tokens: StepTokens | None = None,
+    ) -> None:
+        """`count` samples of the step's first round (logged_rows: whole groups, those with signal first): prompt,
+        its group (the first round's index: what the report groups by), completion, each reward function's value, the
+        combined reward, the advantage and (when the data has one) the gold answer; with `tokens`, per token
+        (TOKEN_KEYS): its text, the completion's advantage on every token of its completion mask (0 on a truncated
+        completion that mask_truncated_completions leaves out; a loss that weights tokens further, such as
+        top_entropy_quantile, is not shown), its probability under the policy that sampled it and under the policy
+        after the update, their ratio new / old, and the entropy of the updated policy at its position; with an
+        environment, `token_tool`: 1 for the tokens it fed (their advantage is 0: the loss leaves them out)."""
+        first = scored.first
+        G = first.completion_ids.size(0) // len(first.idx)
+        for r, i in enumerate(tokens.rows if tokens is not None else logged_rows(first, count)):
+            values = first.rewards_per_func[i].tolist()
+            rewards = {
+                name: (None if math.isnan(v) else v) for name, v in zip(reward_names, values, strict=True)
+            }
+            reward = float(first.rewards[i])
+            row = {
+                "step": step,
+                "group": i // G if first.sizes is None else int(unit_group(first.sizes)[i // G]),
+                "prompt": first.prompts[i],
+                "completion": first.completions[i],
+            }
+            row |= {"rewards": rewards, "reward": None if math.isnan(reward) else reward}
+            row["advantage"] = float(first.advantages[i])
+            if answers is not None:
+                row["answer"] = answers[first.idx[i // G]]
+            if tokens is not None:
+                row |= _token_columns(first, tokens, r, i)
+            self.files["completions"].write(row)
+
+    def evaluation(
+        self,
+        step: int,
+        pass_rate: torch.Tensor,
+        rows: dict,
+        completions: list[str],
+        right: list[bool],
+        beliefs: Callable[[list[str]], torch.Tensor],
+    ) -> None:
+        """At an evaluation: every training prompt's pass-rate estimate, the held-out problems answered wrong (rows:
+        the held-out split's columns; completions: the greedy ones; right: the verifier's judgement of each), and, on a small problem set, the policy's belief
+        in each answer (`beliefs(answers)` -> (P, C) probabilities): the report's per-prompt pictures."""
+        rates = [None if r != r else round(r, 3) for r in pass_rate.tolist()]
+        self.files["prompt_stats"].write({"step": step, "pass_rate": rates})
+        wrong = [
+            [p, str(a), c]
+            for p, a, c, ok in zip(rows["prompt"], rows["answer"], completions, right, strict=True)
+            if not ok
+        ]
+        self.files["eval_failures"].write({"step": step, "total": len(completions), "failures": wrong})
+        answers = sorted({str(a) for a in rows["answer"]}, key=lambda a: (len(a), a))
+        if len(completions) <= MAX_BELIEF_PROMPTS and len(answers) <= MAX_BELIEF_ANSWERS:
+            probs = beliefs(answers)
+            row = {"step": step, "questions": rows["prompt"], "answers": answers}
+            row["gold"] = [str(a) for a in rows["answer"]]
+            self.files["beliefs"].write({**row, "probs": [[round(x, 4) for x in r] for r in probs.tolist()]})
+
+
+def _token_columns(first: Round, tokens: StepTokens, r: int, i: int) -> dict[str, list]:
+    """The per-token lists (TOKEN_KEYS) of the r-th logged completion, row i of the first round, rounded to 4
+    significant digits."""
+    n = int(first.lengths[i])
+    adv = (first.advantages[i] * first.completion_mask[i, :n].cpu()).tolist()
+    old, new = tokens.before.logp[r, :n], tokens.after.logp[r, :n]
+    columns = (adv, old.exp(), new.exp(), (new - old).exp(), tokens.after.entropy[r, :n])
+    row = {"tokens": tokens.texts[r]} | {
+        k: [_sig(float(x)) for x in c] for k, c in zip(TOKEN_KEYS[1:], columns, strict=True)
+    }
+    if first.tool_mask is not None:  # which tokens the environment fed (context the loss leaves out)
+        row["token_tool"] = [int(x) for x in first.tool_mask[i, :n].tolist()]
+    return row
+
+
+class ProgressBar:
+    """The run's progress bar (main process): the step's sampled reward and the latest held-out accuracy."""
+
+    def __init__(self, total: int, initial: int, enabled: bool) -> None:
+        self.bar = tqdm(total=total, initial=initial, disable=not enabled, desc="grpo", dynamic_ncols=True)
+        self.held_out: float | None = None
+
+    def say(self, line: str) -> None:
+        """A line on stderr that the bar redraws below."""
+        self.bar.write(line, file=sys.stderr)
+
+    def update(self, metrics: dict) -> None:
+        self.held_out = metrics.get("eval/accuracy", self.held_out)
+        post = {"reward": f"{metrics['reward']:.3f}"}
+        if self.held_out is not None:
+            post["held_out"] = f"{self.held_out:.3f}"
+        self.bar.set_postfix(post, refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()

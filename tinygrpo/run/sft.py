@@ -1,0 +1,267 @@
+"""Supervised training of the reference policy on "a+b=c<eos>" strings (the CLI is train_sft.py).
+
+    python train_sft.py                                                    # the default, deliberately imperfect reference
+    python train_sft.py --train_size 0 --max_steps 3000 --lr_scheduler_type cosine   # the whole train split: 100 %
+
+The default recipe's budget is explicit: 400 training problems (a fixed sample of the train split), 1000 steps of
+batch 128, AdamW 3e-3. That gives a reference that has learnt the format (digits then <eos>) and about two thirds
+of the held-out sums: the starting point GRPO must improve. The loss covers only the answer and <eos> (the prompt is
+given, not predicted). The test split is never trained on; its greedy accuracy is printed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer, check_text
+from tiny_lm.tokenization_tiny_lm import EOS_TOKEN
+
+from ..data.problems import MANIFEST, dataset_dir, first_row_columns, load_split
+from ..data.progress import chunks, progress
+from ..data.writes import save_model_files
+from ..rollout.environment import get_environment
+from ..rollout.tool_calls import ToolUse, written_calls
+from ..update.policy_update import NonFiniteError, nonfinite_weight
+from .checks import ConfigError
+from .evaluation import Verifier, format_counts, format_metrics, greedy_accuracy
+from .launch import Input, check_apart
+from .sft_config import SFTConfig  # (importable from here too, as before)
+from .validation import ModelShape, check_held_out, gigabytes, memory_budget
+
+
+def check_memory(cfg: SFTConfig, vocab: int, tokens: int) -> None:
+    """Training holds the model with its gradients and AdamW's two moments (16 bytes a parameter) and one batch's
+    activations (tinygrpo.run.validation.ModelShape's estimate, as GRPO's update): refused above the memory budget
+    before the model is built, naming the sizes and the estimate."""
+    shape = ModelShape(cfg.n_layer, cfg.n_embd, 4 * cfg.n_embd, cfg.n_head, vocab, tokens)
+    c = cfg.n_embd
+    params = (
+        (vocab + cfg.n_positions) * c + cfg.n_layer * (12 * c * c + 13 * c) + 2 * c
+    )  # TinyLM's, tied head
+    need, budget = 16 * params + shape.train_bytes(cfg.per_device_train_batch_size, tokens), memory_budget()
+    if need > budget:
+        raise ConfigError(
+            f"n_layer={cfg.n_layer}, n_embd={cfg.n_embd}, n_positions={cfg.n_positions} ({params:,} parameters) and "
+            f"per_device_train_batch_size={cfg.per_device_train_batch_size} x {tokens} tokens would need ~{gigabytes(need)} at once to train (limit "
+            f"~{gigabytes(budget)}, half this machine's memory); lower them"
+        )
+
+
+def encode_examples(
+    tokenizer, prompts: list[str], answers: list[str], replies: list[list[tuple[int, int]]] | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded (N, T) ids, attention mask, and labels (-100 except on the answer and <eos>, and, with `replies`
+    (each answer's environment replies as (start, stop) character offsets), -100 on those too)."""
+    texts = [p + a + EOS_TOKEN for p, a in zip(prompts, answers, strict=True)]
+    enc = tokenizer(texts, padding=True, return_tensors="pt")
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    answer_len = torch.tensor([len(a) + 1 for a in answers])  # +1 for <eos>; one token per character
+    pos_from_end = torch.arange(ids.size(1) - 1, -1, -1)[None]  # (1, T): distance from the last column
+    labels = ids.masked_fill(pos_from_end >= answer_len[:, None], -100)
+    T = ids.size(1)
+    for i, spans in enumerate(replies or []):
+        first = T - (len(answers[i]) + 1)  # the answer's first column (left padding)
+        for start, stop in spans:
+            labels[i, first + start : first + stop] = -100
+    return ids, mask, labels
+
+
+def target_replies(targets: list[str], env, where: str) -> list[list[tuple[int, int]]]:
+    """Where each target's environment replies lie ((start, stop) character offsets), each checked to be what the
+    environment answers: a target that puts other words in its mouth would teach a reply it never gives. Every call
+    of every target is answered by the environment's worker, in blocks, with a bar past a few seconds (a slow tool
+    says so, and cannot hang: each call has its deadline)."""
+    written = [written_calls(t, env, env.max_calls) for t in targets]
+    calls = [call for w in written for call, _, _ in w]
+    blocks = chunks(len(calls), 256)
+    answers = iter(
+        reply.text
+        for lo, hi in progress(blocks, len(blocks), f"checking {env.name}'s replies in the targets", "blocks")
+        for reply in env.call_many(calls[lo:hi])
+    )
+    spans = []
+    for i, (target, w) in enumerate(zip(targets, written, strict=True)):
+        spans.append([])
+        for call, start, stop in w:
+            said, answered = target[start:stop], next(answers)
+            if said != answered:
+                raise ValueError(
+                    f"{where} row {i + 1}: the target's reply to the call {call!r} is {said!r}, but {env.name} "
+                    f"answers {answered!r}"
+                )
+            spans[-1].append((start, stop))
+    return spans
+
+
+def missing_columns(cfg: SFTConfig, columns: list[str]) -> None:
+    """A ValueError naming completion_column or mix_column when the training split has no such column."""
+    for name in (cfg.completion_column, *([cfg.mix_column] if cfg.mix_column else [])):
+        if name not in columns:
+            column = "completion_column" if name == cfg.completion_column else "mix_column"
+            raise ValueError(
+                f"{column} {name!r}: {cfg.dataset}/{cfg.train_split} has no such column (columns: {', '.join(columns)})"
+            )
+
+
+def training_targets(cfg: SFTConfig, train) -> list[str]:
+    """Each training problem's target completion: completion_column's, or mix_column's for a fixed share of the
+    problems (mix_share, drawn by a generator of its own: the batches' draws are those of an unmixed run)."""
+    missing_columns(cfg, train.column_names)
+    targets = [str(t) for t in train[cfg.completion_column]]
+    if cfg.mix_share > 0:
+        alternative = train[cfg.mix_column]
+        for i in random.Random(cfg.seed).sample(range(len(targets)), round(cfg.mix_share * len(targets))):
+            targets[i] = str(alternative[i])
+    return targets
+
+
+def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
+    """Train and save the reference; returns a summary dict (also written as sft_summary.json)."""
+    out = Path(cfg.output_dir)
+    if (out / "config.json").exists() and not cfg.overwrite_output_dir:
+        raise ValueError(
+            f"output_dir {out} already holds a model; pass --overwrite_output_dir true to replace it, or choose "
+            f"another --output_dir"
+        )
+    check_apart(out, [Input("dataset", cfg.dataset, dataset_dir(cfg.dataset), True)])
+    t0 = time.time()
+    if cfg.torch_num_threads:
+        torch.set_num_threads(cfg.torch_num_threads)
+    torch.manual_seed(cfg.seed)
+    tokenizer = build_tokenizer(cfg.chars)
+    if cfg.task:
+        from ..data.task import get_task
+
+        task = get_task(cfg.task)
+        if not (task.data_dir / MANIFEST).is_file():
+            # A family's problems are written on first use: not for a model that would be refused anyway (its
+            # longest example is at most n_positions tokens).
+            check_memory(cfg, len(tokenizer), cfg.n_positions)
+        task.ensure_data()
+    columns = first_row_columns(cfg.dataset, cfg.train_split)  # (a column named wrong: said before the load)
+    if columns is not None:
+        missing_columns(cfg, columns)
+    train = load_split(cfg.dataset, cfg.train_split)
+    if cfg.train_size and cfg.train_size < len(train):
+        train = train.shuffle(seed=cfg.seed).select(range(cfg.train_size))
+    if cfg.eval_split:  # GRPO's checks of a held-out evaluation, before any training
+        verifier = Verifier.of(cfg.dataset, task=cfg.task or None)
+        check_held_out(verifier, train, load_split(cfg.dataset, cfg.eval_split), cfg)
+    targets = training_targets(cfg, train)
+    for i, (p, a) in enumerate(zip(train["prompt"], targets, strict=True)):
+        check_text(p + a, tokenizer, where=f"{cfg.dataset}/{cfg.train_split} row {i + 1}")
+    tools = reply_spans = None
+    if cfg.environment:
+        env = get_environment(cfg.environment)
+        tools = ToolUse(env, tokenizer, env.max_calls)
+        reply_spans = target_replies(targets, env, f"{cfg.dataset}/{cfg.train_split}")
+    ids, mask, labels = encode_examples(tokenizer, train["prompt"], targets, reply_spans)
+    if ids.size(1) > cfg.n_positions:
+        raise ValueError(f"n_positions={cfg.n_positions} is shorter than the longest example ({ids.size(1)})")
+    check_memory(cfg, len(tokenizer), ids.size(1))
+
+    config = TinyLMConfig(
+        vocab_size=len(tokenizer),
+        n_positions=cfg.n_positions,
+        n_embd=cfg.n_embd,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = TinyLMForCausalLM(config)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: (
+            0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.max_steps) / cfg.max_steps))
+            if cfg.lr_scheduler_type == "cosine"
+            else 1.0
+        ),
+    )
+    gen = torch.Generator().manual_seed(cfg.seed)
+    first_loss = last_loss = float("nan")
+    for step in range(1, cfg.max_steps + 1):
+        idx = torch.randint(0, ids.size(0), (cfg.per_device_train_batch_size,), generator=gen)
+        logits = model(ids[idx], attention_mask=mask[idx], use_cache=False).logits  # (B, T, V)
+        # Position t predicts token t + 1; only the answer and <eos> carry labels (-100 elsewhere).
+        loss = F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.size(-1)),
+            labels[idx][:, 1:].reshape(-1),
+            ignore_index=-100,
+            label_smoothing=cfg.label_smoothing,
+        )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        last_loss = loss.item()
+        if not math.isfinite(last_loss):  # the weights it came from are no use: stop, and save nothing
+            raise NonFiniteError(
+                f"step {step}: the loss is NaN or infinite (learning_rate={cfg.learning_rate} too large?); "
+                "stopped, nothing saved"
+            )
+        if step == 1:
+            first_loss = last_loss
+        if verbose and cfg.logging_steps and step % cfg.logging_steps == 0:
+            print(f"sft step {step:5d}  loss {last_loss:.4f}", flush=True)
+    train_time = time.time() - t0
+
+    max_new = max(len(a) for a in targets) + 2
+    summary = {
+        "train_problems": len(train),
+        **({"mixed_problems": round(cfg.mix_share * len(train))} if cfg.mix_share > 0 else {}),
+        "steps": cfg.max_steps,
+        "first_loss": first_loss,
+        "final_loss": last_loss,
+        "train_seconds": round(train_time, 2),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    if cfg.eval_split:
+        test = load_split(cfg.dataset, cfg.eval_split)
+        summary["eval_split"] = cfg.eval_split
+        verifier = Verifier.of(cfg.dataset, task=cfg.task or None)
+        rows = test.to_dict()
+        summary["eval_accuracy"], outs = greedy_accuracy(
+            model, tokenizer, rows, max_new, verifier, tools=tools
+        )
+        summary["eval_problems"] = len(test)
+        if verifier.formats is not None:  # the form the greedy completions take, and which are right
+            m = format_metrics(
+                "", verifier.formats, format_counts(verifier.formats, outs, verifier(outs, rows))
+            )
+            for key, name in (("format/", "eval_formats"), ("format_accuracy/", "eval_format_accuracy")):
+                summary[name] = {k.removeprefix(key): v for k, v in m.items() if k.startswith(key)}
+    bad = nonfinite_weight(model)  # (the last step's update may have made them so, after a finite loss)
+    if bad is not None:
+        raise NonFiniteError(
+            f"step {cfg.max_steps}: the weights are NaN or infinite ({bad}; learning_rate={cfg.learning_rate} too "
+            "large?); nothing saved"
+        )
+    texts = {
+        "sft_config.json": json.dumps(asdict(cfg), indent=2),
+        "sft_summary.json": json.dumps(summary, indent=2),
+    }
+    save_model_files(out, [model, tokenizer], texts)  # (all or nothing: a failed save leaves no half model)
+    if verbose:
+        acc = summary.get("eval_accuracy")
+        acc_s = (
+            f", held-out greedy accuracy {acc:.1%} on {summary['eval_problems']} problems"
+            if acc is not None
+            else ""
+        )
+        print(
+            f"reference saved to {out}: {summary['parameters']:,} parameters, {len(train)} training problems, "
+            f"{cfg.max_steps} steps in {train_time:.1f}s, loss {first_loss:.3f} -> {last_loss:.3f}{acc_s}"
+        )
+    return summary
