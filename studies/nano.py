@@ -68,12 +68,12 @@ def table(results: dict) -> str:
     rows = []
     for (split, steps), runs in groups.items():
         first, last = [r["curve"][0][1] for r in runs], [r["curve"][-1][1] for r in runs]
-        seeds = ", ".join(str(r["seed"]) for r in runs)
+        seeds = ("seeds " if len(runs) > 1 else "seed ") + ", ".join(str(r["seed"]) for r in runs)
         each = " / ".join(pct(x) for x in last)
         final = f"**{pct(median(last))}**" + (f" ({each})" if len(runs) > 1 else "")
         rows.append(
             [
-                f"{split}, seeds {seeds}",
+                f"{split}, {seeds}",
                 str(steps),
                 pct(median(first)),
                 final,
@@ -106,12 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.results:
         path = args.results
         try:
-            old = load(path)["runs"]
+            before = load(path)
+            old, commands = before["runs"], before["measurement"]["command"].split("; ")
         except (OSError, KeyError, ValueError):
-            old = []
+            old, commands = [], []
         mine = {(r["split"], r["max_steps"], r["seed"]) for r in runs}
         kept = [r for r in old if (r["split"], r["max_steps"], r["seed"]) not in mine]
-        results = summarize(kept + runs, command)
+        # (each study command that measured rows kept: the screen's and the report's)
+        commands = [c for c in commands if any(r["split"] in c or "--split" not in c for r in kept)] + [
+            command
+        ]
+        results = summarize(kept + runs, "; ".join(dict.fromkeys(commands)))
         save(path, results)
         print(f"wrote {path}; python -m studies.results draws the README's table from it", file=sys.stderr)
         print(table(results))

@@ -1,5 +1,5 @@
 """A run's JSONL logs, written by the main process: metrics.jsonl, completions.jsonl, warnings.jsonl, and what the report
-(tinygrpo/run/report.py) shows beside the metrics, written at every evaluation (prompt_stats.jsonl,
+(tinygrpo/run/report/) shows beside the metrics, written at every evaluation (prompt_stats.jsonl,
 eval_failures.jsonl, beliefs.jsonl). Each file is listed in launch.RUN_FILES and truncated on resume.
 
 completions.jsonl also holds, per logged completion, what the step's update did to each of its tokens (`StepTokens`:
