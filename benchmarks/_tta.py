@@ -69,7 +69,6 @@ TRL_ONLY = {
     "gradient_checkpointing": False,  # TRL's default True recomputes the blocks in backward; ours never does
     "bf16": False,  # TRL's default True where supported; ours trains in fp32
     "fp16": False,
-    "use_cpu": True,
     "report_to": "none",
     "save_strategy": "no",  # ours' checkpoints are off its clock (time/step), TRL's would be on it
     "eval_strategy": "no",  # the held-out evaluation is ours, in a callback, off the clock
@@ -81,8 +80,12 @@ TRL_ONLY = {
 def trl_settings(cfg: Any, output_dir: str) -> dict[str, Any]:
     """TRL GRPOConfig keyword arguments from our (parsed) GRPOConfig: SHARED copied, TRL_ONLY set, the rest TRL's
     defaults (logging_steps 10, shuffle_dataset, adamw_torch_fused, ...)."""
+    import torch
+
     kw = {n: getattr(cfg, n) for n in SHARED}
     kw.update(TRL_ONLY, generation_batch_size=cfg.per_device_train_batch_size, output_dir=output_dir)
+    # The same device as ours (launch.build_accelerator: a GPU where there is one): the same work on both sides.
+    kw["use_cpu"] = not torch.cuda.is_available()
     return kw
 
 
@@ -92,7 +95,7 @@ def strict_accuracy_for_trl(eos_token: str, eos_token_id: int) -> Callable[..., 
     TRL hands a reward function the completions decoded without special tokens (no <eos>, so the strict rule would
     score everything 0) and their token ids, cut after the first <eos>. Our trainer decodes with <eos> kept and
     padding dropped; with only <pad> and <eos> special in the char tokenizer, that text is TRL's plus <eos> when the
-    last id is <eos> (checked against tinygrpo.rollout.sampling.decode_rows in tests/test_benchmarks.py) - no second decode.
+    last id is <eos> (checked against tinygrpo.model.text.decode_rows in tests/test_benchmarks.py) - no second decode.
     """
     from rewards import accuracy as strict
 

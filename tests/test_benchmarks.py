@@ -736,3 +736,17 @@ def test_cost_curves_draws_again_from_a_results_file(tmp_path, capsys):
     assert results_module.load(docs / "results" / "cost_curves.json") == results_module.load(saved)
     assert "Written by `python measured it`" in (docs / "cost_curves.md").read_text()
     assert (docs / "cost_curves.png").stat().st_size > 0
+
+
+def test_trl_runs_on_the_device_ours_runs_on(monkeypatch):
+    """The time-to-accuracy peer gets the same device as our trainer (a GPU where there is one), not the CPU always:
+    the same work on both sides."""
+    import torch
+
+    from benchmarks._tta import trl_settings
+    from tinygrpo.run.config import GRPOConfig
+
+    cfg = GRPOConfig(output_dir="unused")
+    assert trl_settings(cfg, "out")["use_cpu"] is (not torch.cuda.is_available())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert trl_settings(cfg, "out")["use_cpu"] is False
