@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 from tinygrpo.rollout.environment import MAX_TIMEOUT_S, OUTCOMES, Environment, get_environment
 
-TIMEOUT = 0.2
+# The deadline of a call (counted from when the worker can take it): the tools that return at once do so far inside
+# it on a loaded machine; those that never return always reach it.
+TIMEOUT = 0.5
 
 
 def sleeps(a: int) -> int:
@@ -173,8 +175,8 @@ def answered_within(fn, bound: float):
 
 @pytest.mark.slow
 @pytest.mark.kills
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(st.sampled_from(sorted(EXPECTED)), min_size=1, max_size=8), st.integers(-5, 5))
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.sampled_from(sorted(EXPECTED)), min_size=1, max_size=6), st.integers(-5, 5))
 def test_any_sequence_of_hostile_calls_is_answered_each_as_its_class_allows(names, arg):
     calls = [f"{n} {arg}" for n in names]
     # one call at a time, and all in one batch (as a decode step sends them)

@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .environment import Environment, Reply
 
+READY = "ready"  # the worker's first message: it can take calls
+STARTUP_S = 60.0  # a worker not up by then is taken for dead
+
 
 def _serve(conn, env: Environment, die_with_parent: bool) -> None:
     """The worker: answer each batch of calls' texts, one reply at a time, until the pipe closes."""
@@ -35,6 +38,7 @@ def _serve(conn, env: Environment, die_with_parent: bool) -> None:
             pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (Ctrl-C is the run's to handle, not a tool's)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    conn.send(READY)
     while True:
         try:
             texts = conn.recv()
@@ -63,6 +67,15 @@ class ToolWorker:
         self.process = ctx.Process(target=_serve, args=(child, self.env, main), daemon=True, name="tools")
         self.process.start()
         child.close()
+        # A call's deadline counts from when the worker can take it: a fork of a large process, on a loaded machine,
+        # can take longer to start than a call may (that is no call's fault). A worker not up in STARTUP_S is dead.
+        try:
+            up = self.conn.poll(STARTUP_S) and self.conn.recv() == READY
+        except (EOFError, OSError):
+            up = False
+        if not up:
+            self.stop()
+            raise OSError("the tool worker did not start")
 
     def stop(self) -> None:
         """Kill the worker (a later call starts another)."""
@@ -78,7 +91,11 @@ class ToolWorker:
         while len(replies) < len(texts):
             if self.process is None or not self.process.is_alive():
                 self.stop()
-                self._start()
+                try:
+                    self._start()
+                except OSError:  # (no worker: the call is answered as failed, the run goes on)
+                    replies.append(self.env.failed("raised"))
+                    continue
             try:
                 self.conn.send(texts[len(replies) :])
             except OSError:  # (it died since: the call it would have taken fails, a fresh one goes on)
