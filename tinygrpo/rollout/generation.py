@@ -91,11 +91,9 @@ class BatchGenerator:
         return self._prompts
 
     @prompts.setter
-    def prompts(
-        self, prompts: PromptSource
-    ) -> None:  # (the scorer reads the same prompts' texts and columns)
+    def prompts(self, prompts: PromptSource) -> None:
         self._prompts = prompts
-        if hasattr(self, "scorer"):
+        if hasattr(self, "scorer"):  # (the scorer reads the same prompts' texts and columns)
             self.scorer.prompts = prompts
 
     def state_dict(self) -> dict:
@@ -150,12 +148,8 @@ class BatchGenerator:
         """The registered estimator's advantages over the GLOBAL batch (exact for scale_rewards="batch"), each
         process keeping its own rows (in place); the per-prompt statistics fold in the round's global rewards."""
         cfg, rank = self.cfg, self.procs.rank
-        sizes, gather, gather_units, start = (
-            r.sizes,
-            self.procs.gather,
-            self.procs.gather,
-            rank * r.rewards.numel(),
-        )
+        sizes, start = r.sizes, rank * r.rewards.numel()
+        gather = gather_units = self.procs.gather
         all_sizes = None
         P = len(r.idx) if sizes is None else len(sizes)  # this process's groups
         if sizes is not None:  # every process's groups, in rank order (as many on each; rows may differ)

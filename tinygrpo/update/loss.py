@@ -27,7 +27,8 @@ from ..algorithm.core import aggregate_loss, entropy_from_logits, masked_mean, s
 from ..algorithm.loss_config import LossConfig
 from ..algorithm.policy_losses import POLICY_LOSSES
 from ..rollout.batch import Batch
-from .loss_terms import TOKEN_TERMS, Tokens, explore_weights, kl_terms  # noqa: F401  (explore_weights: as before)
+from .loss_terms import TOKEN_TERMS, Tokens, kl_terms
+from .loss_terms import explore_weights as explore_weights  # (importable from here, as before)
 
 # The per-token statistics a loss reports, as masked sums ("tokens" first: divide by it for means).
 STAT_NAMES = ("tokens", "entropy", "ratio", "clip_ratio/low", "clip_ratio/high", "clip_ratio/region")
