@@ -33,6 +33,7 @@ def seed_reference(tmp_path_factory) -> str:
         n_positions=16,
         logging_steps=0,
         seed=0,
+        kernels="native",  # (in this process: a fixture, not the default reference)
     )
     train_reference(cfg, verbose=False)
     return str(out)

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -123,8 +126,53 @@ def training_targets(cfg: SFTConfig, train) -> list[str]:
     return targets
 
 
+# The kernels every x86-64 CPU runs alike: ATen's generic (non-vectorised) ones, MKL in its conditional numerical
+# reproducibility mode (the same results on every Intel and compatible CPU), oneDNN at most at SSE4.1. They are read
+# when torch and MKL load, so a process is started with them (kernels="portable").
+PORTABLE = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_CBWR": "COMPATIBLE",
+    "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+    "ONEDNN_MAX_CPU_ISA": "SSE41",
+}
+# How a child says why it stopped (its last stderr line is "error: ..."), as the exception the caller would get.
+CHILD_ERRORS = {2: ValueError, 3: NonFiniteError}
+
+
+def on_portable_kernels() -> bool:
+    """Whether this process was started on PORTABLE's kernels."""
+    return torch.backends.cpu.get_cpu_capability() == "DEFAULT" and all(
+        os.environ.get(k) == v for k, v in PORTABLE.items()
+    )
+
+
+def train_in_child(cfg: SFTConfig, verbose: bool) -> dict:
+    """train_reference in a process started on PORTABLE's kernels (`python -m tinygrpo.run.sft CONFIG_JSON`): its
+    lines printed as they come, its error raised here as the same class with the same message."""
+    child = subprocess.run(
+        [sys.executable, "-m", "tinygrpo.run.sft", json.dumps(asdict(cfg)), "1" if verbose else "0"],
+        env={**os.environ, **PORTABLE},
+        stdout=None if verbose else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = child.stderr.splitlines()
+    said = [line for line in lines if not line.startswith("error: ")]
+    if said and verbose:
+        print("\n".join(said), file=sys.stderr)
+    if child.returncode:
+        errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+        if child.returncode in CHILD_ERRORS and errors:
+            raise CHILD_ERRORS[child.returncode](errors[-1])
+        raise RuntimeError(
+            f"the reference's training process exited with {child.returncode}: {child.stderr[-2000:]}"
+        )
+    return json.loads((Path(cfg.output_dir) / "sft_summary.json").read_text())
+
+
 def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
-    """Train and save the reference; returns a summary dict (also written as sft_summary.json)."""
+    """Train and save the reference; returns a summary dict (also written as sft_summary.json). With
+    kernels="portable" in a process not started on them, its inputs are checked here and it trains in one that is."""
     out = Path(cfg.output_dir)
     if (out / "config.json").exists() and not cfg.overwrite_output_dir:
         raise ValueError(
@@ -167,6 +215,10 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     if ids.size(1) > cfg.n_positions:
         raise ValueError(f"n_positions={cfg.n_positions} is shorter than the longest example ({ids.size(1)})")
     check_memory(cfg, len(tokenizer), ids.size(1))
+    if (
+        cfg.kernels == "portable" and not on_portable_kernels()
+    ):  # (every check above made here: one line, at once)
+        return train_in_child(cfg, verbose)
 
     config = TinyLMConfig(
         vocab_size=len(tokenizer),
@@ -226,6 +278,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         "final_loss": last_loss,
         "train_seconds": round(train_time, 2),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "kernels": f"{cfg.kernels} ({torch.backends.cpu.get_cpu_capability()})",
     }
     if cfg.eval_split:
         test = load_split(cfg.dataset, cfg.eval_split)
@@ -265,3 +318,25 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             f"{cfg.max_steps} steps in {train_time:.1f}s, loss {first_loss:.3f} -> {last_loss:.3f}{acc_s}"
         )
     return summary
+
+
+def child_main(argv: list[str]) -> int:
+    """`python -m tinygrpo.run.sft CONFIG_JSON VERBOSE`: train_in_child's process."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # (as train_sft.py: no bars around the script's own lines)
+    datasets.disable_progress_bars()
+    try:
+        train_reference(SFTConfig(**json.loads(argv[0])), verbose=argv[1] == "1")
+    except NonFiniteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))

@@ -108,6 +108,19 @@ class SFTConfig:
             "`accelerate launch train_grpo.py` (one thread a process) trains it; at this size one thread is as fast."
         },
     )
+    kernels: str = field(
+        default="portable",
+        metadata={
+            "help": "portable or native: the CPU kernels the reference trains on. torch's x86 builds pick ATen's, "
+            "MKL's and oneDNN's kernels by instruction set (AVX-512, AVX2, ...), each summing in its own order, and a "
+            "reference trained partway amplifies those last bits into another model (the default one's held-out "
+            "accuracy moved by 11 points between CPUs, in float64 too). portable trains in a process on the kernels "
+            "every x86-64 CPU runs alike (ATen's generic ones, MKL's conditional numerical reproducibility mode "
+            "MKL_CBWR=COMPATIBLE, oneDNN at SSE4.1: tinygrpo.run.sft.PORTABLE), so that every such CPU trains the same "
+            "reference; native trains in this process on its own kernels, faster (Intel, MKL developer reference: "
+            "'Obtaining Numerically Reproducible Results')."
+        },
+    )
     n_positions: int = field(default=32, metadata={"help": "Context length (prompt + completion)."})
     chars: str = field(default=DEFAULT_CHARS, metadata={"help": "Tokenizer characters (plus <pad>, <eos>)."})
     seed: int = field(default=0, metadata={"help": "Seed for the sample of problems, init and batches."})
@@ -155,7 +168,7 @@ def task_recipe(name: str) -> dict:
     return {"dataset": task.dataset, "chars": task.chars, **task.reference}
 
 
-SFT_CHOICES = {"lr_scheduler_type": ("constant", "cosine")}
+SFT_CHOICES = {"lr_scheduler_type": ("constant", "cosine"), "kernels": ("portable", "native")}
 # Single-field bounds, checked in this order by tinygrpo.run.config.check_fields (after the finite-number check), as
 # GRPOConfig's BOUNDS: "{name} must be {bound.describe()}, got {value}".
 SFT_BOUNDS: dict[str, Bound] = {

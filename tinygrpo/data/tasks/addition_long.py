@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 
-from tinygrpo.data.task import Task, register_task
+from tinygrpo.data.task import NATIVE_KERNELS, Task, register_task
 from tinygrpo.data.tasks._formats import FORMATS
 from tinygrpo.data.tasks._splits import split_rows
 
@@ -95,6 +95,7 @@ def kinds(rows: dict[str, list]) -> dict[str, list[bool]]:
 # `python train_sft.py --task NAME` gives on any machine. Every format keeps it (n_positions aside: the worked
 # completion is longer).
 REFERENCE = {
+    **NATIVE_KERNELS,
     "train_size": 0,
     "eval_split": "validation",
     "n_layer": 4,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 from rewards.countdown import parse_expression
-from tinygrpo.data.task import Task, register_task
+from tinygrpo.data.task import NATIVE_KERNELS, Task, register_task
 from tinygrpo.data.tasks._splits import split_rows
 
 SIZES = {"validation": 500, "test": 500, "train": 20_000}  # (train last: see split_rows)
@@ -71,6 +71,7 @@ TASK = register_task(
         correct="countdown",
         rewards=("countdown_partial",),
         reference={
+            **NATIVE_KERNELS,
             "output_dir": "checkpoints/countdown",
             "train_size": 0,
             "eval_split": "validation",

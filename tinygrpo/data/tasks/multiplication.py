@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 
-from tinygrpo.data.task import Formats, Task, register_task
+from tinygrpo.data.task import NATIVE_KERNELS, Formats, Task, register_task
 from tinygrpo.data.tasks._formats import FORMATS, completion_format
 from tinygrpo.data.tasks._splits import split_rows
 
@@ -119,6 +119,7 @@ def _task(
             correct=correct,
             dataset="multiplication",
             reference={
+                **NATIVE_KERNELS,
                 "output_dir": f"checkpoints/{name}",
                 "completion_column": column,
                 **mix,

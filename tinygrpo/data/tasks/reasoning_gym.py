@@ -16,7 +16,7 @@ import os
 import sys
 from functools import lru_cache
 
-from tinygrpo.data.task import Task, register_task_family
+from tinygrpo.data.task import NATIVE_KERNELS, Task, register_task_family
 from tinygrpo.data.tasks._splits import split_rows
 
 SIZES = {"validation": 500, "test": 500, "train": 10_000}  # (train last: see split_rows)
@@ -159,6 +159,7 @@ def make(name: str) -> Task:
         correct="reasoning_gym",
         dataset=dataset,
         reference={
+            **NATIVE_KERNELS,
             "output_dir": f"checkpoints/{dataset}",
             "train_size": 0,
             "eval_split": "validation",

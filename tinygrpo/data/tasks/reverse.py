@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import string
 
-from tinygrpo.data.task import Task, register_task
+from tinygrpo.data.task import NATIVE_KERNELS, Task, register_task
 from tinygrpo.data.tasks._splits import split_rows
 
 SIZES = {"validation": 500, "test": 500, "train": 20_000}  # (train last: see split_rows)
@@ -45,6 +45,7 @@ TASK = register_task(
         config="configs/reverse.yaml",
         correct="exact_match",
         reference={
+            **NATIVE_KERNELS,
             "output_dir": "checkpoints/reverse",
             "train_size": 0,
             "eval_split": "validation",
