@@ -88,6 +88,7 @@ def shape_parser(
         "lengths it samples, stay put over the timed steps; a step's work does not depend on the rate.",
     )
     p.add_argument("--model_name_or_path", default=None, help=model_help)
+    add_bench_dir_args(p)
     p.add_argument("--json", default=None, help=json_help)
     p.add_argument(
         "--grouped_forward",
@@ -97,6 +98,29 @@ def shape_parser(
         "to measure what the fast path buys.",
     )
     return p
+
+
+SEED_REFERENCE_STEPS = 300  # SFT steps of the benchmark's seed-bank reference
+
+
+def add_bench_dir_args(parser: argparse.ArgumentParser, *, reference: bool = True) -> None:
+    """--bench_dir (where the benchmark's own models are built once and reused) and, with `reference`,
+    --reference_steps (how long the seed-bank reference trains when it is built)."""
+    parser.add_argument(
+        "--bench_dir",
+        default=str(DEFAULT_BENCH_DIR),
+        help="Where the benchmark's own models are built the first time they are needed and reused after: the "
+        "seed-bank reference and the random pairs (default runs/bench).",
+    )
+    if reference:
+        parser.add_argument(
+            "--reference_steps",
+            type=int,
+            default=SEED_REFERENCE_STEPS,
+            help=f"SFT steps of the seed-bank reference when it is built (default {SEED_REFERENCE_STEPS}; "
+            "another number is kept apart, in BENCH_DIR/seed_reference_sftN): a few for a smoke run of the "
+            "script. Unused with --model_name_or_path.",
+        )
 
 
 def parse_bool(text: str) -> bool:
@@ -137,11 +161,16 @@ def parse_inits(text: str) -> list[str]:
     return out
 
 
-def model_dirs(init: str, model_name_or_path: str | None) -> ModelDirs:
+def model_dirs(
+    init: str,
+    model_name_or_path: str | None,
+    workdir: str | Path = DEFAULT_BENCH_DIR,
+    sft_steps: int = SEED_REFERENCE_STEPS,
+) -> ModelDirs:
     if init == "random":
-        tiny, gpt2 = ensure_random_pair()
+        tiny, gpt2 = ensure_random_pair(Path(workdir))
         return ModelDirs(init, tiny, gpt2, gpt2)
-    path = ensure_seed_reference(model_name_or_path)
+    path = ensure_seed_reference(model_name_or_path, Path(workdir), sft_steps)
     return ModelDirs(init, path, path, path)
 
 
@@ -153,7 +182,7 @@ def run_shapes(args, run_shape, report) -> list[dict]:
     quiet()
     results = []
     for init in args.init:
-        dirs = model_dirs(init, args.model_name_or_path)
+        dirs = model_dirs(init, args.model_name_or_path, args.bench_dir, args.reference_steps)
         for prompts, G in args.shapes:
             print(f"{init}: shape {prompts}x{G} ...", file=sys.stderr, flush=True)
             r = run_shape(dirs, prompts, G, args)
@@ -219,17 +248,24 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return out
 
 
-def ensure_seed_reference(path: str | None, workdir: Path = DEFAULT_BENCH_DIR, sft_steps: int = 300) -> str:
+def ensure_seed_reference(
+    path: str | None, workdir: Path = DEFAULT_BENCH_DIR, sft_steps: int = SEED_REFERENCE_STEPS
+) -> str:
     """A model directory both trainers can load by path.
 
     `path` given: used as is. Otherwise a 2-layer, 64-wide char GPT (the default architecture, 32 positions, the
-    14-token vocabulary) is SFT'd on the 36 seed-bank questions into `workdir/seed_reference` once and reused.
+    14-token vocabulary) is SFT'd for `sft_steps` on the 36 seed-bank questions into `workdir/seed_reference`
+    once and reused (`seed_reference_sftN` for another number of steps: a reference of the default budget is never
+    mistaken for a shorter one, nor the other way round).
     """
     if path:
         if not (Path(path) / "config.json").is_file():
             raise SystemExit(f"error: --model_name_or_path {path}: no model there (missing config.json)")
         return str(path)
-    out = Path(workdir) / "seed_reference"
+    if sft_steps < 1:
+        raise SystemExit(f"error: --reference_steps must be >= 1, got {sft_steps}")
+    name = "seed_reference" if sft_steps == SEED_REFERENCE_STEPS else f"seed_reference_sft{sft_steps}"
+    out = Path(workdir) / name
     if (out / "config.json").is_file():
         return str(out)
     from tinygrpo.run.sft import SFTConfig, train_reference
@@ -335,6 +371,14 @@ def fmt_mmm(xs: Sequence[float], digits: int = 0, scale: float = 1.0) -> str:
     """'median (min-max)'."""
     med, lo, hi = median_min_max([x * scale for x in xs])
     return f"{med:,.{digits}f} ({lo:,.{digits}f}-{hi:,.{digits}f})"
+
+
+def device_line(devices: dict[str, Sequence[str]]) -> str:
+    """'device: ours cpu, trl cpu': where each peer of a comparison ran (every device it ran on, '+' between), one
+    line that a reader and a test (tests/test_benchmarks_smoke.py) check: a comparison is like for like only when
+    every peer ran on the same device."""
+    ran = {peer: "+".join(sorted(set(d))) or "none (it did not run)" for peer, d in devices.items()}
+    return "device: " + ", ".join(f"{peer} {d}" for peer, d in ran.items())
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -77,15 +77,21 @@ TRL_ONLY = {
 }
 
 
+def our_device() -> str:
+    """Where train_grpo.py trains: tinygrpo.run.launch.build_accelerator's choice, a GPU where there is one (decided
+    here without building an Accelerator, which would hold a CUDA context in this parent process)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def trl_settings(cfg: Any, output_dir: str) -> dict[str, Any]:
     """TRL GRPOConfig keyword arguments from our (parsed) GRPOConfig: SHARED copied, TRL_ONLY set, the rest TRL's
     defaults (logging_steps 10, shuffle_dataset, adamw_torch_fused, ...)."""
-    import torch
-
     kw = {n: getattr(cfg, n) for n in SHARED}
     kw.update(TRL_ONLY, generation_batch_size=cfg.per_device_train_batch_size, output_dir=output_dir)
-    # The same device as ours (launch.build_accelerator: a GPU where there is one): the same work on both sides.
-    kw["use_cpu"] = not torch.cuda.is_available()
+    # The same device as ours (a GPU where there is one): the same work on both sides.
+    kw["use_cpu"] = our_device() == "cpu"
     return kw
 
 
@@ -198,7 +204,13 @@ def run_trl(cfg: Any, model_path: str, eval_limit: int, eval_every: int, out: Pa
         redirect_stderr(log),
     ):  # its per-10-step logs
         trainer.train()
-    return {"points": clock.points, "threads_seen": clock.threads_seen, "eval_seconds": clock.eval_total}
+    device = next(trainer.model.parameters()).device.type  # where it trained (the parent checks it)
+    return {
+        "points": clock.points,
+        "threads_seen": clock.threads_seen,
+        "eval_seconds": clock.eval_total,
+        "device": device,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ the summary

@@ -22,7 +22,8 @@ phases (time/generate, time/ref_old_logps, time/optimize as shares of time/step)
 bound: the step's matmul FLOPs (limit.py's analytic count from each timed step's own lengths, prompt keys and
 values shared) per second, over the best fp32 matmul rate measured in the same process (torch.mm at 256^3, or the
 model's four block Linears on (P*G, n_embd) rows, whichever is faster). A step far below the bound is
-dispatch-bound (a few hundred tiny operations whose fixed costs dominate); near it, compute-bound.
+dispatch-bound (a few hundred tiny operations whose fixed costs dominate); near it, compute-bound. A run prints the
+device each trainer ran on, over its points (`device: ours cpu, trl cpu`): both on the CPU.
 
 `--docs DIR` writes DIR/results/cost_curves.json (the results: each point's numbers, ours and TRL's, TRL's ms per
 step over ours, the settings, the command and the machine), DIR/cost_curves.md (drawn from that file alone by
@@ -49,7 +50,9 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import (  # noqa: E402
     REPO_ROOT,
+    add_bench_dir_args,
     command_line,
+    device_line,
     parse_bool,
     quiet,
     script_parser,
@@ -101,6 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--trl_steps", type=int, default=4, help="Timed TRL steps per point (default 4).")
     p.add_argument(
+        "--max_points",
+        type=int,
+        default=0,
+        help="Measure only the first N points of each sweep (default 0: every point); a smoke run of the script: "
+        "--sweeps length --max_points 1.",
+    )
+    add_bench_dir_args(p, reference=False)
+    p.add_argument(
         "--docs",
         default=None,
         help="Write DOCS/results/cost_curves.json (the results), DOCS/cost_curves.md (drawn from them) and "
@@ -135,7 +146,7 @@ def measure_ours(pt: Point, args) -> dict:
     from benchmarks._common import build_our_trainer, ensure_random_pair
     from benchmarks.limit import Arch, matmul_gflops, step_flops
 
-    tiny, _ = ensure_random_pair(n_embd=pt.n_embd, n_layer=pt.n_layer, n_head=pt.n_head)
+    tiny, _ = ensure_random_pair(Path(args.bench_dir), n_embd=pt.n_embd, n_layer=pt.n_layer, n_head=pt.n_head)
     N = pt.P * pt.G
     trainer = build_our_trainer(
         tiny,
@@ -178,6 +189,7 @@ def measure_ours(pt: Point, args) -> dict:
         "params_m": sum(p.numel() for p in trainer.model.parameters()) / 1e6,
         "base_rss_mib": base_rss,
         "peak_rss_mib": peak_rss_mib(base_rss),
+        "device": next(trainer.model.parameters()).device.type,
     }
 
 
@@ -188,7 +200,7 @@ def measure_trl(pt: Point, args) -> dict:
     from benchmarks._common import ensure_random_pair
     from benchmarks.vs_trl import build_trl_trainer
 
-    _, gpt2 = ensure_random_pair(n_embd=pt.n_embd, n_layer=pt.n_layer, n_head=pt.n_head)
+    _, gpt2 = ensure_random_pair(Path(args.bench_dir), n_embd=pt.n_embd, n_layer=pt.n_layer, n_head=pt.n_head)
     W, K = args.warmup, args.trl_steps
     gaps: list[float] = []
     lengths: list[float] = []
@@ -211,8 +223,14 @@ def measure_trl(pt: Point, args) -> dict:
                 lengths.append(mt["completions/mean_length"][-1])
             self.last = time.perf_counter()
 
+    # vs_trl.py's options that build_trl_trainer reads (no task: the addition problems and exact match)
     ns = argparse.Namespace(
-        max_completion_length=pt.max_completion_length, beta=BETA, loss_type="dapo", device="cpu", bf16=False
+        task="",
+        max_completion_length=pt.max_completion_length,
+        beta=BETA,
+        loss_type="dapo",
+        device="cpu",
+        bf16=False,
     )
     cb = Clock()
     trl = build_trl_trainer(gpt2, pt.P, pt.G, W + K, LEARNING_RATE, ns, cb, dataset=DATASET)
@@ -227,6 +245,7 @@ def measure_trl(pt: Point, args) -> dict:
         "mean_length": statistics.mean(lengths[W:]) if len(lengths) > W else float("nan"),
         "base_rss_mib": rss[0] if rss else float("nan"),
         "peak_rss_mib": peak_rss_mib(*rss),
+        "device": next(trl.model.parameters()).device.type,
     }
 
 
@@ -247,6 +266,8 @@ def run_point(pt: Point, trainer: str, args) -> dict | None:
         str(args.min_seconds),
         "--trl_steps",
         str(args.trl_steps),
+        "--bench_dir",
+        str(args.bench_dir),
     ]
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
@@ -357,8 +378,10 @@ def machine_line(results: dict) -> str:
     """The conditions of the measurement (load matters a lot on a shared machine), from the results."""
     m = results["measurement"]
     load = m.get("load_average")
+    # (torch's version: under `versions` in a file its run wrote, under `machine` in the earlier files)
+    torch = (m.get("versions") or m["machine"]).get("torch", "version not recorded")
     return (
-        f"torch {m['machine']['torch']}, {m['torch_threads']} thread(s) (--threads {m['threads']}), "
+        f"torch {torch}, {m['torch_threads']} thread(s) (--threads {m['threads']}), "
         f"{m['machine']['cores']} CPUs"
         + ("" if load is None else ", load average {:.2f} {:.2f} {:.2f}".format(*load))
     )
@@ -499,8 +522,10 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(
             f"error: --sweeps {args.sweeps!r}: expected a comma-separated list of {', '.join(SWEEPS)}"
         )
-    if args.min_seconds <= 0 or args.warmup < 0 or args.trl_steps < 1:
-        raise SystemExit("error: --min_seconds must be > 0, --warmup >= 0, --trl_steps >= 1")
+    if args.min_seconds <= 0 or args.warmup < 0 or args.trl_steps < 1 or args.max_points < 0:
+        raise SystemExit(
+            "error: --min_seconds must be > 0, --warmup >= 0, --trl_steps >= 1, --max_points >= 0"
+        )
     if args.trl:
         try:
             import trl  # noqa: F401
@@ -521,7 +546,7 @@ def main(argv: list[str] | None = None) -> dict:
         for sweep in sweeps:
             print(f"{sweep}:", file=sys.stderr, flush=True)
             measured[sweep] = []
-            for pt in SWEEPS[sweep]:
+            for pt in SWEEPS[sweep][: args.max_points or None]:
                 ours = run_point(pt, "ours", args)
                 trl = (
                     run_point(pt, "trl", args)
@@ -530,6 +555,12 @@ def main(argv: list[str] | None = None) -> dict:
                 )
                 measured[sweep].append({"point": asdict(pt), "ours": ours, "trl": trl})
         results = summarize(measured, args, command)
+        # where each trainer ran, over every point it ran (TRL beside us only like for like on our device)
+        ran = [r for rows in measured.values() for r in rows]
+        peers = {"ours": [r["ours"]["device"] for r in ran if r["ours"]]}
+        if args.trl:
+            peers["trl"] = [r["trl"]["device"] for r in ran if r["trl"]]
+        print(device_line(peers))
     print(report(results))
     if args.json:
         save(Path(args.json), results)

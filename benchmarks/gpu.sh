@@ -1,30 +1,46 @@
 #!/usr/bin/env bash
-# GPU readiness, a few minutes on one NVIDIA GPU (CI never runs it):
+# GPU readiness, on one NVIDIA GPU (CI runs only --cpu, in tests/test_benchmarks_smoke.py):
 #
 #   bash benchmarks/gpu.sh            # fp32
-#   bash benchmarks/gpu.sh --bf16     # the same under bf16 autocast (--bf16 true in both trainers)
+#   bash benchmarks/gpu.sh --bf16     # steps 1-3 under bf16 autocast (--bf16 true in both trainers)
 #   bash benchmarks/gpu.sh --cpu      # the same steps on the CPU, shortened: checks the script itself
 #
 # 1. host synchronisations of the grouped fast path on the GPU (torch.cuda.set_sync_debug_mode): per scoring
 #    forward and per decode step, against the number of layers (none may grow with the layers);
 # 2. the default experiment (`train_grpo.py` with its defaults) on the GPU: held-out accuracy before / after,
 #    seconds and peak host memory;
-# 3. benchmarks/vs_trl.py on the GPU, both starting points, 36x8 and 4x8.
-# Output: $OUT (default runs/gpu): gpu.log and what each step writes.
+# 3. benchmarks/vs_trl.py on the GPU, both starting points, 36x8 and 4x8;
+# 4. benchmarks/time_to_accuracy.py --peer trl,ours_default --seeds 42 on the GPU: held-out accuracy against
+#    training seconds, TRL's GRPOTrainer and our default, 1000 steps each, in fp32 (its TRL peer has no bf16).
+# Steps 3 and 4 print where each trainer ran, a line like `device: ours cuda, trl cuda`.
+# Output: $OUT (default runs/gpu): gpu.log and what each step writes, results files included (nothing goes to
+# docs/results), and the benchmark's own models in $OUT/bench. REFERENCE=DIR: the initial policy of steps 2 and 4
+# (default train_grpo.py's, checkpoints/reference, trained first if missing). --cpu shortens every step to a check
+# (its figures mean nothing): 2 training steps in step 2, one 2x4 block of one step and a 20-step seed reference in
+# step 3, one step evaluated on 50 problems in step 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEVICE=cuda BF16=false QUICK=()
+DEVICE=cuda BF16=false QUICK=() VS_TRL=() TTA=()
 for arg in "$@"; do
   case "$arg" in
     --bf16) BF16=true ;;
-    --cpu) DEVICE=cpu QUICK=(--max_steps 20 --eval_steps 10) ;;
+    --cpu)
+      DEVICE=cpu
+      QUICK=(--max_steps 2 --eval_steps 2)
+      VS_TRL=(--reps 1 --steps 1 --warmup 0 --profile_steps 1 --shapes 2x4 --reference_steps 20)
+      TTA=(--max_steps 1 --eval_steps 1 --eval_limit 50)
+      ;;
     *) echo "error: unknown argument $arg (expected --bf16 or --cpu)" >&2; exit 2 ;;
   esac
 done
 OUT=${OUT:-runs/gpu}
+BENCH=$OUT/bench
+REF=() && [[ -n ${REFERENCE:-} ]] && REF=(--model_name_or_path "$REFERENCE")
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu.log") 2>&1
 export TOKENIZERS_PARALLELISM=false
+# train_grpo.py and time_to_accuracy.py take a GPU wherever there is one: --cpu hides it from every step
+[[ $DEVICE == cpu ]] && export CUDA_VISIBLE_DEVICES=""
 
 echo "== device"
 DEVICE=$DEVICE python - <<'PY'
@@ -38,7 +54,7 @@ else:
 PY
 
 echo "== 1. host synchronisations of the grouped fast path"
-DEVICE=$DEVICE BF16=$BF16 python - <<'PY'
+DEVICE=$DEVICE BF16=$BF16 BENCH=$BENCH python - <<'PY'
 import os, sys, warnings
 sys.path.insert(0, "benchmarks")
 import torch
@@ -47,7 +63,7 @@ from _common import build_our_trainer, ensure_random_pair, quiet
 quiet()
 dev, bf16 = os.environ["DEVICE"], os.environ["BF16"] == "true"
 for n_layer in (2, 8):
-    tiny, _ = ensure_random_pair(n_layer=n_layer)
+    tiny, _ = ensure_random_pair(os.environ["BENCH"], n_layer=n_layer)
     tr = build_our_trainer(tiny, 36, 8, 1, learning_rate=1e-5, device=dev, bf16=bf16)
     tr.training_step()
     out = tr.training_step()
@@ -69,13 +85,22 @@ for n_layer in (2, 8):
             if dev == "cuda":
                 torch.cuda.set_sync_debug_mode("default")
         counts[name] = sum("synchroniz" in str(w.message) for w in caught)
-    print(f"n_layer {n_layer}: host syncs per call: {counts}" + ("" if dev == "cuda" else " (CPU: not counted)"))
+    note = "" if dev == "cuda" else " (CPU: not counted)"
+    print(f"n_layer {n_layer} on {dev_t.type}: host syncs per call: {counts}{note}")
 PY
 
 echo "== 2. the default experiment"
 rm -rf "$OUT/default"
-/usr/bin/time -v python train_grpo.py --output_dir "$OUT/default" --bf16 "$BF16" "${QUICK[@]}" 2>"$OUT/default.time" \
-  | grep -Ei "held-out|accuracy|error|note" || true
+# (GNU time's peak memory where it is installed; the run alone otherwise)
+TIME=() && [[ -x /usr/bin/time ]] && TIME=(/usr/bin/time -v)
+status=0
+"${TIME[@]}" python train_grpo.py --output_dir "$OUT/default" --bf16 "$BF16" "${REF[@]}" "${QUICK[@]}" \
+  2>"$OUT/default.time" | { grep -Ei "held-out|accuracy|error|note" || true; } || status=$?
+if ((status)); then
+  sed '/Command being timed:/,$d' "$OUT/default.time" | tail -n 30  # its error (GNU time's report cut)
+  echo "error: train_grpo.py exited with $status" >&2
+  exit "$status"
+fi
 grep -E "Elapsed|Maximum resident" "$OUT/default.time" || true
 DEVICE=$DEVICE OUTDIR="$OUT/default" python - <<'PY'
 import json, os
@@ -86,8 +111,14 @@ PY
 
 echo "== 3. vs_trl.py"
 if [[ $DEVICE == cpu ]]; then
-  python benchmarks/vs_trl.py --threads 1 --device cpu --bf16 "$BF16" --reps 1 --steps 3 --warmup 1 --shapes 4x8 --results "$OUT/vs_trl_results.json"
+  python benchmarks/vs_trl.py --threads 1 --device cpu --bf16 "$BF16" --bench_dir "$BENCH" "${VS_TRL[@]}" \
+    --results "$OUT/vs_trl_results.json"
 else
-  python benchmarks/vs_trl.py --threads 1 --device cuda --bf16 "$BF16" --json "$OUT/vs_trl.json" --results "$OUT/vs_trl_results.json"
+  python benchmarks/vs_trl.py --threads 1 --device cuda --bf16 "$BF16" --bench_dir "$BENCH" \
+    --json "$OUT/vs_trl.json" --results "$OUT/vs_trl_results.json"
 fi
+
+echo "== 4. time_to_accuracy.py"
+python benchmarks/time_to_accuracy.py --threads 1 --peer trl,ours_default --seeds 42 "${REF[@]}" "${TTA[@]}" \
+  --output_dir "$OUT/time_to_accuracy" --results "$OUT/time_to_accuracy_results.json"
 echo "== done: $OUT/gpu.log"

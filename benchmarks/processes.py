@@ -39,6 +39,7 @@ from benchmarks._common import (  # noqa: E402
     md_table,
     parse_bool,
     script_parser,
+    set_threads,
 )
 from studies.results import RESULTS, markdown, measurement, save  # noqa: E402
 
@@ -58,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="As train_grpo.py (default true): groups without signal stay out of the forward/backward.",
     )
     p.add_argument(
+        "--model_name_or_path",
+        default=None,
+        help="The initial policy of every run (default: train_grpo.py's, checkpoints/reference, which the first run "
+        "trains if it is missing).",
+    )
+    p.add_argument(
         "--results",
         default=str(RESULTS / "processes.json"),
         help="The results file the docs' table is drawn from, written whole (default docs/results/processes.json; "
@@ -74,6 +81,7 @@ def command(n_proc: int, args, out: Path, per_device: int) -> list[str]:
         *f"--dynamic_sampling false --beta 0 --torch_num_threads {args.threads} --overwrite_output_dir true".split(),
         *f"--skip_zero_advantage_groups {str(args.skip_zero_advantage_groups).lower()}".split(),
         *f"--per_device_train_batch_size {per_device} --output_dir {out}".split(),
+        *(["--model_name_or_path", args.model_name_or_path] if args.model_name_or_path else []),
     ]
     launch = (
         [sys.executable, *train]
@@ -135,6 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     if args.prompts % 2 or args.steps <= args.skip or args.reps < 1:
         raise SystemExit("error: --prompts must be even, --steps > --skip, --reps >= 1")
+    set_threads(args.threads)  # (as each run's: the machine line printed below names this process's threads)
     got: dict[str, list[dict]] = {ONE: [], DDP: [], APART: []}
     with tempfile.TemporaryDirectory(prefix="tinygrpo-procs-") as tmp:
         for rep in range(args.reps):

@@ -19,7 +19,8 @@ Peers (--peer, comma-separated; each runs every seed of --seeds, each run in a f
                 no checkpoints; TRL's defaults otherwise (logs every 10 steps). Reward: our strict verifier
                 rewards.accuracy under TRL's calling convention (_tta.strict_accuracy_for_trl).
 Flags after `--` go to train_grpo.py; the TRL peer takes those of them TRL has (SHARED). Every setting of every peer
-is printed first.
+is printed first, then a line naming each peer's device (`device: trl cpu, ours_default cpu`): every peer trains on
+the one train_grpo.py takes, a GPU where there is one (the TRL child reports where it trained, and is checked).
 
 The clock (held-out evaluation off it on both sides; evaluation = tinygrpo.run.evaluation.HeldOutEvaluator: greedy
 decoding of the test split, or its first --eval_limit problems, scored by the strict verifier):
@@ -58,9 +59,10 @@ run the first evaluation after which every later one stays at or above each thre
 evaluation seconds, the peak RSS (ru_maxrss of the waited child, and psutil polling). Outputs in OUTPUT_DIR (default
 runs/bench/time_to_accuracy): time_to_accuracy.md (the report), .json (settings and every curve), .png (accuracy
 against training seconds and against completions, one line per run); each run in OUTPUT_DIR/PEER_sSEED with its
-time_to_accuracy.log. Seed variance is real: compare medians over seeds. The medians and each run's crossings go to
---results (docs/results/time_to_accuracy.json, each peer run replacing that peer's entry), which benchmarks/README.md's
-table (`table`) and the README's (`headline`) are drawn from.
+time_to_accuracy.log (and, under --eval_limit, ours' problems in OUTPUT_DIR/PEER_sSEED_eval_subset). Seed variance
+is real: compare medians over seeds. The medians and each run's crossings go to --results
+(docs/results/time_to_accuracy.json, each peer run replacing that peer's entry), which benchmarks/README.md's table
+(`table`) and the README's (`headline`) are drawn from.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ from benchmarks._common import (  # noqa: E402
     DEFAULT_BENCH_DIR,
     REPO_ROOT,
     command_line,
+    device_line,
     md_table,
     merge_rows,
     script_parser,
@@ -97,6 +100,7 @@ from benchmarks._tta import (  # noqa: E402
     details_row,
     load_average,
     median_rows,
+    our_device,
     plot_runs,
     run_and_watch,
     run_row,
@@ -206,6 +210,13 @@ def _out_dir(args) -> Path:
     return out if out.is_absolute() else REPO_ROOT / out  # (train_grpo.py runs in the repository root)
 
 
+def eval_subset_dir(run_dir: str | Path) -> Path:
+    """Where a run of ours under --eval_limit reads its problems: beside its output directory, not inside it
+    (train_grpo.py refuses a dataset inside its output_dir: a run never writes where it reads)."""
+    run_dir = Path(run_dir)
+    return run_dir.with_name(f"{run_dir.name}_eval_subset")
+
+
 def train_command(
     args, peer: str = "ours_default", seed: int | None = None, run_dir: Path | None = None
 ) -> list[str]:
@@ -222,7 +233,7 @@ def train_command(
     cmd += [*"--overwrite_output_dir true --torch_num_threads".split(), str(args.threads)]
     cmd += [*"--logging_steps 1 --eval_steps".split(), every, "--disable_tqdm", "true"]
     if args.eval_limit:  # (written by execute before the run)
-        cmd += ["--dataset", str(Path(out) / "eval_subset")]
+        cmd += ["--dataset", str(eval_subset_dir(out))]
     cmd += [*shared, *(PLAIN_FLAGS if peer == "ours_plain" else ())]
     return cmd + list(args.train_args)
 
@@ -250,9 +261,11 @@ def plan(args) -> list[dict]:
             cmd = train_command(args, peer, seed, run_dir)
             if peer == "trl":
                 settings = {k: v for k, v in trl_settings(base, "").items() if k != "output_dir"}
+                settings["device"] = "cpu" if settings["use_cpu"] else "cuda"
             else:
                 cfg = _our_config(cmd[2:])
                 settings = {n: getattr(cfg, n) for n in (*SHARED, *OURS_ONLY)}
+                settings["device"] = our_device()
             # (ours' --dataset is the eval_subset directory under --eval_limit: the problems are base's)
             settings.update(dataset=base.dataset, train_split=base.train_split, eval_split=base.eval_split)
             settings["eval every (steps)"] = args.eval_steps or DEFAULT_EVAL_STEPS[peer]
@@ -298,7 +311,7 @@ def execute(run: dict, args) -> dict:
         shutil.rmtree(d)  # (this script's own PEER_sSEED directory: no stale curve is read back)
     d.mkdir(parents=True)
     if args.eval_limit and run["peer"] != "trl":
-        write_eval_subset(run["base"], args.eval_limit, d / "eval_subset")
+        write_eval_subset(run["base"], args.eval_limit, eval_subset_dir(d))
     print(
         f"{run['peer']}, seed {run['seed']}: {' '.join(short_cmd(run['cmd']))}", file=sys.stderr, flush=True
     )
@@ -308,7 +321,11 @@ def execute(run: dict, args) -> dict:
         raise SystemExit(f"{run['peer']} (seed {run['seed']}) exited with {res['returncode']}")
     if run["peer"] == "trl":
         trl = json.loads((d / "trl_run.json").read_text())
-        points, extra = trl["points"], {"threads_seen": trl["threads_seen"]}
+        points, extra = trl["points"], {"threads_seen": trl["threads_seen"], "device": trl["device"]}
+        if trl["device"] != run["settings"]["device"]:  # the device line printed first would be wrong
+            raise SystemExit(
+                f"trl (seed {run['seed']}) trained on {trl['device']}, not {run['settings']['device']}"
+            )
     else:
         points = curve(d / "metrics.jsonl", res["seen"])
         s = d / "summary.json"
@@ -516,12 +533,13 @@ def main(argv: list[str] | None = None) -> dict:
         Path(args.trl_run_json).write_text(json.dumps(res))
         return res
     runs = plan(args)
-    head = "### Time to accuracy\n\nSettings (load average at the start {}):\n\n{}\n"
+    head = "### Time to accuracy\n\nSettings (load average at the start {}):\n\n{}\n\n{}\n"
+    devices = device_line({p: [r["settings"]["device"] for r in runs if r["peer"] == p] for p in args.peer})
     if args.dry_run:  # the settings, then the command lines as they run
-        print(head.format(load_average(), settings_table(runs, commands=False)))
+        print(head.format(load_average(), settings_table(runs, commands=False), devices))
         print("\n".join(" ".join(r["cmd"]) for r in runs))
         return {}
-    head = head.format(load_average(), settings_table(runs))
+    head = head.format(load_average(), settings_table(runs), devices)
     print(head, flush=True)
     ensure_reference(args)
     results = [execute(r, args) for r in runs]

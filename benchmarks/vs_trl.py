@@ -5,8 +5,8 @@
 
 Two starting points (--init), each at every shape:
   reference  both trainers load the same model directory: a 2-layer, 64-wide char GPT SFT'd on the 36 seed-bank
-             questions (trained once into runs/bench/seed_reference, or --model_name_or_path); it answers in ~2
-             tokens.
+             questions (SFT'd for --reference_steps, 300, into runs/bench/seed_reference, or --bench_dir, the
+             first time it is needed, then reused; or --model_name_or_path); it answers in ~2 tokens.
   random     both start from the same random function: a tiny_lm for us, a transformers GPT-2 holding the same
              weights for TRL (what its user would load; --grouped_forward false runs ours on that GPT-2 too).
              A random function rarely says <eos>: both sample completions near max_completion_length, the same
@@ -30,6 +30,8 @@ block of N steps of ours, then TRL runs N steps, and so on for --reps repetition
 completions in the block / its summed step times; the table gives the median and min-max over repetitions, and the
 ratio ours / TRL per repetition pair. The medians go to --results (docs/results/vs_trl.json, replacing the rows of
 the settings run), which benchmarks/README.md's tables are drawn from (throughput_table, opsplit_table, length_table).
+The report names the device each trainer's model ran on (`device: ours cpu, trl cpu`; --device sets both): a run
+whose trainers ended up on different devices stops with an error instead.
 
 Our trainer runs TRL's GRPO: one round of the prompts per step, in order (exploration, dynamic sampling and the
 weighted prompt sampler off). TRL loads the model directory itself (`GRPOTrainer(model=path)`): tiny_lm is a conventional transformers model, with
@@ -52,6 +54,7 @@ if not __package__:  # python benchmarks/vs_trl.py (imported as benchmarks.vs_tr
 from benchmarks._common import (  # noqa: E402
     ModelDirs,
     build_our_trainer,
+    device_line,
     fmt_mmm,
     machine_line,
     md_table,
@@ -70,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         __doc__,
         steps_help="Steps per timed block (default 20).",
         warmup_help="Untimed warm-up steps per trainer (default 3).",
-        model_help="Model directory for both trainers (default: a seed-bank reference in runs/bench).",
+        model_help="Model directory for both trainers (default: a seed-bank reference in --bench_dir, trained there "
+        "the first time).",
         json_help="Also write the raw per-step timings here.",
         default_init="reference,random",
     )
@@ -304,6 +308,11 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
     # (A random function may find no reward and no gradient in a few steps: then nothing had to move.)
     if any(pushed) and all(torch.equal(a, b) for a, b in zip(before, ours.model.parameters(), strict=True)):
         raise RuntimeError("our trainer's parameters did not change: its optimizer steps were skipped")
+    # Where each trainer's model ran (the parameters' device once trained): like for like only on one device.
+    ours_device = next(ours.model.parameters()).device.type
+    trl_device = next(trl.model.parameters()).device.type
+    if ours_device != trl_device:
+        raise RuntimeError(f"the trainers ran on different devices: ours {ours_device}, TRL {trl_device}")
     ours_splits = []
     for _ in range(F):
         profile = StepProfile()
@@ -329,6 +338,8 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
         "trl_lengths": cb.lengths[W : W + R * N] if len(cb.lengths) == W + R * N + F else [],
         "ours_split": asdict(median_split(ours_splits)) if F else None,
         "trl_split": asdict(median_split(cb.splits)) if F else None,
+        "ours_device": ours_device,
+        "trl_device": trl_device,
     }
 
 
@@ -420,7 +431,11 @@ def report(results: list[dict], args) -> str:
         f"{args.device}, bf16 {str(args.bf16).lower()}, beta {args.beta}, loss_type {args.loss_type}, "
         f"max_completion_length {args.max_completion_length}, "
         f"temperature 1.0, lr {args.learning_rate} from the reference, {args.random_learning_rate} from the "
-        "random function (its lengths stay put).\n\n"
+        "random function (its lengths stay put).\n"
+        + device_line(
+            {"ours": [r["ours_device"] for r in results], "trl": [r["trl_device"] for r in results]}
+        )
+        + "\n\n"
         + md_table(head, rows)
         + ("\n\n" + split_table(results) if args.profile_steps else "")
     )

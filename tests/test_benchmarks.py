@@ -199,6 +199,7 @@ def test_time_to_accuracy_trl_peer(seed_reference, tmp_path, capsys):
     assert "| gradient_checkpointing | False |" in out  # the settings came first
     assert "| trl | 3 |" in out and "| trl | 1 (3) |" in out  # the run's row and its median
     (run,) = result["runs"]
+    assert f"\ndevice: trl {run['device']}\n" in out  # the device printed first is where TRL trained
     pts = run["points"]
     assert [p["step"] for p in pts] == [0, 1, 2] and [p["completions"] for p in pts] == [0, 512, 1024]
     assert all(p["eval_s"] > 0 and 0 <= p["train_s"] <= p["wall_s"] for p in pts)
@@ -222,6 +223,11 @@ def test_vs_trl_one_iteration(seed_reference, tmp_path, capsys):
     out = capsys.readouterr().out
     (row,) = json.loads(results_file.read_text())["rows"]
     assert (row["init"], row["prompts"], row["G"]) == ("reference", 2, 4) and "ceiling" in row
+    # where each trainer's model ran: the device asked for (--device's default), both
+    assert (
+        results[0]["ours_device"] == results[0]["trl_device"] == "cpu"
+        and "\ndevice: ours cpu, trl cpu\n" in out
+    )
     assert "| 2x4 | 8 |" in out
     assert "| 2x4 | ours |" in out and "| 2x4 | TRL |" in out  # where the steps go, both trainers
     for who in ("ours_split", "trl_split"):
@@ -285,7 +291,8 @@ def test_cost_curves_one_point_and_its_report(tmp_path):
 
     cc = _load("cost_curves")
     pt = cc.Point(n_embd=64, n_layer=2, max_completion_length=3, P=2, G=4)
-    args = argparse.Namespace(threads=1, warmup=1, min_seconds=0.01, trl_steps=1)
+    # (the random function built in tmp_path, not in the repository's runs/bench)
+    args = argparse.Namespace(threads=1, warmup=1, min_seconds=0.01, trl_steps=1, bench_dir=str(tmp_path))
     r = cc.measure_ours(pt, args)
     # Nothing here compares measured durations: on a loaded machine any relation between them can fail (the phase
     # shares, medians of phases over the median step, once added to 1.066). Times are checked for their form only;
@@ -702,7 +709,7 @@ def test_cost_curves_results_file_draws_the_page(tmp_path):
         f"Written by `{command}`; the method is in that script's docstring.\n\n![cost curves]"
     )
     assert (
-        f"torch {m['machine']['torch']}, " in text
+        f"torch {(m.get('versions') or m['machine'])['torch']}, " in text
         and "beta 0.02, lr 1e-05;" in text
         and "(>= 4 s) after 2" in text
     )
