@@ -26,6 +26,7 @@ import re
 import statistics
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,9 +41,10 @@ MARKER = re.compile(
 # ------------------------------------------------------------------------------------------------ the files
 
 
-def machine() -> dict[str, str]:
-    """What a measurement ran on: the CPU's model and the kernels torch picked for it (AVX-512, AVX2, ...), the
-    thread count; seconds and the last bits of every float depend on them."""
+def machine(threads: int | None = None) -> dict[str, str]:
+    """What a measurement ran on: the CPU's model, its cores, the torch threads a run used (`threads`, or this
+    process's), the kernels torch picked for the CPU (AVX-512, AVX2, ...) and the accelerator if any; seconds and the
+    last bits of every float depend on them."""
     cpu = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -56,14 +58,82 @@ def machine() -> dict[str, str]:
     return {
         "cpu": cpu or "unknown",
         "cores": str(os.cpu_count()),
-        "torch": torch.__version__,
+        "threads": str(threads if threads is not None else torch.get_num_threads()),
         "kernels": torch.backends.cpu.get_cpu_capability(),
+        "accelerator": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
     }
 
 
-def measurement(command: str, **extra: object) -> dict:
-    """The `measurement` record of a results file: the command that measured it and where it ran."""
-    return {"command": command, "machine": machine(), **extra}
+# The packages whose versions a results file records ("not installed" where one is missing: trl is a peer only).
+PACKAGES = ("torch", "transformers", "datasets", "accelerate", "trl")
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def commit() -> str:
+    """The repository's commit, with '+changes' when tracked files outside docs/ differ from it (a study writes its
+    results into docs/ while it runs); 'unknown' outside a git checkout."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
+
+    try:
+        sha = git("rev-parse", "HEAD").strip()
+        changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha + ("+changes" if any(not c.startswith("docs/") for c in changed) else "")
+
+
+# What a results file's `measurement` records when its run wrote it (tests/test_results.py checks every file).
+RECORDED = ("command", "machine", "versions", "commit", "date")
+MACHINE = ("cpu", "cores", "threads", "kernels", "accelerator")
+
+
+def measurement(command: str, threads: int | None = None, **extra: object) -> dict:
+    """The `measurement` record of a results file: the command that measured it, the machine it ran on (`threads`:
+    the torch threads each run used), the packages' versions, the commit and the date (UTC)."""
+    from datetime import datetime
+
+    return {
+        "command": command,
+        "machine": machine(threads),
+        "versions": versions(),
+        "commit": commit(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        **({"threads": threads} if threads is not None else {}),
+        **extra,
+    }
+
+
+def caveat(results: dict) -> str | None:
+    """What a results file says it lacks (`measurement.caveat`: transcribed from an earlier run's printed tables,
+    or written before results files recorded versions, commit and date), or None for a file its run wrote whole."""
+    return results.get("measurement", {}).get("caveat")
+
+
+def missing_record(results: dict) -> list[str]:
+    """The fields of RECORDED (and of the machine) that a results file's measurement lacks."""
+    m = results.get("measurement", {})
+    missing = [k for k in RECORDED if not m.get(k)]
+    return missing + [f"machine.{k}" for k in MACHINE if "machine" not in missing and not m["machine"].get(k)]
+
+
+def caveat_line(results: dict) -> str:
+    """The line a table drawn from a file with a caveat shows under it ('' for a file its run wrote whole)."""
+    c = caveat(results)
+    return f"\n\n*(Not rerun: {c}.)*" if c else ""
 
 
 def save(path: Path, results: dict) -> Path:
@@ -138,7 +208,11 @@ def write_page(path: Path, fn: str, data: Path) -> Path:
 def render(fn: str, data: str) -> str:
     """The table `fn` ('module:function') draws from the results file `data`."""
     module, name = fn.split(":")
-    return getattr(importlib.import_module(module), name)(load(data)).strip("\n")
+    results = load(data)
+    # A file that is not its run's whole record says so under every table drawn from it, whatever draws it.
+    return (getattr(importlib.import_module(module), name)(results).strip("\n") + caveat_line(results)).strip(
+        "\n"
+    )
 
 
 def rendered(text: str) -> str:

@@ -43,12 +43,62 @@ def test_no_results_table_outside_markers():
     assert not {k: v for k, v in stray.items() if v}, stray
 
 
-def test_each_results_file_says_how_it_was_measured():
+def test_each_results_file_is_its_runs_whole_record_or_says_what_it_lacks():
+    """A results file records the command, the machine (CPU, cores, threads, kernels, accelerator), the packages'
+    versions, the commit and the date, as its run wrote them; one that does not (transcribed from printed tables,
+    or written before these were recorded) carries a caveat, which every table drawn from it shows."""
     files = sorted(results.RESULTS.glob("*.json"))
     assert files
     for f in files:
-        m = results.load(f)["measurement"]
+        data = results.load(f)
+        m = data["measurement"]
         assert m["command"] and m["machine"]["cpu"], f
+        if results.caveat(data) is None:
+            assert not results.missing_record(data), (f, results.missing_record(data))
+        else:
+            assert isinstance(m["caveat"], str) and m["caveat"].strip(), f
+
+
+def test_the_readme_draws_no_number_from_a_file_with_a_caveat():
+    readme = (results.REPO / "README.md").read_text()
+    drawn = {m["data"] for m in results.MARKER.finditer(readme)}
+    assert drawn
+    flagged = {d: results.caveat(results.load(d)) for d in drawn if results.caveat(results.load(d))}
+    assert not flagged, flagged
+    incomplete = {d: results.missing_record(results.load(d)) for d in drawn}
+    assert not any(incomplete.values()), incomplete
+
+
+def test_the_readmes_results_come_from_one_machine():
+    """The README names one machine for its figures: every file it draws from was measured on one CPU kind."""
+    readme = (results.REPO / "README.md").read_text()
+    machines = {
+        (m["cpu"], m["cores"], m["kernels"])
+        for d in {x["data"] for x in results.MARKER.finditer(readme)}
+        for m in [results.load(d)["measurement"]["machine"]]
+    }
+    assert len(machines) == 1, machines
+
+
+def test_a_measurement_is_a_whole_record_and_a_caveat_shows_under_its_tables(tmp_path, monkeypatch):
+    m = results.measurement("python -m studies.x --seeds 42", threads=1, jobs=2)
+    assert not results.missing_record({"measurement": m}), m
+    assert m["machine"]["threads"] == "1" and m["threads"] == 1 and m["jobs"] == 2
+    assert m["versions"]["torch"] and m["versions"]["transformers"] and m["date"].endswith("+00:00")
+    assert len(m["commit"].split("+")[0]) == 40 or m["commit"] == "unknown"
+    # Take a field away: it is named.
+    gone = {**m, "machine": {k: v for k, v in m["machine"].items() if k != "kernels"}}
+    del gone["versions"]
+    assert results.missing_record({"measurement": gone}) == ["versions", "machine.kernels"]
+    # A caveat is shown under a table, whatever function draws it.
+    data = tmp_path / "tasks.json"
+    original = results.load("docs/results/tasks.json")
+    whole = {**original, "measurement": {k: v for k, v in original["measurement"].items() if k != "caveat"}}
+    results.save(data, whole)
+    plain = results.render("studies.tasks:table", str(data))
+    assert "Not rerun" not in plain
+    results.save(data, {**whole, "measurement": {**whole["measurement"], "caveat": "typed by hand"}})
+    assert results.render("studies.tasks:table", str(data)) == plain + "\n\n*(Not rerun: typed by hand.)*"
 
 
 def test_a_marker_is_rendered_in_place_and_nothing_else_changes(tmp_path):
