@@ -520,5 +520,8 @@ def merge_rows(
     merged += new.values()
     commands = list(dict.fromkeys(r["command"] for r in merged))
     out = {"measurement": {**measured, "command": "; ".join(commands)}, field: merged}
+    kept_old = any(ident(r) not in {ident(n) for n in rows} for r in old.get(field, []))
+    if kept_old and "caveat" in old.get("measurement", {}):  # (rows of an earlier record stay what they were)
+        out["measurement"]["caveat"] = old["measurement"]["caveat"]
     save(path, out)
     return out

@@ -512,11 +512,10 @@ def headline(results: dict) -> str:
         for p in peers
     ]
     lo_, hi_ = pct(float(lo), 0, space=True), pct(float(hi), 0, space=True)
-    cpu = results.get("measurement", {}).get("machine", {}).get("cpu", "machine not recorded")
-    return "\n".join(
+    return "\n".join(  # (the README names its one machine once, above: tests/test_results.py checks it)
         _head(["final accuracy", f"s to {lo_}", f"sooner than TRL (to {lo_})", f"s to {hi_}"])
         + ["| " + " | ".join(r) + " |" for r in rows]
-        + ["", f"(Medians of the seeds; test split; {cpu}, one thread.)"]
+        + ["", "(Medians of the seeds; test split; one thread.)"]
     )
 
 

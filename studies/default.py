@@ -8,10 +8,11 @@ thread, one run at a time, evaluated on the test split every 5 steps (an evaluat
 and its seconds are off the clock). "Time to X %" is, here and wherever the docs quote it, the training seconds at
 the first evaluation on the test split at or above X, evaluated every 5 steps; over seeds, the median.
 
-Another CPU acts as another seed: torch's x86 builds pick ATen's, MKL's and oneDNN's kernels by instruction set,
-each summing in its own order, and a run is bit-identical only on the same kind of CPU at the same thread count. The
-last run repeats seed 42 with lower kernels (ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2,
-ONEDNN_MAX_CPU_ISA=SSE41), its reference trained again on them: what a machine with other kernels would see.
+GRPO on another CPU acts as another seed: torch's x86 builds pick ATen's, MKL's and oneDNN's kernels by instruction
+set, each summing in its own order, and a run is bit-identical only on the same kind of CPU at the same thread count.
+The reference does not move (it trains on portable kernels, SFTConfig.kernels). The last run repeats seed 42 with
+lower kernels (ATEN_CPU_CAPABILITY=default, MKL_ENABLE_INSTRUCTIONS=SSE4_2, ONEDNN_MAX_CPU_ISA=SSE41), its reference
+trained again from there: what a machine with other kernels would see.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def headline(results: dict) -> str:
     """The README's rows: the medians over the runs on this machine's kernels, and the lower-kernel run beside."""
     default = [r for r in results["runs"] if r["kernels"] == "default"]
     lower = [r for r in results["runs"] if r["kernels"] == "lower"]
-    cpu = results["measurement"]["machine"]["cpu"]
+    # (the README names its one machine once, above the table: tests/test_results.py checks they are one)
 
     def times(rs: list[dict]) -> str:
         cells = []
@@ -125,10 +126,7 @@ def headline(results: dict) -> str:
         [f"seed {r['seed']}, lower kernels", pct(r["reference"]), pct(r["final"]), times([r])] for r in lower
     ]
     head = ["the default experiment", "reference", "after GRPO", "s to 90 / 95 / 98 / 99 %"]
-    return (
-        markdown(head, rows)
-        + f"\n\n(Test split; {cpu}, one thread; a median is shown where most runs got there.)"
-    )
+    return markdown(head, rows) + "\n\n(Test split; one thread; a median is shown where most runs got there.)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,13 +79,13 @@ def screenshot(report: Path, dest: Path, browser: str) -> None:
 
 def output(results: dict) -> str:
     """The README's example: what command 1 printed, shortened, and where."""
-    m = results["measurement"]["machine"]
+    m, v = results["measurement"]["machine"], results["measurement"].get("versions", {})
     minutes = results["seconds"] / 60
+    torch = f", torch {v['torch']}" if "torch" in v else ""
     return (
-        f"What command 1 printed after the installs ({minutes:.1f} minutes on a fresh clone; {m['cpu']}, "
-        f"{m['cores']} cores, {m['kernels']} kernels; shortened):\n\n```text\n"
-        + "\n".join(shortened(results["output"]))
-        + "\n```"
+        f"Every figure on this page was measured on one machine: {m['cpu']}, {m['cores']} cores, {m['kernels']} "
+        f"kernels{torch}, one thread a run. What command 1 printed there after the installs ({minutes:.1f} minutes "
+        "from a fresh clone; shortened):\n\n```text\n" + "\n".join(shortened(results["output"])) + "\n```"
     )
 
 

@@ -152,7 +152,11 @@ def merged(old: dict | None, new: dict, order: Sequence[str], rows: str = "tasks
     by_name = {r[key]: r for r in old[rows]}
     by_name.update({r[key]: r for r in new[rows]})
     ranked = [n for n in order if n in by_name] + [n for n in by_name if n not in order]
-    return {**old, rows: [by_name[n] for n in ranked]}
+    out = {**old, rows: [by_name[n] for n in ranked]}
+    mine = {r[key] for r in new[rows]}
+    if "measurement" in new and all(r[key] in mine for r in old[rows]):  # every row is the new run's now
+        out["measurement"] = new["measurement"]
+    return out
 
 
 def load(path: str | Path) -> dict:

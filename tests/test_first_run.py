@@ -36,5 +36,5 @@ def test_the_readme_block_names_the_machine_and_holds_the_output():
         "output": ["sft step 100  loss 1", "sft step 200  loss 0.5", "sft step 300  loss 0.2", "done 61.0%"],
     }
     text = first_run.output(results)
-    assert "2.5 minutes" in text and "Some CPU, 2 cores, AVX2 kernels" in text
+    assert "2.5 minutes" in text and "one machine: Some CPU, 2 cores, AVX2 kernels, one thread" in text
     assert text.endswith("```text\nsft step 100  loss 1\n...\nsft step 300  loss 0.2\ndone 61.0%\n```")

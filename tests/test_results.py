@@ -122,6 +122,9 @@ def test_a_study_run_on_some_tasks_keeps_the_other_rows():
     assert [(t["task"], t["v"]) for t in out["tasks"]] == [("a", 1), ("b", 0), ("c", 1), ("z", 0)]
     assert (out["measurement"], out["steps"]) == ("old", 20) and old["tasks"][2] == {"task": "a", "v": 0}
     assert results.merged(None, new, order=()) is new
+    # A run that replaces every row is the file's record now (an earlier caveat goes with the rows it was about).
+    every = {"measurement": "new", "tasks": [{"task": t, "v": 2} for t in ("a", "b", "z")]}
+    assert results.merged(old, every, order=())["measurement"] == "new"
     # (studies.tools: its rows are arms)
     arms = results.merged(
         {"arms": [{"arm": "x", "v": 0}]}, {"arms": [{"arm": "y", "v": 1}]}, ("y", "x"), "arms", "arm"

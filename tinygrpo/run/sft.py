@@ -4,8 +4,8 @@
     python train_sft.py --train_size 0 --max_steps 3000 --lr_scheduler_type cosine   # the whole train split: 100 %
 
 The default recipe's budget is explicit: 400 training problems (a fixed sample of the train split), 1000 steps of
-batch 128, AdamW 3e-3. That gives a reference that has learnt the format (digits then <eos>) and about two thirds
-of the held-out sums: the starting point GRPO must improve. The loss covers only the answer and <eos> (the prompt is
+batch 128, AdamW 3e-3. That gives a reference that has learnt the format (digits then <eos>) and most, not all, of
+the held-out sums (docs/default.md): the starting point GRPO must improve. The loss covers only the answer and <eos> (the prompt is
 given, not predicted). The test split is never trained on; its greedy accuracy is printed at the end.
 """
 

@@ -93,7 +93,7 @@ TASK = register_task(
         config="configs/default.yaml",
         correct="accuracy",
         rewards=("accuracy_lenient", "format", "digit_match"),
-        # SFTConfig's own defaults: 400 problems, 1000 steps, a deliberately imperfect reference (~67 % held out).
+        # SFTConfig's own defaults: 400 problems, 1000 steps, a deliberately imperfect reference (docs/default.md).
         reference={"dataset": "addition", "chars": DEFAULT_CHARS, "output_dir": "checkpoints/reference"},
         kinds=row_kinds,
     )
