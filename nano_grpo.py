@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--per_device_train_batch_size", type=int, default=512, help="completions per step")
     p.add_argument("--max_completion_length", type=int, default=4, help="tokens per completion at most")
     p.add_argument(
-        "--max_steps", type=int, default=500, help="(chosen on the validation split: studies/nano.py)"
+        "--max_steps", type=int, default=300, help="(chosen on the validation split: studies/nano.py)"
     )
     p.add_argument("--learning_rate", type=float, default=2e-3, help="AdamW's peak rate, cosine to 0")
     p.add_argument("--beta", type=float, default=0.0, help="weight of the k3 KL to the reference (0: none)")

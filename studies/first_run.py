@@ -39,12 +39,24 @@ def printed_lines(raw: str) -> list[str]:
     return lines
 
 
+BAR = re.compile(r"^([^:\s]+): +\d+%\|")  # a progress bar's line: "grpo:  45%|████  | 450/1000 [...]"
+
+
 def shortened(lines: list[str]) -> list[str]:
-    """The SFT loss lines between the first and the last become one '...' (the README's example is shortened)."""
-    sft = [i for i, line in enumerate(lines) if re.match(r"sft step\s+\d+", line)]
+    """What a terminal would end up showing, shortened: a progress bar whose states came on lines of their own (a
+    launcher that relays its child's output line by line) keeps its last state, and the SFT loss lines between the
+    first and the last become one '...'."""
+    kept: list[str] = []
+    for line in lines:
+        bar = BAR.match(line)
+        if bar and kept and (last := BAR.match(kept[-1])) and last[1] == bar[1]:
+            kept[-1] = line
+        else:
+            kept.append(line)
+    sft = [i for i, line in enumerate(kept) if re.match(r"sft step\s+\d+", line)]
     if len(sft) <= 2:
-        return lines
-    return lines[: sft[0] + 1] + ["..."] + lines[sft[-1] :]
+        return kept
+    return kept[: sft[0] + 1] + ["..."] + kept[sft[-1] :]
 
 
 def run(clone: Path) -> tuple[str, float]:

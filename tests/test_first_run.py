@@ -38,3 +38,10 @@ def test_the_readme_block_names_the_machine_and_holds_the_output():
     text = first_run.output(results)
     assert "2.5 minutes" in text and "one machine: Some CPU, 2 cores, AVX2 kernels, one thread" in text
     assert text.endswith("```text\nsft step 100  loss 1\n...\nsft step 300  loss 0.2\ndone 61.0%\n```")
+
+
+def test_a_bar_relayed_line_by_line_keeps_its_last_state():
+    lines = ["start", "grpo:   0%| 0/3", "grpo:  33%| 1/3, reward=0.5", "grpo: 100%| 3/3, reward=1.0", "done"]
+    assert first_run.shortened(lines) == ["start", "grpo: 100%| 3/3, reward=1.0", "done"]
+    two_bars = ["a:  50%| 1/2", "b:  50%| 1/2", "b: 100%| 2/2"]
+    assert first_run.shortened(two_bars) == ["a:  50%| 1/2", "b: 100%| 2/2"]
