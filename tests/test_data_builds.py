@@ -300,7 +300,7 @@ def toy_family(tmp_path, monkeypatch):
             config="configs/default.yaml",
             dataset=f"toy_{name}",
             reference={"output_dir": str(tmp_path / f"ref_{name}"), "n_positions": positions, "max_steps": 2,
-                       "train_size": 0, "eval_split": ""},
+                       "train_size": 0, "eval_split": "", "kernels": "native"},
         )  # fmt: skip
 
     register_task_family("toy", make)
@@ -330,6 +330,11 @@ def test_a_task_whose_reference_is_refused_writes_no_data(toy_family, tmp_path, 
     assert not (tmp_path / "data" / "toy_huge").exists()  # refused before its problems were written
     assert train_sft.main(["--task", "toy:b"]) == 0  # a size the machine can hold: written, then trained
     assert build_mismatch(tmp_path / "data" / "toy_b") is None
+    capsys.readouterr()
+    # A family registered by this process's code is not seen by the fresh process the portable kernels train in.
+    assert train_sft.main(["--task", "toy:b", "--kernels", "portable", "--overwrite_output_dir", "true"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "--kernels native" in err and err.count("\n") == 1, err
 
 
 # ================================================================================================ build.py's arguments

@@ -297,7 +297,7 @@ def test_an_output_dir_that_cannot_be_written_is_refused_at_start(
 
 
 SFT = "--dataset seed_bank --eval_split --train_size 0 --max_steps 2 --batch_size 8 --n_embd 32 --n_head 2 "
-SFT += "--n_positions 16 --log_every 0"
+SFT += "--n_positions 16 --log_every 0 --kernels native"  # (in this process: the faults are injected here)
 SFT_SITES = {  # the reference is staged in .tmp-save and moved into place, config.json last
     "model.safetensors": Site(r"out/\.tmp-save/model\.safetensors", "out/model.safetensors"),
     "config.json": Site(r"out/\.tmp-save/config\.json", "out/config.json"),
@@ -327,6 +327,27 @@ def test_a_failed_write_of_the_sft_reference_is_one_line(site, code, tmp_path, m
     assert not (
         out / "config.json"
     ).exists()  # not a model: a later run neither loads it nor refuses to replace it
+    _nothing_left(tmp_path)
+
+
+def test_a_real_file_size_limit_while_the_portable_reference_is_written(tmp_path, capfd):
+    # The portable kernels train in a child process (tinygrpo.run.sft.train_in_child), where no fault can be
+    # injected from here: ulimit -f, which the child inherits (as it inherits Python's ignored SIGXFSZ), fails its
+    # write of the weights (~0.13 MB) for real; the failure comes back as the same one line.
+    out = tmp_path / "out"
+    argv = SFT.replace(" --kernels native", "").split()
+    argv.insert(argv.index("--eval_split") + 1, "")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    capfd.readouterr()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, hard))
+    try:
+        rc = train_sft.main(["--output_dir", str(out), *argv])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    line = _one_error_line(capfd.readouterr().err)
+    assert rc == 1 and line.startswith("error: cannot write ") and "model.safetensors" in line, line
+    assert line.endswith(f": {os.strerror(errno.EFBIG)}; no model was saved in {out}"), line
+    assert not (out / "config.json").exists()
     _nothing_left(tmp_path)
 
 

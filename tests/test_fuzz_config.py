@@ -339,9 +339,10 @@ def grpo_base(ref: str, out: Path) -> list[str]:
 
 
 def sft_base(ref: str, out: Path) -> list[str]:
-    """3 steps of a 1-layer, 16-wide model on the seed bank's 36 problems, no evaluation (`ref`: unused)."""
+    """3 steps of a 1-layer, 16-wide model on the seed bank's 36 problems, no evaluation (`ref`: unused), on the
+    forked child's own kernels unless the example fuzzes --kernels (portable starts one more process)."""
     argv = "--dataset seed_bank --train_split train --train_size 0 --max_steps 3 --batch_size 8 --n_layer 1"
-    argv += " --n_embd 16 --n_head 2 --n_positions 16 --log_every 0 --threads 1 --output_dir"
+    argv += " --n_embd 16 --n_head 2 --n_positions 16 --log_every 0 --threads 1 --kernels native --output_dir"
     return [*argv.split(), str(out), "--eval_split", ""]
 
 

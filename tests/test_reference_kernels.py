@@ -49,7 +49,9 @@ def train_both(tmp_path: Path, *flags: str) -> tuple[Path, Path]:
 @pytest.mark.slow
 @two_paths
 def test_the_default_reference_is_one_model_on_both_kernel_paths(tmp_path):
-    native, lower = train_both(tmp_path)  # README command 1's reference, its whole recipe
+    # README command 1's reference, its recipe's first 250 of 1000 steps (the suite's time; the whole recipe on both
+    # paths: python -m studies.reference_kernels, docs/default.md), held-out accuracy on all 500 test problems
+    native, lower = train_both(tmp_path, "--max_steps", "250")
     a, b = load_file(native / "model.safetensors"), load_file(lower / "model.safetensors")
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
@@ -80,10 +82,5 @@ def test_the_study_table_says_which_references_share_their_weights():
     machine = {"cpu": "Some CPU", "kernels": "AVX2"}
     text = reference_kernels.table({"measurement": {"machine": machine}, "runs": runs})
     rows = [line for line in text.splitlines() if line.startswith("| `--kernels")]
-    assert [r.rsplit("|", 2)[1].strip() for r in rows] == [
-        "the same weights",
-        "the same weights",
-        "the same weights",
-        "other weights",
-    ]
+    assert [r.rsplit("|", 2)[1].strip() for r in rows] == ["-", "the same weights", "-", "other weights"]
     assert "Some CPU, AVX2 kernels" in text

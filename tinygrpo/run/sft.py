@@ -135,8 +135,9 @@ PORTABLE = {
     "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
     "ONEDNN_MAX_CPU_ISA": "SSE41",
 }
-# How a child says why it stopped (its last stderr line is "error: ..."), as the exception the caller would get.
-CHILD_ERRORS = {2: ValueError, 3: NonFiniteError}
+# How a child says why it stopped (its last stderr line is "error: ..."), as the exception the caller gets: a
+# failed write (4) comes back as its one described line, as a ValueError.
+CHILD_ERRORS = {2: ValueError, 3: NonFiniteError, 4: ValueError}
 
 
 def on_portable_kernels() -> bool:
@@ -146,9 +147,26 @@ def on_portable_kernels() -> bool:
     )
 
 
+def visible_to_a_child(task: str) -> bool:
+    """Whether a fresh process finds the task `task` names: a built-in one, a family of a built-in module, a task
+    file, or a module's (module:NAME); not one registered at run time by this process's own code."""
+    from ..data.task import TASK_FAMILIES, TASKS, get_task
+
+    head, _, tail = task.partition(":")
+    if head.endswith(".py") or (tail and head not in TASK_FAMILIES and head not in TASKS):
+        return True  # a file, or module:NAME: the child imports it as this process did
+    owner = TASK_FAMILIES[head].__module__ if tail else get_task(task).build.__module__
+    return owner.startswith("tinygrpo.")
+
+
 def train_in_child(cfg: SFTConfig, verbose: bool) -> dict:
     """train_reference in a process started on PORTABLE's kernels (`python -m tinygrpo.run.sft CONFIG_JSON`): its
     lines printed as they come, its error raised here as the same class with the same message."""
+    if cfg.task and not visible_to_a_child(cfg.task):
+        raise ConfigError(
+            f"task {cfg.task!r} was registered by this process's code, and kernels=portable trains in a fresh "
+            "process that cannot see it: put it in a task file (--task path/to/file.py), or pass --kernels native"
+        )
     child = subprocess.run(
         [sys.executable, "-m", "tinygrpo.run.sft", json.dumps(asdict(cfg)), "1" if verbose else "0"],
         env={**os.environ, **PORTABLE},
@@ -335,6 +353,12 @@ def child_main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a full disk, a read-only place: the file, the cause, and that nothing was saved
+        from ..data.writes import describe_write_error
+
+        where = json.loads(argv[0])["output_dir"]
+        print(f"error: {describe_write_error(e, f'no model was saved in {where}')}", file=sys.stderr)
+        return 4
     return 0
 
 
