@@ -18,9 +18,8 @@ import shlex
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 
-from studies.results import REPO, RESULTS, load, markdown, measurement, median, pct, save
+from studies.results import REPO, RESULTS, load, markdown, measurement, median, now, pct, save
 
 LINE = re.compile(r"^step (\d+): (?:reward [\d.]+, )?held-out accuracy ([\d.]+)%")
 
@@ -49,7 +48,7 @@ def run(split: str, steps: int, seed: int) -> dict:
         )
     command = shlex.join(["python", *cmd[1:]])
     return {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "date": now(),
         "split": split,
         "max_steps": steps,
         "seed": seed,

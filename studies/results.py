@@ -26,7 +26,7 @@ import re
 import statistics
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,17 +101,21 @@ RECORDED = ("command", "machine", "versions", "commit", "date")
 MACHINE = ("cpu", "cores", "threads", "kernels", "accelerator")
 
 
+def now() -> str:
+    """The date and time a result is recorded at, UTC, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 def measurement(command: str, threads: int | None = None, **extra: object) -> dict:
     """The `measurement` record of a results file: the command that measured it, the machine it ran on (`threads`:
     the torch threads each run used), the packages' versions, the commit and the date (UTC)."""
-    from datetime import datetime
 
     return {
         "command": command,
         "machine": machine(threads),
         "versions": versions(),
         "commit": commit(),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "date": now(),
         **({"threads": threads} if threads is not None else {}),
         **extra,
     }

@@ -340,6 +340,16 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
 
 def child_main(argv: list[str]) -> int:
     """`python -m tinygrpo.run.sft CONFIG_JSON VERBOSE`: train_in_child's process."""
+    if len(argv) != 2 or argv[1] not in ("0", "1"):  # (--help among them: this is no command for a person)
+        usage = (
+            "usage: python -m tinygrpo.run.sft CONFIG_JSON 0|1 -- the portable reference's training process, "
+            "started by train_sft.py (--kernels portable); to train a reference, run python train_sft.py --help"
+        )
+        if argv in (["--help"], ["-h"]):
+            print(usage)
+            return 0
+        print(f"error: {usage}", file=sys.stderr)
+        return 2
     import datasets
     from transformers.utils import logging as hf_logging
 
