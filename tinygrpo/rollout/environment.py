@@ -18,6 +18,16 @@ A call that fails (malformed, an unknown tool, arguments the hints refuse, a too
 answered with `error` and counted, never raised: the run goes on. Calls run in a worker process with a hard
 deadline (tinygrpo/rollout/tool_worker.py), so that no tool can hang or end the run. Adding an environment is one
 file in `tinygrpo/rollout/environments/` that calls `register_environment`; docs/architecture.md says how.
+
+An environment over turns keeps state (TRL's `environment_factory`): `factory` makes a fresh instance for each
+completion, `reset(**row)` starts it on the completion's dataset row (its text, if any, is fed before the policy's
+first token), and its public methods are the tools, whose replies may depend on every earlier call. The instance
+ends the episode by setting `done` (decoding then feeds <eos>, the environment's token), as the cap on calls does;
+reward functions read the instances after decoding (`environments=`, TRL's keyword). Such an environment may drop
+the call's delimiters: `open=""` (every token the policy writes between replies is the call) and `close=""` (the
+reply is the tool's result alone), as guess-the-number's turns "32?<" read (environments/guess_number.py). Its
+instances live in the worker too: a call that hangs kills the worker and every episode in it; those episodes end,
+answered as `timeout` (the one that hung) or `lost` (the others), counted, and the run goes on (docs/turns.md).
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ OUTCOMES = (
     "timeout",
     "bad_reply",
     "unwritable",
+    "lost",  # an episode whose instance was lost with its worker (another episode's call hung): it ends
 )
 MAX_TIMEOUT_S = 60.0  # a call's deadline is at most this (a decode waits on it)
 MAX_REPLY_CHARS = 10_000  # and its reply at most this long (every character is a token fed to the policy)
@@ -56,6 +67,7 @@ _CONVERT = {
 class Reply:
     text: str  # what the environment feeds the row: the result and `close`, or `error` and `close`
     outcome: str  # one of OUTCOMES
+    done: bool = False  # an environment over turns ended the episode (its instance's `done`, or a lost one)
 
 
 @dataclass(frozen=True)
@@ -75,17 +87,35 @@ class Environment:
     )
     timeout_s: float = 1.0  # a call that runs longer is stopped and answered with `error`
     max_reply_chars: int = 64  # a tool's result longer than this is answered with `error`
+    # TRL's environment_factory: a class (or any callable) whose instances keep an episode's state; its public
+    # methods besides `reset` are the tools (`tools` then stays empty). None: stateless tools.
+    factory: Callable[[], Any] | None = None
     schemas: dict[str, dict] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         from transformers.utils import get_json_schema
 
-        if len({self.open, self.end, self.close}) != 3 or any(
-            len(c) != 1 for c in (self.open, self.end, self.close)
+        delimiters = [c for c in (self.open, self.end, self.close) if c]
+        optional = self.factory is not None  # (only an episode's turns may leave out open and close)
+        if (
+            len(set(delimiters)) != len(delimiters)
+            or any(len(c) != 1 for c in delimiters)
+            or len(self.end) != 1
+            or not optional
+            and len(delimiters) != 3
         ):
             raise ValueError(
                 f"environment {self.name}: open, end and close must be three different characters"
+                + (" (open and close may be empty)" if optional else "")
             )
+        if optional:
+            if self.tools:
+                raise ValueError(
+                    f"environment {self.name}: give tools or a factory, not both (a factory's methods are its tools)"
+                )
+            object.__setattr__(self, "tools", factory_methods(self.factory))
+            if not self.tools:
+                raise ValueError(f"environment {self.name}: its factory's instances have no public method")
         number = isinstance(self.timeout_s, int | float) and not isinstance(self.timeout_s, bool)
         if not (number and math.isfinite(self.timeout_s) and 0 < self.timeout_s <= MAX_TIMEOUT_S):
             raise ValueError(
@@ -109,6 +139,15 @@ class Environment:
         object.__setattr__(self, "schemas", schemas)
 
     @property
+    def stateful(self) -> bool:
+        """An environment over turns: an instance per completion (TRL's environment_factory)."""
+        return self.factory is not None
+
+    @property
+    def delimiters(self) -> tuple[str, ...]:
+        return tuple(c for c in (self.open, self.end, self.close) if c)
+
+    @property
     def chars(self) -> str:
         """The characters of the replies besides the tools' results: the tokenizer must have them."""
         return "".join(dict.fromkeys(self.open + self.end + self.close + self.error))
@@ -128,9 +167,18 @@ class Environment:
 
         return worker_of(self).answer(texts) if texts else []
 
-    def answer(self, text: str) -> Reply:
-        """The reply to one call, computed here and now, without a deadline: what the worker runs. Anything the
-        parser or the tool raises (SystemExit included) is an answered failure; Ctrl-C still stops."""
+    def episode_ops(self, ops: list[tuple]) -> list[Any]:
+        """An environment over turns: operations on episodes whose instances live in the worker, answered in order
+        (tinygrpo/rollout/tool_worker.py: ("reset", key, row), ("step", key, text), ("collect", key),
+        ("transcript", row, text)), each within timeout_s."""
+        from .tool_worker import worker_of
+
+        return worker_of(self).answer(ops) if ops else []
+
+    def answer(self, text: str, instance: Any = None) -> Reply:
+        """The reply to one call, computed here and now, without a deadline: what the worker runs (with `instance`,
+        an episode's: its methods are the tools). Anything the parser or the tool raises (SystemExit included) is an
+        answered failure; Ctrl-C still stops."""
         try:
             name, args = self.parse(text)
         except KeyboardInterrupt:
@@ -140,6 +188,8 @@ class Environment:
         tool = next((t for t in self.tools if t.__name__ == name), None)
         if tool is None:
             return self.failed("unknown_tool")
+        if instance is not None:
+            tool = getattr(instance, name)
         schema = self.schemas[name]
         params = list(schema.get("properties", {}))
         if len(args) != len(params):
@@ -157,14 +207,56 @@ class Environment:
             raise
         except BaseException:  # noqa: BLE001  (a tool's error, or its exit, is the model's to read, not the run's end)
             return self.failed("raised")
-        if len(result) > self.max_reply_chars or any(c in result for c in (self.open, self.end, self.close)):
+        if len(result) > self.max_reply_chars or any(c in result for c in self.delimiters):
             return self.failed(
                 "bad_reply"
             )  # (a delimiter would read as another call, or end the reply early)
         return Reply(f"{result}{self.close}", "ok")
 
-    def failed(self, outcome: str) -> Reply:
-        return Reply(f"{self.error}{self.close}", outcome)
+    def failed(self, outcome: str, done: bool = False) -> Reply:
+        return Reply(f"{self.error}{self.close}", outcome, done)
+
+    def observation(self, text: str, done: bool) -> Reply:
+        """What an episode's reset says first (answered as a call is)."""
+        return Reply(text, "ok", done)
+
+    def calls_in(
+        self, text: str, max_calls: int, replies: Callable[[str], str] | None = None
+    ) -> list[tuple[str, int, int]]:
+        """The calls of a text written out whole (an SFT target such as "<37*48=1776>1776"), read as decoding reads
+        them: each answered call's text and where its reply lies, (call, start, stop) with text[start:stop] the
+        reply (up to and including `close`, or the end of the text). An episode's environment may have no `open`
+        (every text between replies is a call) and no `close`: then `replies(call)`, the environment's reply in
+        turn, says where the reply ends."""
+        out: list[tuple[str, int, int]] = []
+        at = 0
+        while len(out) < max_calls:
+            start = text.find(self.open, at) + 1 if self.open else at
+            if self.open and start == 0:
+                break
+            end = text.find(self.end, start)
+            if end < 0:
+                break
+            call = text[start:end]
+            if self.close:
+                stop = text.find(self.close, end + 1)
+                stop = len(text) if stop < 0 else stop + 1
+            else:
+                stop = min(len(text), end + 1 + len(replies(call)))
+            out.append((call, end + 1, stop))
+            at = stop
+        return out
+
+
+def factory_methods(factory: Callable[[], Any]) -> tuple[Callable[..., Any], ...]:
+    """TRL's environment_factory convention: the public methods of what `factory` makes, `reset` aside, are the
+    tools (read off the class, so that nothing is made at definition)."""
+    cls = factory if isinstance(factory, type) else type(factory())
+    return tuple(
+        getattr(cls, n)
+        for n in dir(cls)
+        if not n.startswith("_") and n != "reset" and callable(getattr(cls, n, None))
+    )
 
 
 ENVIRONMENTS: dict[str, Environment] = {}

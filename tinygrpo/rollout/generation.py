@@ -135,7 +135,7 @@ class BatchGenerator:
             return r
         t0 = time.perf_counter()
         r.prompts, r.completions, r.rewards_per_func, r.rewards = self.scorer(
-            r.idx, r.completion_ids, r.lengths, self.unit
+            r.idx, r.completion_ids, r.lengths, self.unit, r.environments
         )
         if "greedy_rewards" in self.adv_needs:
             r.greedy_rewards = self.greedy_rewards(r.idx, r.prompt_ids, r.prompt_mask)
@@ -204,6 +204,7 @@ class BatchGenerator:
             tool_mask=tool_mask,
             tool_calls=ro.tool_calls,
             tool_failures=ro.tool_failures,
+            environments=ro.environments,
         )
 
     def sample(self, idx: list[int], temperature: float, sizes: list[int] | None = None) -> Round:
@@ -250,6 +251,7 @@ class BatchGenerator:
         device = next(self.model.parameters()).device  # (prompts are tokenized on the CPU; a no-op there)
         prompt_ids, prompt_mask = (t.to(device) for t in self.prompts.batch(idx))
         params = SamplingParams(cfg.max_completion_length, temperature, cfg.top_k, cfg.top_p, generator)
+        tools = None if self.tools is None else self.tools.with_rows(self.prompts.columns, idx)
         ro = sample_completions(
             self.model,
             prompt_ids,
@@ -259,7 +261,7 @@ class BatchGenerator:
             eos_token_id=self.tokenizer.eos_token_id,
             pad_token_id=self.tokenizer.pad_token_id,
             backend=self.backend,
-            tools=self.tools,
+            tools=tools,
         )
         return prompt_ids, prompt_mask, ro
 
@@ -279,7 +281,8 @@ class BatchGenerator:
     def greedy_rewards(
         self, idx: list[int], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     ) -> torch.Tensor:
-        """(P,) the reward of each prompt's greedy completion: ReMax's baseline (does not draw from the generator)."""
+        """(P,) the reward of each prompt's greedy completion, the environment answering it as it answers the samples:
+        ReMax's baseline (does not draw from the generator)."""
         ro = sample_completions(
             self.model,
             prompt_ids,
@@ -289,8 +292,9 @@ class BatchGenerator:
             eos_token_id=self.tokenizer.eos_token_id,
             pad_token_id=self.tokenizer.pad_token_id,
             backend=self.backend,
+            tools=None if self.tools is None else self.tools.with_rows(self.prompts.columns, idx),
         )
-        return self.scorer(idx, ro.completion_ids, ro.completion_mask.sum(1), 1)[3]
+        return self.scorer(idx, ro.completion_ids, ro.completion_mask.sum(1), 1, ro.environments)[3]
 
     def forecast(self, count: int, verifier) -> SignalForecast:
         """The signal forecast (tinygrpo/algorithm/forecast.py): G completions of `count` training prompts drawn
@@ -304,7 +308,9 @@ class BatchGenerator:
         order = torch.randperm(len(self.prompts), generator=gen)[: min(count, len(self.prompts))]
         idx = sorted(order.tolist())
         _, _, ro = self._rollout(idx, cfg.temperature, gen, G)
-        _, completions, _, rewards = self.scorer(idx, ro.completion_ids, ro.completion_mask.sum(1), G)
+        _, completions, _, rewards = self.scorer(
+            idx, ro.completion_ids, ro.completion_mask.sum(1), G, ro.environments
+        )
         # (what the first round would find: said before it, as it would say it)
         if bool(rewards.isnan().all()):
             raise RewardError(no_reward_applies(rewards.numel(), self.rewards.names))

@@ -36,6 +36,7 @@ class Round:
     tool_mask: torch.Tensor | None = None
     tool_calls: torch.Tensor | None = None
     tool_failures: torch.Tensor | None = None
+    environments: list | None = None  # (n,) an episode's environment: each completion's instance at its end
     # Set when the round is scored (BatchGenerator.score):
     prompts: list[str] = field(default_factory=list)  # (n,) the prompt of each completion
     completions: list[str] = field(default_factory=list)  # (n,) decoded, <eos> kept
@@ -119,6 +120,7 @@ def merged(first: Round, more: list[Round], owners: list[list[int]], pad_id: int
         tool_mask=cat("tool_mask", rows, ("right", Tc, False)),
         tool_calls=cat("tool_calls", rows),
         tool_failures=cat("tool_failures", rows),
+        environments=None if first.environments is None else lst("environments", rows),
         prompts=lst("prompts", rows),
         completions=lst("completions", rows),
         rewards_per_func=cat("rewards_per_func", rows),

@@ -67,6 +67,7 @@ class Rollout:
     tool_mask: torch.Tensor | None = None
     tool_calls: torch.Tensor | None = None  # (P*G,) calls answered in each completion
     tool_failures: torch.Tensor | None = None  # (P*G,) of them, answered with the environment's error
+    environments: list | None = None  # (P*G,) an episode's environment: each row's instance at its end
 
 
 def sample_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -187,7 +188,13 @@ def decode(
     if tools is None:
         return Rollout(completion_ids, completion_mask, is_eos_tok.any(1))
     return Rollout(
-        completion_ids, completion_mask, is_eos_tok.any(1), tool_mask[:, :Tc], tools.calls, tools.failures
+        completion_ids,
+        completion_mask,
+        is_eos_tok.any(1),
+        tool_mask[:, :Tc],
+        tools.calls,
+        tools.failures,
+        tools.environments(),
     )
 
 

@@ -52,17 +52,25 @@ class Scorer:
         self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_rows
 
     def __call__(
-        self, idx: list[int], completion_ids: torch.Tensor, lengths: torch.Tensor, reps: int
+        self,
+        idx: list[int],
+        completion_ids: torch.Tensor,
+        lengths: torch.Tensor,
+        reps: int,
+        environments: list | None = None,
     ) -> tuple[list[str], list[str], torch.Tensor, torch.Tensor]:
         """Decode and score `reps` completions of each prompt of `idx` (rows grouped by prompt): each row's prompt
-        and completion text, the (n, F) float32 rewards of each function (NaN = None) and their (n,) weighted sum."""
+        and completion text, the (n, F) float32 rewards of each function (NaN = None) and their (n,) weighted sum.
+        `environments`: each completion's environment instance, passed as TRL passes it (an episode's reward reads
+        its state)."""
         ids = [row[:n] for row, n in zip(completion_ids.tolist(), lengths.tolist(), strict=True)]
         completions = decode_rows(self.tokenizer, ids, self._decoded)
         prompts = [self.prompts.texts[i] for i in idx for _ in range(reps)]
         columns = {c: [v[i] for i in idx for _ in range(reps)] for c, v in self.prompts.columns.items()}
         rw = self.rewards
         try:
-            per_func = compute_rewards(rw.funcs, rw.names, prompts, completions, ids, columns, rw.kwargs)
+            kwargs = rw.kwargs if environments is None else {**rw.kwargs, "environments": environments}
+            per_func = compute_rewards(rw.funcs, rw.names, prompts, completions, ids, columns, kwargs)
             per32, total = rewards_float32(per_func, rw.weights, rw.names, completions)  # (n, F), (n,)
             if self.binary_for is not None:
                 check_binary(total, per_func, rw.weights, rw.names, completions, self.binary_for)

@@ -5,12 +5,21 @@ owed a reply gets the reply's next token in place of the one it sampled (the env
 rollout's `tool_mask`); any other row keeps its sample, which may open a call, add to one, or end one, whose reply
 then starts on the next step. The rows stay in the one batched decode, so the grouped fast path still shares each
 prompt across its samples, on either backend.
+
+With an environment over turns (Environment.factory), the session starts an episode for each row, reset with its
+prompt's dataset row (`ToolUse.rows`), feeds what reset says first, ends a row whose episode is done (or whose calls
+reach the cap) by feeding <eos> as the environment's token, and hands the instances to the reward functions after
+decoding (`environments`).
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import pickle
 from collections import Counter, deque
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -26,28 +35,40 @@ class ToolUse:
     env: Environment
     tokenizer: Any
     max_calls: int
+    rows: Sequence[dict] | None = (
+        None  # an episode's environment: each prompt's dataset row, reset() reads it
+    )
 
     def session(self, rows: int) -> ToolCalls:
-        return ToolCalls(self.env, self.tokenizer, rows, self.tokenizer.eos_token_id, self.max_calls)
+        episodes = None
+        if self.env.stateful:
+            if not self.rows or rows % len(self.rows):
+                raise ValueError(
+                    f"environment {self.env.name}: each prompt's dataset row is needed (ToolUse.rows)"
+                )
+            episodes = [
+                row for row in self.rows for _ in range(rows // len(self.rows))
+            ]  # (rows grouped by prompt)
+        return ToolCalls(
+            self.env, self.tokenizer, rows, self.tokenizer.eos_token_id, self.max_calls, episodes
+        )
+
+    def with_rows(self, columns: dict[str, list], idx: Sequence[int] | None = None) -> ToolUse:
+        """This use, with the dataset rows its episodes start from: of the prompts `idx` ({column: values}; None:
+        all of them). Unchanged for stateless tools."""
+        if not self.env.stateful:
+            return self
+        n = len(next(iter(columns.values()))) if columns else 0
+        keep = range(n) if idx is None else idx
+        return replace(self, rows=[{c: v[i] for c, v in columns.items()} for i in keep])
 
 
-def written_calls(text: str, env: Environment, max_calls: int) -> list[tuple[str, int, int]]:
+def written_calls(
+    text: str, env: Environment, max_calls: int, replies: Callable[[str], str] | None = None
+) -> list[tuple[str, int, int]]:
     """The calls of a text written out whole (an SFT target such as "<37*48=1776>1776"), read as decoding reads
-    them: each answered call's text and where its reply lies, (call, start, stop) with text[start:stop] the reply
-    (up to and including `close`, or the end of the text)."""
-    out, at, calls = [], 0, 0
-    while calls < max_calls:
-        start = text.find(env.open, at)
-        if start < 0:
-            break
-        end = text.find(env.end, start + 1)
-        if end < 0:
-            break
-        stop = text.find(env.close, end + 1)
-        stop = len(text) if stop < 0 else stop + 1
-        out.append((text[start + 1 : end], end + 1, stop))
-        at, calls = stop, calls + 1
-    return out
+    them: Environment.calls_in."""
+    return env.calls_in(text, max_calls, replies)
 
 
 def policy_mask(completion_mask: torch.Tensor, tool_mask: torch.Tensor | None) -> torch.Tensor:
@@ -73,11 +94,18 @@ class ToolCalls:
     """The tool-call state of the B rows of one decode (rows as the caller numbers them, 0..B-1)."""
 
     def __init__(
-        self, env: Environment, tokenizer, rows: int, eos_token_id: int, max_calls: int | None = None
+        self,
+        env: Environment,
+        tokenizer,
+        rows: int,
+        eos_token_id: int,
+        max_calls: int | None = None,
+        episodes: list[dict] | None = None,
     ):
         vocab = tokenizer.get_vocab()
         self.env, self.tokenizer = env, tokenizer
-        self.open_id, self.end_id, self.eos_id = vocab[env.open], vocab[env.end], eos_token_id
+        self.open_id = vocab[env.open] if env.open else None  # (None: every text between replies is a call)
+        self.end_id, self.eos_id = vocab[env.end], eos_token_id
         self.max_calls = env.max_calls if max_calls is None else max_calls
         self.known = set(vocab)  # (characters: the char tokenizer's vocabulary)
         self.call: list[list[int] | None] = [None] * rows  # the tokens of each row's open call
@@ -85,6 +113,16 @@ class ToolCalls:
         self.calls = torch.zeros(rows, dtype=torch.long)  # calls answered, per row
         self.failures = torch.zeros(rows, dtype=torch.long)  # of them, answered with the environment's error
         self.outcomes: Counter[str] = Counter()
+        self.keys: list[tuple[int, int, int]] | None = None  # each row's episode in the worker
+        if episodes is not None:
+            session = next(_SESSIONS)
+            self.keys = [(os.getpid(), session, r) for r in range(rows)]
+            for r, reply in enumerate(
+                env.episode_ops([("reset", k, row) for k, row in zip(self.keys, episodes, strict=True)])
+            ):
+                if reply.outcome != "ok":  # (an episode that cannot start ends at once, counted)
+                    self.outcomes[f"reset_{reply.outcome}"] += 1
+                self.owed[r].extend(self._tokens(r, reply, count=False))
 
     def next_tokens(self, live: torch.Tensor, sampled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(A,) rows still running and the tokens they sampled -> the tokens they are fed and which of them are the
@@ -96,6 +134,13 @@ class ToolCalls:
                 tokens[a], fed[a] = self.owed[r].popleft(), True
                 continue
             t, call = tokens[a], self.call[r]
+            if (
+                call is None
+                and self.open_id is None
+                and t != self.eos_id
+                and int(self.calls[r]) < self.max_calls
+            ):
+                call = self.call[r] = []  # (no `open`: the policy's token opens a call, and is its first)
             if call is None:
                 if t == self.open_id and int(self.calls[r]) < self.max_calls:
                     self.call[r] = []
@@ -107,18 +152,46 @@ class ToolCalls:
             else:
                 call.append(t)
         # The step's calls, answered together (one round trip to the environment's worker); fed from the next step.
-        replies = self.env.call_many([self.tokenizer.decode(call) for _, call in ended])
+        texts = [self.tokenizer.decode(call) for _, call in ended]
+        if self.keys is None:
+            replies = self.env.call_many(texts)
+        else:
+            replies = self.env.episode_ops(
+                [("step", self.keys[r], text) for (r, _), text in zip(ended, texts, strict=True)]
+            )
         for (r, _), reply in zip(ended, replies, strict=True):
-            self.owed[r].extend(self._reply_tokens(r, reply))
+            self.owed[r].extend(self._tokens(r, reply))
         out = torch.tensor(tokens, dtype=sampled.dtype, device=sampled.device)
         return out, torch.tensor(fed, device=sampled.device)
 
-    def _reply_tokens(self, r: int, reply) -> list[int]:
-        """Row r's reply as token ids, counted; a result the tokenizer cannot write (a sign, a letter) is a failure."""
+    def _tokens(self, r: int, reply, count: bool = True) -> list[int]:
+        """Row r's reply as token ids, counted; a result the tokenizer cannot write (a sign, a letter) is a failure.
+        An episode that is over (done, or at the cap on calls) ends with <eos>, the environment's token."""
         text, outcome = reply.text, reply.outcome
         if any(c not in self.known for c in text):
             text, outcome = self.env.failed("unwritable").text, "unwritable"
-        self.calls[r] += 1
-        self.failures[r] += outcome != "ok"
-        self.outcomes[outcome] += 1
-        return self.tokenizer.convert_tokens_to_ids(list(text))
+        if count:
+            self.calls[r] += 1
+            self.failures[r] += outcome != "ok"
+            self.outcomes[outcome] += 1
+        ids = self.tokenizer.convert_tokens_to_ids(list(text))
+        if self.keys is not None and (reply.done or int(self.calls[r]) >= self.max_calls):
+            ids.append(self.eos_id)
+        return ids
+
+    def environments(self) -> list[Any] | None:
+        """Each row's environment instance, as its episode left it (TRL's `environments`, for the reward
+        functions); None for a row whose instance was lost or cannot be sent (counted). None without episodes."""
+        if self.keys is None:
+            return None
+        out = []
+        for data in self.env.episode_ops([("collect", k) for k in self.keys]):
+            try:
+                out.append(None if data is None else pickle.loads(data))
+            except Exception:  # noqa: BLE001  (an instance that does not unpickle is a lost one)
+                out.append(None)
+        self.outcomes["lost_instance"] += sum(x is None for x in out)
+        return out
+
+
+_SESSIONS = itertools.count()  # (episode keys: unique in this process, whichever worker holds them)

@@ -9,6 +9,9 @@ worker is an answered failure (Environment.answer); a worker that dies anyway (o
 it was on as raised. The worker dies with the run (PR_SET_PDEATHSIG) and leaves when its pipe closes.
 
 A decode step's calls go to the worker in one message and come back one by one: one round trip a step, not a call.
+
+An environment over turns keeps its episodes' instances here (`_Episodes`): a call that hangs kills them with the
+worker, and the episodes end (their next call is answered `lost`); the run goes on.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .environment import Environment, Reply
@@ -39,13 +44,86 @@ def _serve(conn, env: Environment, die_with_parent: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (Ctrl-C is the run's to handle, not a tool's)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     conn.send(READY)
+    episodes = _Episodes(env)
     while True:
         try:
-            texts = conn.recv()
+            ops = conn.recv()
         except (EOFError, OSError):
             os._exit(0)
-        for text in texts:
-            conn.send(env.answer(text))
+        for op in ops:
+            conn.send(env.answer(op) if isinstance(op, str) else episodes.do(op))
+
+
+class _Episodes:
+    """The instances of an environment over turns, by episode key (in the worker). Whatever an instance does is an
+    answered failure that ends its episode (Environment.answer's rule), never the worker's end."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env, self.live = env, {}
+
+    def do(self, op: tuple) -> Any:
+        return getattr(self, op[0])(*op[1:])
+
+    def reset(self, key, row: dict) -> Reply:
+        env = self.env
+        try:
+            instance = env.factory()
+            text = instance.reset(**row)
+            text = "" if text is None else str(text)
+            done = bool(getattr(instance, "done", False))
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # noqa: BLE001  (a factory's or reset's error: the episode cannot start)
+            return env.failed("raised", done=True)
+        if len(text) > env.max_reply_chars or any(c in text for c in env.delimiters):
+            return env.failed("bad_reply", done=True)
+        self.live[key] = instance
+        return env.observation(text, done)
+
+    def step(self, key, text: str) -> Reply:
+        instance = self.live.get(key)
+        if instance is None:  # (lost with a worker that was killed, or never started)
+            return self.env.failed("lost", done=True)
+        reply = self.env.answer(text, instance)
+        try:
+            done = bool(getattr(instance, "done", False))
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # noqa: BLE001  (an instance that cannot say whether it is done is done)
+            done = True
+        return replace(reply, done=done) if done else reply
+
+    def collect(self, key) -> bytes | None:
+        instance = self.live.pop(key, None)
+        try:
+            return None if instance is None else pickle.dumps(instance)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # noqa: BLE001  (an instance that cannot be sent reads as lost)
+            return None
+
+    def transcript(self, row: dict, text: str) -> list[tuple[str, int, int, str]] | Reply:
+        """A text written out whole (an SFT target), replayed on a fresh episode: (call, start, stop, reply) for each
+        call, text[start:stop] what the target says the reply is; a failed reset or call is its Reply."""
+        key = ("transcript", os.getpid())
+        first = self.reset(key, row)
+        if first.outcome != "ok":
+            return first
+        replies: list[Reply] = []
+
+        def reply(call: str) -> str:
+            replies.append(self.step(key, call))
+            return replies[-1].text
+
+        try:
+            calls = self.env.calls_in(text[len(first.text) :], self.env.max_calls, reply)
+        finally:
+            self.live.pop(key, None)
+        bad = next((r for r in replies if r.outcome != "ok"), None)
+        if bad is not None:
+            return bad
+        at = len(first.text)
+        return [(c, at + a, at + b, r.text) for (c, a, b), r in zip(calls, replies, strict=True)]
 
 
 class ToolWorker:
@@ -85,8 +163,10 @@ class ToolWorker:
             self.conn.close()
         self.process = self.conn = None
 
-    def answer(self, texts: list[str]) -> list[Reply]:
-        """The replies to `texts`, in order; each call waits at most timeout_s."""
+    def answer(self, texts: list) -> list:
+        """The replies to `texts` (calls' texts, or an episode's operations), in order; each waits at most
+        timeout_s. A call that fails here (the worker killed or dead on it) is answered as failed; an episode's
+        operation then ends its episode."""
         replies: list[Reply] = []
         while len(replies) < len(texts):
             if self.process is None or not self.process.is_alive():
@@ -94,26 +174,34 @@ class ToolWorker:
                 try:
                     self._start()
                 except OSError:  # (no worker: the call is answered as failed, the run goes on)
-                    replies.append(self.env.failed("raised"))
+                    replies.append(_failed(self.env, texts[len(replies)], "raised"))
                     continue
             try:
                 self.conn.send(texts[len(replies) :])
             except OSError:  # (it died since: the call it would have taken fails, a fresh one goes on)
                 self.stop()
-                replies.append(self.env.failed("raised"))
+                replies.append(_failed(self.env, texts[len(replies)], "raised"))
                 continue
             while len(replies) < len(texts):
                 if not self.conn.poll(self.env.timeout_s):  # past the deadline: kill, answer, go on afresh
                     self.stop()
-                    replies.append(self.env.failed("timeout"))
+                    replies.append(_failed(self.env, texts[len(replies)], "timeout"))
                     break
                 try:
                     replies.append(self.conn.recv())
                 except (EOFError, OSError):  # the worker died on this call
                     self.stop()
-                    replies.append(self.env.failed("raised"))
+                    replies.append(_failed(self.env, texts[len(replies)], "raised"))
                     break
         return replies
+
+
+def _failed(env: Environment, op, outcome: str) -> Any:
+    """What a call or an episode's operation that the worker could not answer is answered: the environment's error
+    (ending the episode), or no instance for a collect."""
+    if isinstance(op, str):
+        return env.failed(outcome)
+    return None if op[0] == "collect" else env.failed(outcome, done=True)
 
 
 _WORKERS: dict[int, ToolWorker] = {}  # by id(environment): one worker each, for the run

@@ -148,8 +148,9 @@ def greedy_accuracy(
     outs: list[str] = []
     for i in range(0, len(prompts), batch_size):
         enc = tokenizer(prompts[i : i + batch_size], padding=True, return_tensors="pt")
+        part = None if tools is None else tools.with_rows(rows, range(i, min(i + batch_size, len(prompts))))
         outs += greedy_completions(
-            model, tokenizer, enc["input_ids"], enc["attention_mask"], max_new_tokens, tools=tools
+            model, tokenizer, enc["input_ids"], enc["attention_mask"], max_new_tokens, tools=part
         )
     return sum(verifier(outs, rows)) / max(1, len(prompts)), outs
 
@@ -189,6 +190,7 @@ def held_out_metrics(
     its `formats` the share of the greedy completions in each format, the accuracy within each and their mean length.
     """
     verifier = verifier or Verifier()
+    tools = None if tools is None else tools.with_rows(rows)  # (an episode's environment starts from its row)
     if pass_k and params.generator is None:
         # torch's global generator would serve: an evaluation that changes what training samples next.
         raise ValueError("pass@k needs its own generator (params.generator), not torch's global one")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import subprocess
 import sys
 import time
@@ -25,18 +24,22 @@ import torch
 import torch.nn.functional as F
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer, check_text
-from tiny_lm.tokenization_tiny_lm import EOS_TOKEN
 
 from ..data.problems import MANIFEST, dataset_dir, first_row_columns, load_split
-from ..data.progress import chunks, progress
 from ..data.writes import save_model_files
 from ..rollout.environment import get_environment
-from ..rollout.tool_calls import ToolUse, written_calls
+from ..rollout.tool_calls import ToolUse
 from ..update.policy_update import NonFiniteError, nonfinite_weight
 from .checks import ConfigError
 from .evaluation import Verifier, format_counts, format_metrics, greedy_accuracy
 from .launch import Input, check_apart
 from .sft_config import SFTConfig  # (importable from here too, as before)
+from .sft_targets import (  # (importable from here too, as before)
+    encode_examples,
+    missing_columns,
+    target_replies,
+    training_targets,
+)
 from .validation import ModelShape, check_held_out, gigabytes, memory_budget
 
 
@@ -58,77 +61,6 @@ def check_memory(cfg: SFTConfig, vocab: int, tokens: int) -> None:
         )
 
 
-def encode_examples(
-    tokenizer, prompts: list[str], answers: list[str], replies: list[list[tuple[int, int]]] | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-padded (N, T) ids, attention mask, and labels (-100 except on the answer and <eos>, and, with `replies`
-    (each answer's environment replies as (start, stop) character offsets), -100 on those too)."""
-    texts = [p + a + EOS_TOKEN for p, a in zip(prompts, answers, strict=True)]
-    enc = tokenizer(texts, padding=True, return_tensors="pt")
-    ids, mask = enc["input_ids"], enc["attention_mask"]
-    answer_len = torch.tensor([len(a) + 1 for a in answers])  # +1 for <eos>; one token per character
-    pos_from_end = torch.arange(ids.size(1) - 1, -1, -1)[None]  # (1, T): distance from the last column
-    labels = ids.masked_fill(pos_from_end >= answer_len[:, None], -100)
-    T = ids.size(1)
-    for i, spans in enumerate(replies or []):
-        first = T - (len(answers[i]) + 1)  # the answer's first column (left padding)
-        for start, stop in spans:
-            labels[i, first + start : first + stop] = -100
-    return ids, mask, labels
-
-
-def target_replies(targets: list[str], env, where: str) -> list[list[tuple[int, int]]]:
-    """Where each target's environment replies lie ((start, stop) character offsets), each checked to be what the
-    environment answers: a target that puts other words in its mouth would teach a reply it never gives. Every call
-    of every target is answered by the environment's worker, in blocks, with a bar past a few seconds (a slow tool
-    says so, and cannot hang: each call has its deadline)."""
-    written = [written_calls(t, env, env.max_calls) for t in targets]
-    calls = [call for w in written for call, _, _ in w]
-    blocks = chunks(len(calls), 256)
-    answers = iter(
-        reply.text
-        for lo, hi in progress(blocks, len(blocks), f"checking {env.name}'s replies in the targets", "blocks")
-        for reply in env.call_many(calls[lo:hi])
-    )
-    spans = []
-    for i, (target, w) in enumerate(zip(targets, written, strict=True)):
-        spans.append([])
-        for call, start, stop in w:
-            said, answered = target[start:stop], next(answers)
-            if said != answered:
-                raise ValueError(
-                    f"{where} row {i + 1}: the target's reply to the call {call!r} is {said!r}, but {env.name} "
-                    f"answers {answered!r}"
-                )
-            spans[-1].append((start, stop))
-    return spans
-
-
-def missing_columns(cfg: SFTConfig, columns: list[str]) -> None:
-    """A ValueError naming completion_column or mix_column when the training split has no such column."""
-    for name in (cfg.completion_column, *([cfg.mix_column] if cfg.mix_column else [])):
-        if name not in columns:
-            column = "completion_column" if name == cfg.completion_column else "mix_column"
-            raise ValueError(
-                f"{column} {name!r}: {cfg.dataset}/{cfg.train_split} has no such column (columns: {', '.join(columns)})"
-            )
-
-
-def training_targets(cfg: SFTConfig, train) -> list[str]:
-    """Each training problem's target completion: completion_column's, or mix_column's for a fixed share of the
-    problems (mix_share, drawn by a generator of its own: the batches' draws are those of an unmixed run)."""
-    missing_columns(cfg, train.column_names)
-    targets = [str(t) for t in train[cfg.completion_column]]
-    if cfg.mix_share > 0:
-        alternative = train[cfg.mix_column]
-        for i in random.Random(cfg.seed).sample(range(len(targets)), round(cfg.mix_share * len(targets))):
-            targets[i] = str(alternative[i])
-    return targets
-
-
-# The kernels every x86-64 CPU runs alike: ATen's generic (non-vectorised) ones, MKL in its conditional numerical
-# reproducibility mode (the same results on every Intel and compatible CPU), oneDNN at most at SSE4.1. They are read
-# when torch and MKL load, so a process is started with them (kernels="portable").
 PORTABLE = {
     "ATEN_CPU_CAPABILITY": "default",
     "MKL_CBWR": "COMPATIBLE",
@@ -228,7 +160,9 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     if cfg.environment:
         env = get_environment(cfg.environment)
         tools = ToolUse(env, tokenizer, env.max_calls)
-        reply_spans = target_replies(targets, env, f"{cfg.dataset}/{cfg.train_split}")
+        columns = {c: train[c] for c in train.column_names} if env.stateful else None
+        rows = [{c: v[i] for c, v in columns.items()} for i in range(len(train))] if columns else None
+        reply_spans = target_replies(targets, env, f"{cfg.dataset}/{cfg.train_split}", rows)
     ids, mask, labels = encode_examples(tokenizer, train["prompt"], targets, reply_spans)
     if ids.size(1) > cfg.n_positions:
         raise ValueError(f"n_positions={cfg.n_positions} is shorter than the longest example ({ids.size(1)})")
