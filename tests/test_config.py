@@ -11,9 +11,9 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from accelerate.utils import is_tensorboard_available
 
 import train_grpo
+from tinygrpo.run.callbacks import TRACKERS, report_trackers
 from tinygrpo.run.config import (
     BOUNDS,
     CHOICES,
@@ -456,19 +456,21 @@ def test_every_choice_field_rejects_an_unknown_value_and_accepts_its_own(name):
     with pytest.raises(ConfigError, match=f"^{name}="):
         parse_config([f"--{name}", "no_such_thing"])
     for value in allowed:
-        if (name, value) == ("report_to", "tensorboard") and not is_tensorboard_available():
-            continue  # (refused at start-up without the package: the test below)
         assert getattr(GRPOConfig(**{name: value}), name) == value
 
 
-def test_a_tracker_that_is_not_installed_is_refused_at_start_up(monkeypatch):
+@pytest.mark.parametrize("tracker", TRACKERS)
+def test_a_tracker_that_is_not_installed_is_refused_at_start_up(monkeypatch, tracker):
     # accelerate would warn and train on without the tracker the user asked for
-    monkeypatch.setattr("tinygrpo.run.config.is_tensorboard_available", lambda: False)
+    monkeypatch.setattr(f"accelerate.utils.is_{tracker}_available", lambda: False)
     with pytest.raises(ConfigError) as e:
-        GRPOConfig(report_to="tensorboard")
-    assert str(e.value) == "report_to=tensorboard needs the tensorboard package (pip install tensorboard)"
-    monkeypatch.setattr("tinygrpo.run.config.is_tensorboard_available", lambda: True)
-    assert GRPOConfig(report_to="tensorboard").report_to == "tensorboard"
+        GRPOConfig(report_to=tracker)
+    assert str(e.value) == f"report_to={tracker}: {tracker} needs its package (pip install {tracker})"
+    monkeypatch.setattr(f"accelerate.utils.is_{tracker}_available", lambda: True)
+    assert GRPOConfig(report_to=tracker).report_to == tracker
+    assert tracker in report_trackers("all") and report_trackers("none") == []
+    with pytest.raises(ConfigError, match="unknown tracker 'tensorbored'"):
+        GRPOConfig(report_to=f"{tracker},tensorbored")
 
 
 def test_explore_temperatures_beyond_float32_are_refused():
@@ -586,6 +588,11 @@ def test_every_option_is_in_an_argument_group_of_the_help(capsys):
 def test_no_x_says_what_it_turns_off(capsys):
     with pytest.raises(SystemExit):
         parse_config(["--help"])
+    text = capsys.readouterr().out  # (the compact help names it in dynamic_sampling's line)
+    line = text[text.index("  --dynamic_sampling ") :].split("\n  --")[0]
+    assert "Also --no_dynamic_sampling." in line and "\n  --no_dynamic_sampling" not in text
+    with pytest.raises(SystemExit):
+        parse_config(["--help_full"])
     text = capsys.readouterr().out
     block = text[text.index("--no_dynamic_sampling") :].split("\n  --")[0]
     assert "Turn dynamic_sampling off" in block and "(default" not in block

@@ -99,7 +99,8 @@ def test_a_report_of_an_interrupted_run_and_of_an_older_run_says_what_is_missing
     assert main([str(cut)]) == 0
     text = (cut / REPORT_FILE).read_text()
     assert "2 of 6 (stopped early, or still running)" in text
-    assert text.count("Not recorded in this run") == 5  # groups, tokens, pass rates, failures, beliefs
+    assert text.count("Not recorded in this run") == 4  # groups, tokens, pass rates, failures
+    assert '<section id="beliefs">' not in text and 'href="#beliefs"' not in text  # (only with beliefs.jsonl)
     old = tmp_path / "old"
     old.mkdir()
     for name in ("metrics.jsonl", "completions.jsonl"):
@@ -330,3 +331,24 @@ def test_prompts_answers_and_completions_are_escaped_in_the_groups_and_failures_
     pieces = ("<script>alert", '"p"', "1&2", "<b>3</b>", '&"', "<img src=x", 'onerror="', ">&amp;")
     for raw in (HOSTILE_PROMPT, HOSTILE_GOLD, HOSTILE_COMPLETION, *pieces):
         assert raw not in text, raw
+
+
+@pytest.mark.parametrize("wrong", [0, 5, 20, 21, 327])
+def test_the_failures_table_is_bounded_and_counts_the_rest(wrong):
+    from tinygrpo.run.report.prompts import FAILURES_SHOWN, section_prompts
+
+    fails = [[f"{i}+1=", str(i + 1), f"{i}<eos>"] for i in range(wrong)]
+    text = section_prompts([], [{"step": 10, "total": 500, "failures": fails}], [])
+    assert text.count("<tr><td><code>") == min(wrong, FAILURES_SHOWN)
+    assert f"{wrong} wrong of 500" in text
+    assert (f"The first {FAILURES_SHOWN} of {wrong}; every one is in eval_failures.jsonl" in text) == (
+        wrong > FAILURES_SHOWN
+    )
+
+
+def test_a_run_without_warnings_says_so():
+    from tinygrpo.run.report.run import section_run
+
+    assert "none: the run warned about nothing" in section_run(Path("r"), {}, [], [])
+    said = section_run(Path("r"), {}, [], [{"step": 3, "warning": "no signal"}])
+    assert "no signal" in said and "warned about nothing" not in said

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import torch
-from accelerate.utils import is_tensorboard_available
 
 from ..algorithm.advantage_estimators import (
     ADV_ESTIMATORS,
@@ -26,6 +25,8 @@ from ..algorithm.allocation import SAMPLE_ALLOCATIONS
 from ..algorithm.core import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, SCALE_REWARDS
 from ..algorithm.policy_losses import POLICY_LOSSES, ppo_clip_loss
 from ..rollout.prompt_stats import PROMPT_SAMPLERS
+from . import trl_names
+from .callbacks import report_trackers
 from .checks import (
     AT_LEAST_1,
     NON_NEGATIVE,
@@ -85,6 +86,8 @@ BOUNDS: dict[str, Bound] = {
     "top_entropy_quantile": PROBABILITY,
     "learning_rate": POSITIVE,
     "weight_decay": NON_NEGATIVE,
+    "adam_epsilon": POSITIVE,  # AdamW divides by sqrt(v) + epsilon
+    "warmup_ratio": PROBABILITY,  # a share of max_steps
     **each(Bound(0, 1, hi_open=True), "adam_beta1 adam_beta2"),  # EMA decays: 1 would never update
     "max_grad_norm": NON_NEGATIVE,  # 0 = no clip
     "ref_model_mixup_alpha": PROBABILITY,  # a convex combination's weight
@@ -118,7 +121,6 @@ CHOICES: dict[str, Collection[str]] = {
     "scale_rewards": SCALE_REWARDS,
     "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS,
     "lr_scheduler_type": ("constant", "linear", "cosine"),
-    "report_to": ("none", "tensorboard"),
     "on_nonfinite": ("stop", "skip"),
     "dtype": ("float32", "float64"),
 }
@@ -139,6 +141,7 @@ class GRPOConfig(
         "dataset_test_split": "eval_split",
         "num_completions_to_print": "num_completions_to_log",
     }
+    TRL_HINTS: ClassVar[dict[str, str]] = trl_names.GRPO  # TRL's options not taken here: what to use, or why
 
     def __post_init__(self) -> None:
         check_fields(self, BOUNDS, CHOICES)
@@ -150,9 +153,10 @@ class GRPOConfig(
                 f"explore_temperatures holds {too_hot[0]}, beyond float32's range (at most 3.4e+38): give temperatures "
                 "a float32 can hold"
             )
-        # accelerate would warn and train on without the tracker the user asked for.
-        if self.report_to == "tensorboard" and not is_tensorboard_available():
-            raise ConfigError("report_to=tensorboard needs the tensorboard package (pip install tensorboard)")
+        try:  # (accelerate would warn and train on without the tracker the user asked for)
+            report_trackers(self.report_to)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         # Rules that tie fields together (each field is in range by now).
         if self.bf16 and self.dtype != "float32":
             raise ConfigError(

@@ -55,6 +55,9 @@ RESUMABLE_CHANGES = frozenset(
         "num_completions_to_log",
         "log_completions",
         "report_to",
+        "run_name",
+        "metric_for_best_model",  # (callbacks' state starts afresh on resume)
+        "greater_is_better",
         "disable_tqdm",
         "make_plots",
         "torch_num_threads",
@@ -287,13 +290,16 @@ def stop_with_launcher() -> None:
 
 
 def build_accelerator(cfg: GRPOConfig):
-    """The run's Accelerator (the one place that builds it): the CPU unless a GPU is there; tensorboard if asked."""
+    """The run's Accelerator (the one place that builds it): the CPU unless a GPU is there; the trackers report_to
+    names."""
     import torch
     from accelerate import Accelerator
 
+    from .callbacks import report_trackers
+
     return Accelerator(
         cpu=not torch.cuda.is_available(),
-        log_with="tensorboard" if cfg.report_to == "tensorboard" else None,
+        log_with=report_trackers(cfg.report_to) or None,
         project_dir=cfg.output_dir,
     )
 

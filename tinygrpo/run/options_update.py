@@ -173,9 +173,16 @@ class Optimizer:
         default="cosine", metadata={"help": "cosine (to 0 at max_steps), linear or constant."}
     )
     warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
+    warmup_ratio: float = field(
+        default=0.0,
+        metadata={
+            "help": "Warm-up as a share of max_steps, rounded up, when warmup_steps is 0 (TRL's name)."
+        },
+    )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
     adam_beta2: float = field(default=0.99, metadata={"help": "AdamW beta2."})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW epsilon (TRL's name)."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient-norm clip (0 = off)."})
     max_steps: int = field(
         default=1000,
@@ -228,7 +235,28 @@ class LoggingAndSaving:
             "(TRL's num_completions_to_print, also accepted)."
         },
     )
-    report_to: str = field(default="none", metadata={"help": "none or tensorboard (through accelerate)."})
+    report_to: str = field(
+        default="none",
+        metadata={
+            "help": "Trackers that get every logged row, through accelerate (TRL's report_to): none, all (every one "
+            "installed), or tensorboard, wandb, trackio, mlflow, comet_ml, aim, clearml, dvclive, swanlab, joined by "
+            "commas."
+        },
+    )
+    run_name: str | None = field(
+        default=None,
+        metadata={"help": "The run's name for the trackers (TRL's run_name; default: output_dir's)."},
+    )
+    metric_for_best_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "The held-out metric that ranks evaluations for callbacks (transformers' name: `accuracy` is "
+            "eval/accuracy), as EarlyStoppingCallback reads it."
+        },
+    )
+    greater_is_better: bool | None = field(
+        default=None, metadata={"help": "Whether a larger metric_for_best_model is better (default: yes)."}
+    )
     on_nonfinite: str = field(
         default="stop",
         metadata={"help": "A NaN/inf loss or gradient: stop (keep the last checkpoint) or skip."},

@@ -16,10 +16,59 @@ from transformers import HfArgumentParser
 from .checks import ConfigError
 
 
+class CompactHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` that reads: each option once, by its own name and the kind of value it takes, with the first sentence
+    of its help (its `-` spelling, its TRL name and its `--no_X` still parse, and are named in its line);
+    `--help_full` prints every word and every name."""
+
+    full = False
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=40, width=120)
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if not action.option_strings or self.full:
+            return super()._format_action_invocation(action)
+        name = action.option_strings[0]
+        if action.nargs == 0:
+            return name
+        kind = {int: "INT", float: "FLOAT"}.get(getattr(action, "kind", None), "VALUE")
+        if action.nargs == "?":
+            return f"{name} [BOOL]" if getattr(action, "kind", None) is bool else f"{name} [{kind}]"
+        return f"{name} {kind}" + (" ..." if action.nargs in ("+", "*") else "")
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not self.full:
+            text = text.split(". ")[0].rstrip(".") + "." if text else ""
+            also = getattr(action, "also", ())
+            if also:
+                text += f" Also {', '.join(also)}."
+        return super()._get_help_string(argparse.Namespace(**{**vars(action), "help": text}))
+
+    def add_argument(self, action: argparse.Action) -> None:
+        if self.full or not getattr(action, "hidden_in_help", False):
+            super().add_argument(action)
+
+
+class FullHelp(CompactHelp):
+    full = True
+
+
 class ArgParser(HfArgumentParser):
     """HfArgumentParser with `--help` in argument groups (a config's fields grouped by the mixin dataclass that
     declares them, titled by its `_argument_group_name`), other names for a field (the config's `ALIASES`, e.g.
-    TRL's), and `--no_X` that says what it turns off."""
+    TRL's), `--no_X` that says what it turns off, and a compact `--help` (CompactHelp; `--help_full` for all)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, formatter_class=CompactHelp, **kwargs)
+        self.add_argument(
+            "--help_full",
+            action=_FullHelp,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="Every option's whole help text, and every name it takes.",
+        )
 
     def error(self, message: str) -> None:
         raise ConfigError(message)  # argparse prints usage and exits; the caller prints one line instead
@@ -38,13 +87,17 @@ class ArgParser(HfArgumentParser):
             before = len(self._actions)
             self._parse_dataclass_field(target, f)
             main = self._actions[before]
+            main.kind = _field_kind(f.type)[0]  # (the compact help names the kind of value)
+            main.also = []
             for action in self._actions[before + 1 :]:  # the --no_X of a field that defaults to True
                 action.help = f"Turn {f.name} off (as --{f.name} false)."
                 action.default = (
                     argparse.SUPPRESS
                 )  # (never used: the field's own action sets the default first)
+                action.hidden_in_help = True
+                main.also.append(action.option_strings[0])
             for alias in (a for a, name in aliases.items() if name == f.name):
-                target.add_argument(
+                action = target.add_argument(
                     f"--{alias}",
                     dest=f.name,
                     type=main.type,
@@ -54,6 +107,15 @@ class ArgParser(HfArgumentParser):
                     default=argparse.SUPPRESS,  # (the field's own default stands)
                     help=f"The same as --{f.name}.",
                 )
+                action.hidden_in_help = True
+                main.also.append(f"--{alias} (TRL's name)")
+
+
+class _FullHelp(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.formatter_class = FullHelp
+        parser.print_help()
+        parser.exit()
 
 
 def _field_kind(hint: object) -> tuple[type, bool, bool]:
@@ -170,5 +232,7 @@ def parse_args(
     cfg, *rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     remaining = rest[-1]
     if remaining:
-        raise ConfigError(f"unknown argument(s): {' '.join(remaining)} (see --help)")
+        from .trl_names import unknown_line
+
+        raise ConfigError(unknown_line(remaining, getattr(cls, "TRL_HINTS", {})))
     return cfg

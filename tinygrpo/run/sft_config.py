@@ -9,6 +9,7 @@ from typing import ClassVar
 from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS
 
 from ..rollout.environment import get_environment
+from . import trl_names
 from .checks import Bound, ConfigError, check_fields, check_threads
 from .config import BOUNDS
 
@@ -23,7 +24,9 @@ class SFTConfig:
         "batch_size": "per_device_train_batch_size",
         "threads": "torch_num_threads",
         "log_every": "logging_steps",
+        "label_smoothing_factor": "label_smoothing",  # (TRL's and transformers' name)
     }
+    TRL_HINTS: ClassVar[dict[str, str]] = trl_names.SFT  # TRL's options not taken here: what to use, or why
 
     task: str = field(
         default="",

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
@@ -39,9 +38,10 @@ from ..rollout.prompt_stats import PromptStats
 from ..rollout.prompts import PromptSource
 from ..rollout.tool_calls import tool_use
 from ..update.optim import OptimizerConfig, OptimizerStep, build_optimizer
-from ..update.policy_update import NonFiniteError, PolicyUpdate, UpdateConfig, mix_reference, nonfinite_weight
+from ..update.policy_update import NonFiniteError, PolicyUpdate, UpdateConfig, mix_reference
 from . import checkpoint as ckpt
 from . import launch
+from .callbacks import Callbacks
 from .checkpoint import SaveError
 from .config import GRPOConfig
 from .evaluation import HeldOutEvaluator
@@ -57,13 +57,14 @@ from .run_logs import (
     token_texts,
 )
 from .state import StepOutput, TrainerState
+from .trainer_checkpoints import Checkpoints
 from .validation import check_inputs
 from .watch import LearningWatch, forecast_before_training, target_lengths
 
 __all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerState"]
 
 
-class GRPOTrainer:
+class GRPOTrainer(Checkpoints):
     def __init__(
         self,
         config: GRPOConfig,
@@ -74,6 +75,7 @@ class GRPOTrainer:
         ref_model: nn.Module | None = None,
         reward_funcs: list | None = None,
         accelerator: Accelerator | None = None,
+        callbacks: list | None = None,
     ) -> None:
         self.cfg = cfg = config
         self.acc = accelerator or launch.build_accelerator(cfg)
@@ -142,6 +144,17 @@ class GRPOTrainer:
         self.logs = RunLogs(self.out, enabled=procs.is_main)
         target, lengths = target_lengths(self.prompts.columns, cfg)
         self.watch = LearningWatch(cfg.max_completion_length, cfg.num_generations, lengths, target)
+        # transformers' TrainerCallbacks, called where TRL calls them (tinygrpo/run/callbacks.py)
+        self.callbacks = Callbacks(
+            callbacks or [],
+            cfg,
+            procs.is_main,
+            model=model,
+            processing_class=tokenizer,
+            optimizer=optimizer,
+            lr_scheduler=scheduler,
+        )
+        self.callbacks.event("on_init_end", 0)
 
     @property
     def step(self) -> int:
@@ -248,53 +261,12 @@ class GRPOTrainer:
             (say or partial(print, file=sys.stderr))(line)
             self.logs.warning(self.step, line)
 
-    # ------------------------------------------------------------------ checkpoints
-    def checkpoint_parts(self) -> dict:
-        """The components whose state a checkpoint holds, by name: shared (the same on every process), per process,
-        and the extra models."""
-        synced = self.ref_model is not None and self.cfg.sync_ref_model
-        return {
-            "shared": {"trainer": self.state, "optimizer_step": self.optim, "policy_update": self.update},
-            "per_process": {"batch_generator": self.generator},
-            "models": {"ref_model": self.ref_model} if synced else {},
-        }
-
-    def save_checkpoint(self) -> Path:
-        """checkpoint-<step> (tinygrpo/run/checkpoint.py): accelerate's state (model, optimizer, RNGs), every component's
-        state, the settings and a manifest; written under a temporary name, then renamed. Non-finite weights are
-        never saved."""
-        bad = nonfinite_weight(self.model)
-        if bad is not None:
-            raise NonFiniteError(
-                f"step {self.step}: the weights are NaN or infinite ({bad}; a learning rate too large?); not saved "
-                f"({ckpt.last_checkpoint(self.out, resume=True)})"
-            )
-        return ckpt.save_checkpoint(
-            self.out,
-            self.step,
-            self.acc,
-            self.procs,
-            **self.checkpoint_parts(),
-            config=asdict(self.cfg),
-            keep=self.cfg.save_total_limit,
-        )
-
-    def load_checkpoint(self, path: Path) -> None:
-        """Restore a checkpoint into every component (a caller of train() may not have checked its settings, as
-        train_grpo.py does first: they are checked here too)."""
-        ckpt.load_checkpoint(
-            path,
-            self.acc,
-            self.procs,
-            **self.checkpoint_parts(),
-            check_config=lambda saved: launch.check_same_run(saved, self.cfg, path),
-        )
-
     # ------------------------------------------------------------------ the loop
     def log(self, metrics: dict) -> None:
         self.logs.metrics(self.step, metrics)
         if self.cfg.report_to != "none":
             self.acc.log(metrics, step=self.step)
+        self.callbacks.log(self.step, metrics)
 
     def train(self, resume_from: Path | None = None) -> dict:
         """Run to max_steps; returns a summary (held-out accuracy before/after, wall time). `resume_from`: a
@@ -310,7 +282,11 @@ class GRPOTrainer:
                 self.logs.truncate_after(self.step)
             self.acc.print(f"resumed from {path} at step {self.step}")
         if cfg.report_to != "none":
-            self.acc.init_trackers("tinygrpo")
+            name = cfg.run_name or Path(cfg.output_dir).name
+            self.acc.init_trackers(
+                "tinygrpo", init_kwargs={"wandb": {"name": name}, "trackio": {"name": name}}
+            )
+        self.callbacks.event("on_train_begin", self.step)
         if not cfg.needs_old_logps:
             self.acc.print(
                 "num_iterations=1, one mini-batch: the ratio is exactly 1, so the clip never acts and the "
@@ -329,19 +305,21 @@ class GRPOTrainer:
             m: dict = {}
             try:
                 while self.step < cfg.max_steps:
+                    self.callbacks.event("on_step_begin", self.step)
                     out = self.training_step()
-                    stop.last_step_done = self.step == cfg.max_steps  # (before its row is logged)
+                    self.callbacks.event("on_step_end", self.step)
+                    last = (
+                        self.step == cfg.max_steps or self.callbacks.should_stop
+                    )  # (a callback's stop ends it)
+                    stop.last_step_done = last  # (before its row is logged)
                     m = out.metrics
                     for line in self.watch.observe(self.step, m):  # a run that cannot learn says so
                         self.warn(line, bar.say)
-                    if self.step % cfg.eval_steps == 0 or self.step == cfg.max_steps:
+                    if self.step % cfg.eval_steps == 0 or last:
                         m.update(self.evaluate())
                         self.log_evaluation_details()
-                    if (
-                        self.step % cfg.logging_steps == 0
-                        or self.step == cfg.max_steps
-                        or "eval/accuracy" in m
-                    ):
+                        self.callbacks.evaluate(self.step, m)
+                    if self.step % cfg.logging_steps == 0 or last or "eval/accuracy" in m:
                         self.log(m)
                         if self.logs_completions(self.step):
                             answers = self.prompts.columns.get("answer")
@@ -356,6 +334,11 @@ class GRPOTrainer:
                     bar.update(m)
                     if self.step < cfg.max_steps and self.procs.any(stop.requested):  # all at the same step
                         break
+                    if self.procs.any(self.callbacks.should_stop):  # (all at the same step)
+                        self.acc.print(
+                            f"a callback stopped the run after step {self.step} (should_training_stop)"
+                        )
+                        break
                     if cfg.save_steps and self.step % cfg.save_steps == 0 and self.step < cfg.max_steps:
                         self.save_checkpoint()
             finally:
@@ -368,6 +351,7 @@ class GRPOTrainer:
                 "wall_seconds": time.perf_counter() - t_start,
                 "num_completions": self.state.total_completions,
                 "nonfinite_skipped_steps": self.state.nonfinite_steps,
+                "stopped_by_callback": self.callbacks.should_stop,
             }
             self.finish(summary, stop.name)
             if stop.requested and self.procs.is_main:
@@ -377,17 +361,19 @@ class GRPOTrainer:
                 )
         if cfg.report_to != "none":
             self.acc.end_training()
+        self.callbacks.event("on_train_end", self.step)
         self.procs.wait()
         return summary
 
     def finish(self, summary: dict, signal_name: str) -> None:
         """The end of a run: a run whose every step was skipped fails; then its files (run_end.py)."""
         cfg = self.cfg
-        if self.step == cfg.max_steps:
+        finished = self.step == cfg.max_steps or self.callbacks.should_stop  # (a callback's stop is an end)
+        if finished:
             say_skipped_steps(self.state.nonfinite_steps, self.step, self.out, self.acc.print)
         write_run_end(
             self.out,
-            finished=self.step == cfg.max_steps,
+            finished=finished,
             step=self.step,
             save_checkpoint=self.save_checkpoint,
             model=self.model,

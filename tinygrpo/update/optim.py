@@ -7,6 +7,7 @@ nothing there but per-call checks. Under DeepSpeed, FSDP or mixed-precision scal
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, fields
 
@@ -39,6 +40,13 @@ class OptimizerConfig:
     lr_scheduler_type: str
     warmup_steps: int
     max_steps: int
+    adam_epsilon: float = 1e-8  # (torch's AdamW default)
+    warmup_ratio: float = 0.0
+
+    @property
+    def warmup(self) -> int:
+        """Warm-up steps: warmup_steps, or else warmup_ratio of max_steps rounded up (as transformers reads them)."""
+        return self.warmup_steps or math.ceil(self.warmup_ratio * self.max_steps)
 
     @classmethod
     def of(cls, cfg: object) -> OptimizerConfig:
@@ -62,14 +70,12 @@ def build_optimizer(
         groups = [{"params": decay + no_decay, "weight_decay": 0.0}]
     # fused: one kernel for all parameter tensors, not a Python loop over them
     optimizer = torch.optim.AdamW(
-        groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), fused=True
+        groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon, fused=True
     )
     name = cfg.lr_scheduler_type
-    if name == "constant" and cfg.warmup_steps:
+    if name == "constant" and cfg.warmup:
         name = "constant_with_warmup"  # transformers' "constant" ignores warm-up
-    scheduler = get_scheduler(
-        name, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.max_steps
-    )
+    scheduler = get_scheduler(name, optimizer, num_warmup_steps=cfg.warmup, num_training_steps=cfg.max_steps)
     return optimizer, scheduler
 
 

@@ -48,9 +48,8 @@ def build_report(run_dir: str | Path) -> str:
         section_prompts(read_log(run, "prompt_stats.jsonl"), read_log(run, "eval_failures.jsonl"), metrics),
         section_beliefs(read_log(run, "beliefs.jsonl")),
     ]
-    nav = "".join(
-        f'<a href="#{s}">{s}</a>' for s in ("run", "curves", "groups", "tokens", "prompts", "beliefs")
-    )
+    names = ("run", "curves", "groups", "tokens", "prompts", "beliefs")
+    nav = "".join(f'<a href="#{s}">{s}</a>' for s, part in zip(names, parts, strict=True) if part)
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>tinygrpo report: {_e(run.name)}</title>"
         f"<style>{STYLE}</style></head><body><h1>tinygrpo run report</h1><nav>{nav}</nav>"

@@ -9,6 +9,8 @@ from .logs import (
     MAX_HEATMAP_ROWS,
 )
 
+FAILURES_SHOWN = 20  # held-out failures listed on the page; eval_failures.jsonl holds them all
+
 
 def section_prompts(stats: list[dict], failures: list[dict], metrics: list[dict]) -> str:
     import matplotlib
@@ -56,7 +58,12 @@ def section_prompts(stats: list[dict], failures: list[dict], metrics: list[dict]
         fails = last["failures"]
         rows = "".join(
             f"<tr><td><code>{_e(p)}</code></td><td>{_e(a)}</td><td><code>{_e(c)}</code></td></tr>"
-            for p, a, c in fails
+            for p, a, c in fails[:FAILURES_SHOWN]
+        )
+        more = (
+            f"<p>The first {FAILURES_SHOWN} of {len(fails)}; every one is in eval_failures.jsonl.</p>"
+            if len(fails) > FAILURES_SHOWN
+            else ""
         )
         trend = ", ".join(
             f"{r['step']}: {len(r['failures'])}" for r in failures[:: max(1, len(failures) // 10)]
@@ -64,7 +71,7 @@ def section_prompts(stats: list[dict], failures: list[dict], metrics: list[dict]
         out.append(
             f"<p>Step {last['step']}: {len(fails)} wrong of {last['total']} (wrong by step: {_e(trend)}).</p>"
             + (
-                f"<table><tr><th>prompt</th><th>gold</th><th>greedy completion</th></tr>{rows}</table>"
+                f"<table><tr><th>prompt</th><th>gold</th><th>greedy completion</th></tr>{rows}</table>{more}"
                 if fails
                 else ""
             )
@@ -83,18 +90,17 @@ def section_prompts(stats: list[dict], failures: list[dict], metrics: list[dict]
         )
         out.append(f"<table><tr><th></th>{head}</tr>{body}</table>")
     else:
-        out.append(_missing("no a+b problem kinds in the evaluation rows"))
+        out.append(
+            _missing("the task defines no kinds of problem (a task's `kinds`: addition's carries, say)")
+        )
     return "".join(out) + "</section>"
 
 
 def section_beliefs(beliefs: list[dict]) -> str:
+    """Only with beliefs.jsonl (logged when the evaluation set is small, e.g. the seed bank): '' otherwise."""
     head = '<section id="beliefs"><h2>Beliefs</h2>'
     if not beliefs:
-        return (
-            head
-            + _missing("beliefs.jsonl: logged when the evaluation set is small, e.g. the seed bank")
-            + "</section>"
-        )
+        return ""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -96,6 +96,8 @@ def section_run(run: Path, config: dict, metrics: list[dict], warnings: list[dic
     if forecast is not None:
         rows.append(("signal forecast (before step 1)", forecast_text(forecast, steps)))
     rows += [(f"step {w['step']}", w["warning"]) for w in warnings]  # what the run said it could not learn
+    if not warnings:
+        rows.append(("warnings", "none: the run warned about nothing"))
     table = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     settings = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in sorted(config.items()))
     cmd = reproduce_command(config) if config else "(no config.json)"
