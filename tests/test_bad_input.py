@@ -454,7 +454,7 @@ CASES = {
     # ---- the data
     "unknown_dataset": (
         lambda t, r, p: ["--dataset", str(t / "nope")],
-        "error: dataset '{t}/nope': no such directory (known names: addition, addition_long, addition_long_padded, chain_sum, countdown, multiplication, reverse, seed_bank, reasoning_gym_NAME; "
+        "error: dataset '{t}/nope': no such directory (known names: addition, addition_long, addition_long_padded, chain_sum, countdown, guess_number, multiplication, reverse, seed_bank, reasoning_gym_NAME; "
         "or a directory of "
         "<split>.jsonl files)",
     ),
@@ -584,7 +584,8 @@ CASES = {
     "unknown_reward": (
         lambda t, r, p: ["--reward_funcs", "acuracy"],
         "error: unknown reward 'acuracy'; registered: accuracy, accuracy_lenient, countdown, countdown_partial, "
-        "digit_match, exact_match, final_answer, format, length_penalty, reasoning_gym, reasoning_gym_final_answer, "
+        "digit_match, exact_match, final_answer, format, guess_found, guess_turns, length_penalty, reasoning_gym, "
+        "reasoning_gym_final_answer, "
         "reversed_answer, tool_answer (or use "
         "'package.module:function' / 'path/to/file.py:function')",
     ),

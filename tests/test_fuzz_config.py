@@ -366,6 +366,14 @@ GRPO_VALUES = _field_values(
         "eval_reward": ["accuracy", "accuracy_lenient", "countdown", "nope", "os:getcwd", ""],
         # (the seed bank's tokenizer has none of the calculator's '<>?': an error line)
         "environment": ["calculator", "calculator_one_digit", "nope", "os:getcwd", "None", ""],
+        # (accelerate's trackers: one installed, one not, all, an unknown one among known ones)
+        "report_to": ["none", "tensorboard", "wandb", "all", "tensorboard,nope", "nope", ""],
+        "run_name": ["a run", ""],
+        "metric_for_best_model": [
+            "accuracy",
+            "nope",
+            "",
+        ],  # (read by callbacks only: none on the command line)
     },
 )
 SFT_VALUES = _field_values(

@@ -16,6 +16,7 @@ import torch
 from _runs import launch_two
 from test_tool_calls import ScriptedDecoder, _bracketed
 
+from rewards import EOS
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tiny_lm.tokenization_tiny_lm import build_tokenizer
 from tinygrpo.algorithm.loss_config import LossConfig
@@ -178,7 +179,8 @@ def test_the_weak_episodes_follow_the_replies_and_find_the_number():
         for guess, said in [(int(g), r) for g, r in re.findall(r"(\d+)\?([<>=])", text)]:
             assert lo <= guess <= hi and said == reply(target, guess)
             lo, hi = (lo, guess - 1) if said == "<" else (guess + 1, hi) if said == ">" else (guess, guess)
-        assert text.endswith("=") and found_in(text, target) == (text.count("?") <= MAX_TURNS)
+        assert text.endswith("=") and found_in(text + EOS, target) == (text.count("?") <= MAX_TURNS)
+        assert not found_in(text, target)  # (no <eos>: not a finished episode)
 
 
 # ------------------------------------------------------------------------------------------------ real episodes
@@ -228,7 +230,8 @@ def test_the_environments_reward_is_the_transcripts(tok):
         turns, found = turns_of(text)
         read.append((MAX_TURNS + 1 - turns) / MAX_TURNS * found)
     assert mine == read
-    assert guess_found(texts, rows) == [float(turns_of(t)[1]) for t in texts]
+    ended = [float(e.found and t.endswith(EOS)) for e, t in zip(ro.environments, texts, strict=True)]
+    assert guess_found(texts, rows) == ended and sum(ended) > 0
     assert sum(ro.tool_calls.tolist()) > 100  # (the episodes took turns)
 
 
@@ -310,6 +313,25 @@ class Unpicklable(_Base):
         return "."
 
 
+def _refuse():
+    raise RuntimeError("this instance cannot be loaded")
+
+
+class Unloadable(_Base):
+    """Sent fine, but its loading raises in the run's process."""
+
+    def guess(self, n: str) -> str:
+        """Guess.
+
+        Args:
+            n: The guess.
+        """
+        return "."
+
+    def __reduce__(self):
+        return (_refuse, ())
+
+
 class DoneRaises(_Base):
     """Says whether it is done at reset, and raises when asked after a guess."""
 
@@ -349,6 +371,7 @@ HOSTILE = {
     ),
     "alphabet": (AnswersOutsideTheAlphabet, ["1?2?"], ["1?[!]2?[!]<eos>"], {"unwritable": 2}),
     "unpicklable": (Unpicklable, ["1?"], ["1?[.]<eos>"], {"lost_instance": 1}),
+    "unloadable": (Unloadable, ["1?"], ["1?[.]<eos>"], {"lost_instance": 1}),
     "done": (DoneRaises, ["1?2?"], ["1?[.<eos>]"], {}),
 }
 
@@ -389,8 +412,8 @@ def test_the_references_targets_replay_on_their_episodes_and_a_wrong_reply_is_re
     bad = [{**rows[0], "target": (rows[0]["target"] + 1) % N}]
     with pytest.raises(ValueError, match="row 1: the target's reply"):
         target_replies([targets[0]], GUESS, "guess_number/validation", bad)
-    assert all(found_in(t, r["target"]) for t, r in zip(targets, rows, strict=True))
-    assert guess_found(targets, [r["target"] for r in rows]) == [1.0] * len(rows)
+    assert all(found_in(t + EOS, r["target"]) for t, r in zip(targets, rows, strict=True))
+    assert guess_found([t + EOS for t in targets], [r["target"] for r in rows]) == [1.0] * len(rows)
 
 
 @pytest.mark.slow

@@ -92,6 +92,11 @@ RIGHT: dict[str, list[tuple[str, Columns]]] = {
         ("5*5-5", {"numbers": [5] * 3, "target": 20}),
     ],
     "countdown_partial": [("(95-37)*2", {"numbers": [95, 37, 2], "target": 116})],
+    "guess_found": [
+        ("32?<16?=", {"target": 16}),
+        ("0?=", {"target": 0}),
+        ("07?!40?>50?.63?=", {"target": 63}),
+    ],
     "reasoning_gym": [],  # real entries, drawn in `_right`
     "reasoning_gym_final_answer": [],  # chain_sum's real entries, worked and direct, drawn in `_right`
 }
@@ -99,6 +104,7 @@ RG_SETS = ("chain_sum", "spell_backward", "basic_arithmetic")
 NO_EOS_RULE = {
     "accuracy_lenient": "tolerates a missing <eos> by design (its doc and rewards/README.md)",
     "length_penalty": "scores the length of the ids, not the text",
+    "guess_turns": "reads the episode's state (environments), not the text: the environment ends a found episode",
 }
 
 

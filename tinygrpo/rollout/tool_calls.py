@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import pickle
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -184,12 +183,7 @@ class ToolCalls:
         functions); None for a row whose instance was lost or cannot be sent (counted). None without episodes."""
         if self.keys is None:
             return None
-        out = []
-        for data in self.env.episode_ops([("collect", k) for k in self.keys]):
-            try:
-                out.append(None if data is None else pickle.loads(data))
-            except Exception:  # noqa: BLE001  (an instance that does not unpickle is a lost one)
-                out.append(None)
+        out = self.env.episode_ops([("collect", k) for k in self.keys])
         self.outcomes["lost_instance"] += sum(x is None for x in out)
         return out
 

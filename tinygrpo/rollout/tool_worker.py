@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
-import pickle
 import signal
 import threading
 from dataclasses import replace
@@ -51,7 +50,13 @@ def _serve(conn, env: Environment, die_with_parent: bool) -> None:
         except (EOFError, OSError):
             os._exit(0)
         for op in ops:
-            conn.send(env.answer(op) if isinstance(op, str) else episodes.do(op))
+            out = env.answer(op) if isinstance(op, str) else episodes.do(op)
+            try:
+                conn.send(out)
+            except KeyboardInterrupt:
+                raise
+            except BaseException:  # noqa: BLE001  (an episode's instance that cannot be sent: none; pickling fails
+                conn.send(None)  # before anything is written, so the pipe stays whole)
 
 
 class _Episodes:
@@ -93,14 +98,9 @@ class _Episodes:
             done = True
         return replace(reply, done=done) if done else reply
 
-    def collect(self, key) -> bytes | None:
-        instance = self.live.pop(key, None)
-        try:
-            return None if instance is None else pickle.dumps(instance)
-        except KeyboardInterrupt:
-            raise
-        except BaseException:  # noqa: BLE001  (an instance that cannot be sent reads as lost)
-            return None
+    def collect(self, key) -> Any:
+        """The episode's instance, to be sent back (None: lost), and forgotten here."""
+        return self.live.pop(key, None)
 
     def transcript(self, row: dict, text: str) -> list[tuple[str, int, int, str]] | Reply:
         """A text written out whole (an SFT target), replayed on a fresh episode: (call, start, stop, reply) for each
@@ -193,6 +193,10 @@ class ToolWorker:
                     self.stop()
                     replies.append(_failed(self.env, texts[len(replies)], "raised"))
                     break
+                except Exception:  # noqa: BLE001  (an episode's instance that does not unpickle here: the message is read,
+                    replies.append(
+                        _failed(self.env, texts[len(replies)], "raised")
+                    )  # the pipe in step; it is lost)
         return replies
 
 

@@ -11,37 +11,35 @@ row ("64:"): the policy cannot see the target, so the splits differ in their epi
 weak episodes), not in their prompts; every split covers the 64 targets (a policy trained on a subset of them would
 face another prior than the uniform one under which binary search is optimal).
 
-- `guess_found` (the verifier): 1.0 iff a guess equals the hidden number within the cap, read off the transcript;
-- `guess_turns` (the GRPO reward, the environment's own, TRL's `environments` keyword): found within the cap, less
-  a twelfth per turn used: (13 - turns) / 12, 0 when not found.
+Its rewards, `guess_found` (the verifier) and `guess_turns` (the environment's own), and how a transcript is read are in
+rewards/guess_number.py, found by name as every reward is.
 """
 
 from __future__ import annotations
 
 import random
-import re
-from collections.abc import Sequence
 from functools import cache
 
-from rewards import register_reward
+from rewards.guess_number import (  # noqa: F401  (the task's rewards and transcripts)
+    MAX_TURNS,
+    N,
+    found_in,
+    guess_found,
+    guess_turns,
+    plain,
+    reply,
+    turns_in,
+    turns_of,
+)
 from tinygrpo.data.task import NATIVE_KERNELS, Task, register_task
 from tinygrpo.data.tasks._splits import split_rows
 
-N = 64  # the hidden number is in [0, N)
-MAX_TURNS = 12  # turns per episode at most (binary search needs 7 at most; the weak strategy 12 or fewer in 98.9 % of episodes)
 PROMPT = f"{N}:"
 SIZES = {"validation": 500, "test": 500, "train": 20_000}  # (train last: see split_rows)
 SEED = 2040
 CHARS = (
     "0123456789:?<>=!."  # the prompt, the guesses, `?` ending one, the replies, the error, the blind reply
 )
-# A turn as decoding reads it: whatever the policy wrote up to `?` (the call, well formed or not), then the reply.
-_TURN = re.compile(r"([^?]*)\?([<>=.!])")
-
-
-def reply(target: int, guess: int) -> str:
-    """`=` found, `<` the number is smaller than the guess, `>` larger."""
-    return "=" if guess == target else ("<" if target < guess else ">")
 
 
 def weak_episode(target: int, rng: random.Random) -> str:
@@ -65,48 +63,6 @@ def build() -> dict[str, list[dict]]:
             pass
         rows.append({"prompt": PROMPT, "answer": episode, "target": target, "id": i})
     return split_rows(rows, SIZES)
-
-
-def turns_in(completion: str) -> list[tuple[str, str]]:
-    """The turns a transcript writes from its start, (the guess's text, the reply) each, up to the cap."""
-    out, at = [], 0
-    while len(out) < MAX_TURNS and (m := _TURN.match(completion, at)) is not None:
-        out.append((m.group(1), m.group(2)))
-        at = m.end()
-    return out
-
-
-def turns_of(completion: str) -> tuple[int, bool]:
-    """(turns, found): the turns up to the first answered `=` (all of them, up to the cap, when none is), and
-    whether one was (the replies trusted: what the policy read)."""
-    turns = turns_in(completion)
-    hit = next((i for i, (_, r) in enumerate(turns) if r == "="), None)
-    return (len(turns), False) if hit is None else (hit + 1, True)
-
-
-def plain(text: str) -> bool:
-    """An integer written plainly: digits, no leading zero."""
-    return text.isdigit() and str(int(text)) == text
-
-
-def found_in(completion: str, target: int) -> bool:
-    """A guess of the transcript equals the hidden number within the cap (the replies not trusted)."""
-    return any(plain(g) and int(g) == int(target) for g, _ in turns_in(completion))
-
-
-@register_reward("guess_found")
-def guess_found(completions: Sequence[str], target: Sequence[int], **kwargs) -> list[float]:
-    """1.0 iff the episode found the hidden number within the cap (its guesses read from the transcript)."""
-    return [float(found_in(c, t)) for c, t in zip(completions, target, strict=True)]
-
-
-@register_reward("guess_turns")
-def guess_turns(completions: Sequence[str], environments=None, **kwargs) -> list[float | None]:
-    """The environment's own reward (TRL's `environments`): (MAX_TURNS + 1 - turns) / MAX_TURNS when its episode found
-    the number, 0 when not; None for an episode whose instance was lost (or a run without the environment)."""
-    if environments is None:
-        return [None] * len(completions)
-    return [None if e is None else (MAX_TURNS + 1 - e.turns) / MAX_TURNS * e.found for e in environments]
 
 
 @cache
