@@ -14,6 +14,36 @@ import torch
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(1)
 
+# The test files that take longest (pytest --durations), started first: with two test processes each taking a whole
+# file (--dist loadfile), a long file started last would leave one process running alone at the end. The others
+# keep their order. (pytest-xdist >= 3.7 would otherwise order the files by their count of tests.)
+LONGEST_FIRST = (
+    "test_reliability.py",
+    "test_trainer.py",
+    "test_walkthrough.py",
+    "test_benchmarks_gpu_sh.py",
+    "test_benchmarks_smoke.py",
+    "test_reference_kernels.py",
+    "test_compare.py",
+    "test_turns.py",
+    "test_readme_task.py",
+    "test_nano_grpo.py",
+    "test_exploration.py",
+    "test_hostile_tools.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(
+        key=lambda item: rank.get(item.path.name, len(rank))
+    )  # (stable: each file's tests keep their order)
+
 
 @pytest.fixture(scope="session")
 def seed_reference(tmp_path_factory) -> str:

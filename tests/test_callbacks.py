@@ -15,6 +15,8 @@ from tinygrpo.run.callbacks import transformers_names
 from tinygrpo.run.config import GRPOConfig
 from tinygrpo.run.trainer import GRPOTrainer
 
+pytestmark = pytest.mark.slow  # (GRPO runs of a few steps, about a second each)
+
 
 def _trainer(seed_reference, out, callbacks, **overrides) -> GRPOTrainer:
     model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")

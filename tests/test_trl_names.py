@@ -70,6 +70,7 @@ def test_adam_epsilon_reaches_adamw():
     assert opt.param_groups[0]["eps"] == torch.optim.AdamW([torch.zeros(1)]).defaults["eps"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["train_grpo.py", "train_sft.py"])
 def test_help_is_at_most_250_lines_with_every_option_once(script):
     out = subprocess.run(
