@@ -397,6 +397,7 @@ def test_a_factory_environment_is_checked_at_definition():
     with pytest.raises(ValueError, match="three different characters"):  # (only an episode may drop them)
         Environment("x", "", GUESS.tools, GUESS.parse, open="", end="?", close="")
     assert [t.__name__ for t in GUESS.tools] == ["guess"] and pickle.dumps(Greeting())
+    assert list(GUESS.schemas["guess"]["properties"]) == ["n"]  # (read as bound: `self` is no argument)
 
 
 # ------------------------------------------------------------------------------------------------ the task, the reference

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,7 +134,10 @@ class Environment:
         schemas = {}
         for tool in self.tools:
             try:  # (the same check TRL makes of a tool: hints on every argument, a docstring that names them)
-                schemas[tool.__name__] = get_json_schema(tool)["function"]["parameters"]
+                # (a factory's method read as bound, so that `self` is not an argument: transformers < 5 asks
+                # every argument for a type hint)
+                bound = types.MethodType(tool, object()) if optional else tool
+                schemas[tool.__name__] = get_json_schema(bound)["function"]["parameters"]
             except Exception as e:  # noqa: BLE001  (transformers raises several kinds: say which tool and why)
                 raise ValueError(f"environment {self.name}: tool {tool.__name__}: {e}") from None
         object.__setattr__(self, "schemas", schemas)
