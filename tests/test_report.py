@@ -21,6 +21,14 @@ from tinygrpo.run.metrics_io import plot_metrics, read_jsonl
 from tinygrpo.run.report import REPORT_FILE, build_report, main
 
 SECTIONS = ("run", "curves", "groups", "tokens", "prompts", "beliefs")
+NOT_RECORDED = "not recorded in this run"  # the run section's row naming the logs a run did not write
+# The training prompts by their latest group, as the trainer logs them (PromptStats.counts), with the report's words.
+PROMPT_GROUP_WORDS = (
+    ("prompts/unsolved", "unsolved"),
+    ("prompts/partly_solved", "partly solved"),
+    ("prompts/solved", "solved"),
+    ("prompts/unseen", "unseen"),
+)
 SIGNAL_KEYS = ("frac_completions_with_signal", "frac_reward_zero_std")
 TOKEN_KEYS = ("tokens", "token_advantage", "token_p_old", "token_p_new", "token_ratio", "token_entropy")
 
@@ -59,6 +67,8 @@ def _numbers(run: Path) -> dict:
     evals = [r for r in metrics if "eval/accuracy" in r]
     fails = read_jsonl(run / "eval_failures.jsonl")[-1]
     steps = [r for r in metrics if "frac_completions_with_signal" in r]
+    counted = [r for r in metrics if "prompts/solved" in r][-1]
+    groups = ", ".join(f"{counted[k]} {w}" for k, w in PROMPT_GROUP_WORDS)
     signal, zero_std = (statistics.mean(r[k] for r in steps) for k in SIGNAL_KEYS)
     return {
         "signal": f"frac_completions_with_signal), mean of the logged steps</th><td>{signal:.1%}",
@@ -68,6 +78,7 @@ def _numbers(run: Path) -> dict:
         "failures": f"{len(fails['failures'])} wrong of {fails['total']}",
         "completion": html.escape(read_jsonl(run / "completions.jsonl")[-1]["completion"]),
         "token": _token_cell(_signal_group(run)[0], 0),
+        "groups": f"(the curves' panel of that name), at step {counted['step']}: {groups}.",
     }
 
 
@@ -78,7 +89,7 @@ def test_the_trainer_writes_a_self_contained_report_with_the_run_numbers(run_dir
         assert f'<section id="{s}">' in text
     for name, value in _numbers(run_dir).items():
         assert value in text, name
-    assert "Not recorded" not in text  # this version's run writes every file the report reads
+    assert NOT_RECORDED not in text  # this version's run writes every file the report reads
     # self-contained: no script, no stylesheet or image fetched from anywhere
     assert "<script" not in text and "<link" not in text and 'src="http' not in text
     assert text.count('src="data:image/png;base64,') == 3  # curves, pass rates, beliefs
@@ -99,8 +110,13 @@ def test_a_report_of_an_interrupted_run_and_of_an_older_run_says_what_is_missing
     assert main([str(cut)]) == 0
     text = (cut / REPORT_FILE).read_text()
     assert "2 of 6 (stopped early, or still running)" in text
-    assert text.count("Not recorded in this run") == 4  # groups, tokens, pass rates, failures
-    assert '<section id="beliefs">' not in text and 'href="#beliefs"' not in text  # (only with beliefs.jsonl)
+    said = _run_row(text, NOT_RECORDED)
+    for log in ("completions.jsonl (", "prompt_stats.jsonl", "eval_failures.jsonl"):
+        assert log in said
+    for s in ("groups", "tokens", "beliefs"):  # nothing to show: no section, no link
+        assert f'<section id="{s}">' not in text and f'href="#{s}"' not in text
+    prompts = _section(text, "prompts")  # accuracy by problem kind alone: metrics.jsonl has it
+    assert prompts.count("<h3>") == 1 and "<h3>Held-out accuracy by problem kind</h3>" in prompts
     old = tmp_path / "old"
     old.mkdir()
     for name in ("metrics.jsonl", "completions.jsonl"):
@@ -112,10 +128,10 @@ def test_a_report_of_an_interrupted_run_and_of_an_older_run_says_what_is_missing
                 r.pop(k, None)
         (old / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = build_report(old)
-    assert '<section id="groups">' in text and "Not recorded in this run (prompt_stats.jsonl" in text
-    tokens = _section(text, "tokens")
-    assert "Not recorded in this run (per-token probabilities in completions.jsonl" in tokens
-    assert "class=tok" not in tokens
+    said = _run_row(text, NOT_RECORDED)
+    assert '<section id="groups">' in text and "prompt_stats.jsonl, written by runs" in said
+    assert "per-token probabilities in completions.jsonl" in said
+    assert '<section id="tokens">' not in text and 'href="#tokens"' not in text and "class=tok" not in text
 
 
 def _background(cell_start: str) -> tuple[int, int, int]:
@@ -341,9 +357,8 @@ def test_the_failures_table_is_bounded_and_counts_the_rest(wrong):
     text = section_prompts([], [{"step": 10, "total": 500, "failures": fails}], [])
     assert text.count("<tr><td><code>") == min(wrong, FAILURES_SHOWN)
     assert f"{wrong} wrong of 500" in text
-    assert (f"The first {FAILURES_SHOWN} of {wrong}; every one is in eval_failures.jsonl" in text) == (
-        wrong > FAILURES_SHOWN
-    )
+    rest = f"The first {FAILURES_SHOWN} of {wrong}; the other {wrong - FAILURES_SHOWN} are in eval_failures.jsonl"
+    assert (rest in text) == (wrong > FAILURES_SHOWN)
 
 
 def test_a_run_without_warnings_says_so():
@@ -352,3 +367,118 @@ def test_a_run_without_warnings_says_so():
     assert "none: the run warned about nothing" in section_run(Path("r"), {}, [], [])
     said = section_run(Path("r"), {}, [], [{"step": 3, "warning": "no signal"}])
     assert "no signal" in said and "warned about nothing" not in said
+
+
+def _run_row(text: str, header: str) -> str:
+    """The value of the run section's summary row `header` (AssertionError when there is no such row)."""
+    found = re.search(rf"<tr><th>{re.escape(header)}</th><td>(.*?)</td></tr>", _section(text, "run"))
+    assert found, f"no row {header!r} in the run section"
+    return found[1]
+
+
+def _write_logs(run: Path, logs: dict[str, list[dict]]) -> None:
+    for name, rows in logs.items():
+        (run / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _pass_rate_rows(n: int, drawn: list[int]) -> list[dict]:
+    """prompt_stats.jsonl of n prompts at evaluations 0, 10, 20, ...: the first drawn[i] prompts have an estimate
+    at the i-th (prompt j's is j / n), the others none (not drawn yet)."""
+    return [
+        {"step": 10 * i, "pass_rate": [j / n if j < k else None for j in range(n)]}
+        for i, k in enumerate(drawn)
+    ]
+
+
+def test_the_pass_rate_heatmap_counts_prompts_not_bins_and_says_why_it_is_grey():
+    """1,000 prompts in at most MAX_HEATMAP_ROWS rows: the prompt axis runs over the prompts (before: its ticks were
+    bin numbers, 0 to 299, under a label counting 1,000 prompts), and the text says what grey is, with the count."""
+    from tinygrpo.run.report.logs import MAX_HEATMAP_ROWS
+    from tinygrpo.run.report.prompts import pass_rate_figure, pass_rates, section_prompts
+
+    stats = _pass_rate_rows(1000, [0, 400, 700])
+    ax = pass_rate_figure(pass_rates(stats), [0, 10, 20]).axes[0]
+    assert sorted(ax.get_ylim()) == [0, 1000] and "1,000 training prompts" in ax.get_ylabel()
+    ticks = [t for t in ax.get_yticks() if 0 <= t <= 1000]
+    assert max(ticks) > MAX_HEATMAP_ROWS and all(t == int(t) for t in ticks)
+    text = section_prompts(stats, [], [])
+    assert "Grey: no estimate yet, because the prompt had not been drawn by that evaluation" in text
+    assert "(every one at step 0, before the first step)" in text
+    assert "by step 20, 700 of the 1,000 prompts had been drawn, 300 not yet." in text
+
+
+def test_the_prompts_by_their_latest_group_are_the_curves_panel_in_its_words_and_numbers():
+    """The text under the heatmap and the curves' panel read the same counts (metrics.jsonl's, by the latest group)
+    with the same words, solved included (before: the panel left `solved` out and the text counted the heatmap's
+    moving averages with the same words: other numbers)."""
+    from tinygrpo.run.metrics_io import curves_figure
+    from tinygrpo.run.report.prompts import section_prompts
+
+    counts = [(5, 3, 1, 1), (3, 2, 4, 1)]  # at steps 10 and 20, in PROMPT_GROUP_WORDS' order
+    metrics = [{"step": 0, "eval/accuracy": 0.5}] + [
+        {"step": 10 * i, "reward": 0.5} | {k: c for (k, _), c in zip(PROMPT_GROUP_WORDS, row, strict=True)}
+        for i, row in enumerate(counts, 1)
+    ]
+    # the moving averages: 9 drawn, 1 not, all of them strictly between 0 and 1 (none "solved" by that measure)
+    stats = [{"step": 20, "pass_rate": [0.5] * 9 + [None]}]
+    text = section_prompts(stats, [], metrics)
+    said = "at step 20: 3 unsolved, 2 partly solved, 4 solved, 1 unseen."
+    assert f"By their latest group (the curves' panel of that name), {said}" in text
+    heatmap_text = text.split("<p>")[1]  # the heatmap's own measure gets none of the category words
+    assert not re.search(r"\b(unsolved|partly|solved|unseen)\b", heatmap_text), heatmap_text
+    (ax,) = [
+        a for a in curves_figure(metrics).axes if a.get_title() == "training prompts, by their latest group"
+    ]
+    lines = {line.get_label(): line.get_ydata()[-1] for line in ax.get_lines()}
+    assert lines == {w: c for (_, w), c in zip(PROMPT_GROUP_WORDS, counts[-1], strict=True)}
+
+
+def test_a_curve_of_fewer_than_three_points_is_markers_alone():
+    """Early in a run (or in a short one) held-out accuracy has two points, the step-0 evaluation and the next, and a
+    line between them draws a trend nobody measured: such a curve is markers alone, a longer one a line."""
+    from tinygrpo.run.metrics_io import curves_figure
+
+    metrics = [{"step": 0, "eval/accuracy": 0.5, "time/elapsed": 0.0, "num_completions": 0}]
+    metrics += [{"step": s, "reward": 0.1 * s, "time/elapsed": s, "num_completions": 8 * s} for s in (10, 20)]
+    metrics[-1]["eval/accuracy"] = 0.7
+    metrics.append({"step": 30, "reward": 0.9})
+    axes = {ax.get_title(): ax for ax in curves_figure(metrics).axes}
+    (reward,) = axes["sampled reward (mean)"].get_lines()
+    assert len(reward.get_xdata()) == 3 and reward.get_linestyle() == "-"
+    for title in (
+        "held-out greedy accuracy (and by problem kind)",
+        "held-out greedy accuracy against seconds",
+        "held-out greedy accuracy against completions",
+    ):
+        (accuracy,) = axes[title].get_lines()
+        assert len(accuracy.get_xdata()) == 2, title
+        assert accuracy.get_linestyle() == "None" and accuracy.get_marker() == "o", title
+
+
+def test_a_section_with_nothing_to_show_is_left_out_with_its_link(tmp_path):
+    """Hand-written logs of a run that wrote only some: each section it has nothing for goes, its link too, and the
+    run section names what was not recorded (before: each stayed, a heading over one 'Not recorded' line)."""
+    metrics = [{"step": 0, "eval/accuracy": 0.5}, {"step": 2, "reward": 0.5}]
+    _write_logs(tmp_path, {"metrics.jsonl": metrics})
+    text = build_report(tmp_path)
+    shown = re.findall(r'<section id="(\w+)">', text)
+    assert shown == ["run", "curves"] and re.findall(r'<a href="#(\w+)">', text) == shown
+    said = _run_row(text, NOT_RECORDED)
+    assert [log in said for log in ("completions.jsonl", "prompt_stats.jsonl", "eval_failures.jsonl")] == [
+        True
+    ] * 3
+    # completions of an older version (no per-token numbers) and held-out failures: groups and prompts, no tokens
+    completions = [
+        {"step": 2, "prompt": "1+1=", "completion": f"{a}<eos>", "reward": float(a == 2)} for a in (2, 3)
+    ]
+    failures = [{"step": 2, "total": 4, "failures": [["1+2=", "3", "4<eos>"]]}]
+    _write_logs(tmp_path, {"completions.jsonl": completions, "eval_failures.jsonl": failures})
+    text = build_report(tmp_path)
+    shown = re.findall(r'<section id="(\w+)">', text)
+    assert shown == ["run", "curves", "groups", "prompts"] and re.findall(r'<a href="#(\w+)">', text) == shown
+    prompts = _section(text, "prompts")  # its one part with content: no heading over nothing
+    assert re.findall(r"<h3>(.*?)</h3>", prompts) == [
+        "Held-out problems answered wrong at the last evaluation"
+    ]
+    said = _run_row(text, NOT_RECORDED)
+    assert "per-token probabilities in completions.jsonl" in said and "eval_failures.jsonl" not in said

@@ -154,6 +154,17 @@ def read_checked(path: Path, shape: Shape) -> list[dict]:
 
 FORMAT_PREFIXES = ("eval/format/", "completions/format/")  # + a format's name (tinygrpo/run/evaluation.py)
 _FORMAT_SOURCES = (("eval/", "greedy"), ("completions/", "sampled"))
+# The training prompts by their latest group (PromptStats.counts), each key with its word: the curves' panel and the
+# report's text under its pass-rate heatmap both read these, so the two say the same thing in the same words.
+PROMPT_GROUPS = (
+    ("prompts/unsolved", "unsolved"),
+    ("prompts/partly_solved", "partly solved"),
+    ("prompts/solved", "solved"),
+    ("prompts/unseen", "unseen"),
+)
+# A curve of fewer points is drawn as markers alone: a line through two points (the step-0 evaluation and the next,
+# early in a run or in a short one) draws a trend nobody measured.
+MIN_LINE_POINTS = 3
 
 
 class Panel(NamedTuple):
@@ -207,11 +218,7 @@ def curve_panels(rows: list[dict]) -> list[Panel]:
             "prompts/unsolved",
             "training prompts, by their latest group",
             "step",
-            (
-                ("prompts/unsolved", "unsolved"),
-                ("prompts/partly_solved", "partly solved"),
-                ("prompts/unseen", "unseen"),
-            ),
+            PROMPT_GROUPS,
             "step",
         ),
         Panel("kinds", "held-out accuracy by problem kind, first and last", "", by_kind, "problem kind"),
@@ -269,7 +276,9 @@ def _draw_lines(ax: Axes, rows: list[dict], panel: Panel) -> bool:
         pts = [(r[panel.x], r[y]) for r in rows if _num(r.get(panel.x)) and _num(r.get(y))]
         if pts:
             xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, ms=3, label=label)
+            few = len(pts) < MIN_LINE_POINTS
+            marker = "o" if len(pts) < 30 else None
+            ax.plot(xs, ys, linestyle="none" if few else "-", marker=marker, ms=5 if few else 3, label=label)
             drawn += 1
     if drawn and len(panel.ys) > 1:
         ax.legend(fontsize=7)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .html import _colour, _diverging, _e, _missing
+from .html import _colour, _diverging, _e
 from .logs import (
     MAX_GROUP_STEPS,
     MAX_TOKEN_GROUPS,
@@ -12,9 +12,10 @@ from .logs import (
 
 
 def section_groups(completions: list[dict]) -> str:
-    head = '<section id="groups"><h2>Sampled groups</h2>'
+    """'' without completions.jsonl (the run section says it was not recorded)."""
     if not completions:
-        return head + _missing("completions.jsonl") + "</section>"
+        return ""
+    head = '<section id="groups"><h2>Sampled groups</h2>'
     by_step: dict[int, list[dict]] = {}
     for c in completions:
         by_step.setdefault(c["step"], []).append(c)
@@ -117,14 +118,11 @@ def _token_group(g: list[dict], scale: float) -> str:
 
 
 def section_tokens(completions: list[dict]) -> str:
-    head = '<section id="tokens"><h2>Tokens</h2>'
+    """'' without per-token probabilities in completions.jsonl (the run section says they were not recorded)."""
     logged = [c for c in completions if "tokens" in c]
     if not logged:
-        return (
-            head
-            + _missing("per-token probabilities in completions.jsonl: logged by runs of this version")
-            + "</section>"
-        )
+        return ""
+    head = '<section id="tokens"><h2>Tokens</h2>'
     by_step: dict[int, list[dict]] = {}
     for c in logged:
         by_step.setdefault(c["step"], []).append(c)

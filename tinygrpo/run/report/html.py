@@ -26,10 +26,6 @@ def _pct(x) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
 
-def _missing(what: str) -> str:
-    return f'<p class="missing">Not recorded in this run ({_e(what)}).</p>'
-
-
 def _colour(reward) -> str:
     """Red (0) to green (1) for a reward; grey when there is none."""
     if reward is None:
@@ -50,7 +46,7 @@ STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1250px;color:#222}
 h1{margin-bottom:0}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ddd;padding:.2em .5em;text-align:left}
-pre{background:#f4f4f4;padding:.6em;white-space:pre-wrap}img{max-width:100%}.missing{color:#a60}
+pre{background:#f4f4f4;padding:.6em;white-space:pre-wrap}img{max-width:100%}
 table.groups td{min-width:4.5em;text-align:center}nav a{margin-right:1em}
 .tok{font-family:monospace;font-size:110%;white-space:pre;padding:.1em .15em;margin:0 1px;border:1px solid #ddd}
 .tool{background:#eee;color:#555;font-style:italic;border:1px dashed #888}

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..metrics_io import (
     CURVES_DPI,
     curves_figure,
 )
-from .html import _e, _missing, _pct, _png
+from .html import _e, _pct, _png
 
 
 def reproduce_command(config: dict) -> str:
@@ -56,7 +57,11 @@ def forecast_text(forecast: dict, steps: list[dict], first: int = 20) -> str:
     return text
 
 
-def section_run(run: Path, config: dict, metrics: list[dict], warnings: list[dict] = ()) -> str:
+def section_run(
+    run: Path, config: dict, metrics: list[dict], warnings: list[dict] = (), unrecorded: Sequence[str] = ()
+) -> str:
+    """The summary, the warnings (a row saying there were none), what the run did not record (the sections it would
+    have filled are left out), the settings and the command that reproduces the run."""
     evals = [r for r in metrics if "eval/accuracy" in r]
     steps = [r for r in metrics if "reward" in r]
     last = steps[-1] if steps else {}
@@ -98,6 +103,8 @@ def section_run(run: Path, config: dict, metrics: list[dict], warnings: list[dic
     rows += [(f"step {w['step']}", w["warning"]) for w in warnings]  # what the run said it could not learn
     if not warnings:
         rows.append(("warnings", "none: the run warned about nothing"))
+    if unrecorded:
+        rows.append(("not recorded in this run", "; ".join(unrecorded)))
     table = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     settings = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in sorted(config.items()))
     cmd = reproduce_command(config) if config else "(no config.json)"
@@ -108,10 +115,14 @@ def section_run(run: Path, config: dict, metrics: list[dict], warnings: list[dic
     )
 
 
+def has_curves(metrics: list[dict]) -> bool:
+    """Whether metrics.jsonl holds a step or an evaluation to draw."""
+    return any("reward" in r or "eval/accuracy" in r for r in metrics)
+
+
 def section_curves(metrics: list[dict]) -> str:
-    steps = [r for r in metrics if "reward" in r]
-    evals = [r for r in metrics if "eval/accuracy" in r]
-    if not steps and not evals:
-        return '<section id="curves"><h2>Curves</h2>' + _missing("metrics.jsonl has no step") + "</section>"
+    """'' with nothing to draw (the run section says so)."""
+    if not has_curves(metrics):
+        return ""
     # plots.png's figure (metrics_io.plot_metrics), at its resolution: the same picture in both places
     return f'<section id="curves"><h2>Curves</h2>{_png(curves_figure(metrics), dpi=CURVES_DPI)}</section>'
