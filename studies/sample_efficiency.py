@@ -65,7 +65,7 @@ ARMS: dict[str, tuple[list[str], str]] = {
         "the prompts solved rarely, the case Knapsack RL (Li et al. 2025) gives more samples",
     ),
     "2 iterations": (
-        "--num_iterations 2".split(),
+        "--num_iterations 2 --max_generations 1000".split(),  # (max_steps counts optimizer steps: 2 a generation)
         "two clipped updates per generated batch instead of one (GRPO's mu, Shao et al. 2024): twice the updates "
         "for the same samples, the second off-policy by one update",
     ),

@@ -9,11 +9,15 @@ thread, trained on `train_without_validation`, evaluated every EVAL_STEPS on `va
 evaluated once per run, at the end, for reporting only), then BASE_FLAGS, then the variant's flags, then --extra
 (later flags win). The default set is DEFAULT_VARIANTS; `--variants` picks any of VARIANTS.
 
-BASE_FLAGS is `--num_mini_batches 4`: each generated batch is four optimizer steps, so from the second on the policy
+BASE_FLAGS split each generated batch of 512 into four optimizer steps of 128 (`--per_device_train_batch_size 128
+--steps_per_generation 4`, TRL's spelling of what was `--num_mini_batches 4`), so from the second on the policy
 that is updated is no longer the one that sampled. With one mini-batch (and one iteration) the importance ratio is
 exactly 1 and the clip (dapo, grpo, ...), CISPO's clipped weights, SAPO's soft gate, GSPO's sequence ratio and
 GMPO's geometric mean all give the plain policy gradient: the ratio-based variants would differ only in how they
 sum tokens, and the sweep would not measure what they are for.
+
+A step of this study is a generation (4 optimizer steps): its runs get `--max_generations` and their eval and logging
+intervals in optimizer steps (UPDATES times the study's), and their curves are read back in generations.
 
 Budget: DEFAULT_MAX_STEPS = 300 steps (evaluated every 25) for every variant (20 x 3 seeds, 2 runs at a time): about
 25 minutes on 2 cores (two 300-step runs at once take ~45 s). The cosine learning rate decays to 0 at max_steps, so a
@@ -124,7 +128,11 @@ VARIANTS: dict[str, tuple[list[str], str]] = {
     ),
 }
 DEFAULT_VARIANTS = list(VARIANTS)  # every variant
-BASE_FLAGS = ["--num_mini_batches", "4"]  # why: the module docstring
+UPDATES = 4  # optimizer steps per generated batch
+BASE_FLAGS = [
+    *f"--per_device_train_batch_size {512 // UPDATES} --steps_per_generation {UPDATES}".split(),
+    *f"--logging_steps {5 * UPDATES}".split(),
+]  # why: the module docstring
 THRESHOLDS = (0.90, 0.95)
 DEFAULT_SEEDS = [42, 1, 2]
 DEFAULT_MAX_STEPS = 300
@@ -137,7 +145,7 @@ def run_name(variant: str, seed: int) -> str:
 
 def run_flags(variant: str, max_steps: int, extra: list[str]) -> list[str]:
     """The flags after the common ones; --extra last, so that it overrides the variant (later flags win)."""
-    return ["--max_steps", str(max_steps), *BASE_FLAGS, *VARIANTS[variant][0], *extra]
+    return ["--max_generations", str(max_steps), *BASE_FLAGS, *VARIANTS[variant][0], *extra]
 
 
 def unknown_variants(names: list[str]) -> str | None:
@@ -163,7 +171,7 @@ def rejected(flags: list[str]) -> str | None:
 
 def collect_run(run_dir: Path, seed: int, test_fn: Callable[[Path], float] = test_accuracy) -> dict:
     """One finished run: its validation curve ([step, seconds, completions, accuracy] rows) and its test accuracy."""
-    ev = eval_curve(read_metrics(run_dir))
+    ev = [[s // UPDATES, *rest] for s, *rest in eval_curve(read_metrics(run_dir))]  # (in generations)
     if not ev:
         raise ValueError(f"no evaluation in {run_dir / 'metrics.jsonl'}")
     return {"seed": seed, "eval": ev, "test": test_fn(run_dir)}
@@ -415,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max_steps",
         type=int,
         default=DEFAULT_MAX_STEPS,
-        help=f"Steps of every run (default {DEFAULT_MAX_STEPS}).",
+        help=f"Generations of every run, {UPDATES} optimizer steps each (default {DEFAULT_MAX_STEPS}).",
     )
     p.add_argument(
         "--eval_steps",
@@ -484,7 +492,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"{variant} seed {seed} ...", flush=True)
         rc = train(
-            out, seed, args.eval_steps, args.model_name_or_path, run_flags(variant, args.max_steps, extra)
+            out,
+            seed,
+            args.eval_steps * UPDATES,
+            args.model_name_or_path,
+            run_flags(variant, args.max_steps, extra),
         )
         if rc != 0:
             fail(variant, seed, f"exit {rc}: {failure_reason(out)} (log: {log_path(out)})")

@@ -335,7 +335,7 @@ def test_train_pass_k_set_for_another_mode_is_refused_not_ignored():
 QUIET = (
     "--eval_split",
     "",
-    *"--max_steps 2 --logging_steps 1 --save_steps 0 --dynamic_sampling false --prompt_sampler uniform".split(),
+    *"--max_generations 2 --logging_steps 1 --save_steps 0 --dynamic_sampling false --prompt_sampler uniform".split(),
     *"--explore_rounds 0 --num_mini_batches 2".split(),
 )
 
@@ -355,7 +355,7 @@ def test_advantage_modes_train_two_steps(seed_reference, tmp_path, extra):
     out = tmp_path / "run"
     assert run_inproc(seed_reference, out, *QUIET, *extra) == 0
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if r["step"] > 0]
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [2, 4]  # (optimizer steps, as TRL counts them: 2 a generation)
     assert all(math.isfinite(r["loss"]) and r["frac_completions_with_signal"] > 0 for r in rows)
     before = load_file(str(Path(seed_reference) / "model.safetensors"))
     after = load_file(str(out / "final" / "model.safetensors"))

@@ -330,7 +330,7 @@ def test_yaml_list_for_a_scalar_is_one_error_naming_the_key_and_the_file(tmp_pat
             "reward_funcs: [accuracy, null]\n",
             "--config {path}: reward_funcs must be a list of str, got an item None",
         ),
-        ("max_steps: null\n", "--config {path}: max_steps cannot be null"),
+        ("num_generations: null\n", "--config {path}: num_generations cannot be null"),
         ("reward_funcs: null\n", "--config {path}: reward_funcs cannot be null"),
     ],
 )
@@ -410,12 +410,13 @@ def test_every_bound_rejects_just_outside_and_accepts_just_inside(name):
         (["--top_p", "nan"], "top_p must be a finite number, got nan"),
         (["--explore_temperatures", "2", "inf"], "explore_temperatures must be a finite number, got inf"),
         # rules between fields
-        (["--num_mini_batches", "0"], "num_mini_batches=0 must divide the 64 groups per process"),
+        (["--num_mini_batches", "3"], "num_mini_batches=3 must divide the 64 groups per process"),
         (
             [
                 *"--steps_per_generation 2 --num_mini_batches 2 --per_device_train_batch_size 32 --num_generations 4".split()
             ],
-            "steps_per_generation=2 and num_mini_batches=2 both split the generated batch: set one of them",
+            "num_mini_batches=2 is the older spelling of steps_per_generation: set steps_per_generation (and "
+            "gradient_accumulation_steps), not both",
         ),
         (["--epsilon_high", "0.5", "--delta", "1.4"], "delta must be > 1 + epsilon_high, got 1.4"),
         (
@@ -564,12 +565,15 @@ def test_every_option_is_in_an_argument_group_of_the_help(capsys):
         groups.setdefault(owner._argument_group_name, []).append(f.name)
     titles = [
         "model and data",
+        "batches and steps",
         "sampling",
         "rewards and advantages",
         "exploration: which prompts, and sampling them again",
         "loss",
         "KL and entropy",
         "optimizer and schedule",
+        "seed and threads",
+        "checks before and during training",
         "logging and saving",
     ]
     assert list(groups) == titles

@@ -538,8 +538,15 @@ def test_sample_efficiency_study_arms_each_change_one_setting_of_the_default_or_
 
     default = parse_config([])
 
+    def generations(cfg) -> int:
+        return cfg.max_steps // cfg.updates_per_generation
+
     def changed(flags: list[str]) -> dict:
-        return {k: v for k, v in vars(parse_config(flags)).items() if v != getattr(default, k)}
+        cfg = parse_config(flags)
+        out = {k: v for k, v in vars(cfg).items() if v != getattr(default, k)}
+        if generations(cfg) == generations(default):  # (the same length in generations, however it is spelt)
+            out.pop("max_steps", None), out.pop("max_generations", None)
+        return out
 
     for arm, (flags, what) in ARMS.items():
         # a combination: exactly the changes of two other single-change arms, which do not overlap

@@ -735,9 +735,17 @@ def _moved(seed_reference: str, out: Path) -> list[str]:
 )
 def test_variants_train_two_steps_with_two_mini_batches(seed_reference, tmp_path, extra):
     out = tmp_path / "run"
-    assert run_inproc(seed_reference, out, *QUIET, "--num_mini_batches", "2", *extra) == 0
+    flags = [
+        "--num_mini_batches",
+        "2",
+        "--max_generations",
+        "2",
+        "--max_steps",
+        "4",
+    ]  # (both agree: 2 a generation)
+    assert run_inproc(seed_reference, out, *QUIET, *flags, *extra) == 0
     rows = _train_rows(out)
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [2, 4]  # (optimizer steps, as TRL counts them: 2 a generation)
     assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in rows)
     assert len(_moved(seed_reference, out)) > 10
 

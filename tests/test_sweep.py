@@ -4,6 +4,7 @@ that trains, a run that fails at start, a variant train_grpo.py rejects) on the 
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from studies import _runs, sweep
 from studies import results as results_module
+from tinygrpo.run.config import parse_config
 from tinygrpo.run.metrics_io import read_jsonl
 
 # ================================================================================================ synthetic runs
@@ -23,6 +25,7 @@ def _run_dir(root: Path, name: str, curve: list[tuple[int, float, int, float]]) 
     d.mkdir(parents=True)
     lines = []
     for step, seconds, completions, acc in curve:
+        step *= sweep.UPDATES  # (a study step is a generation; metrics.jsonl counts optimizer steps)
         row = {"step": step, "time/elapsed": seconds, "num_completions": completions, "eval/accuracy": acc}
         row["eval/accuracy/carry"] = acc / 2
         if step:
@@ -153,7 +156,7 @@ def test_docs_name_the_command_flags_and_failures_and_plot_the_mean_curve(result
     sweep.write_docs(res, data, tmp_path / "docs")
     text = (tmp_path / "docs" / "sweep.md").read_text()
     assert "`python -m studies.sweep --variants grpo rloo`" in text
-    assert "`--num_mini_batches 4`" in text and "OMP_NUM_THREADS=1" in text
+    assert f"`{shlex.join(sweep.BASE_FLAGS)}`" in text and "OMP_NUM_THREADS=1" in text
     assert f"on {res['measurement']['machine']['cores']} CPU cores" in text
     assert "The reference: 60.0 % on validation" in text
     assert "- cispo seed 2: exit 1: error: boom" in text
@@ -174,14 +177,16 @@ def test_docs_name_the_command_flags_and_failures_and_plot_the_mean_curve(result
 
 def test_registry_shape():
     assert set(sweep.DEFAULT_VARIANTS) <= set(sweep.VARIANTS) and len(sweep.DEFAULT_VARIANTS) >= 8
-    assert sweep.VARIANTS["dapo (default)"][0] == [] and sweep.BASE_FLAGS == ["--num_mini_batches", "4"]
+    assert sweep.VARIANTS["dapo (default)"][0] == []
+    # four optimizer steps per generated batch of 512 (TRL's spelling), logged every 5 generations
+    assert parse_config(sweep.BASE_FLAGS).updates_per_generation == sweep.UPDATES == 4
+    assert parse_config(sweep.BASE_FLAGS).generation_size == 512
     # --extra goes last, so that a user's flag overrides the variant's and the base flags
     flags = sweep.run_flags("cispo", 7, ["--epsilon_high", "3"])
     assert flags == [
-        "--max_steps",
+        "--max_generations",
         "7",
-        "--num_mini_batches",
-        "4",
+        *sweep.BASE_FLAGS,
         *sweep.VARIANTS["cispo"][0],
         "--epsilon_high",
         "3",
@@ -243,11 +248,11 @@ def test_sweep_runs_variants_reports_failures_and_writes_its_table(seed_referenc
 
     metrics = read_jsonl(out / "grpo-seed1" / "metrics.jsonl")
     evals = [r for r in metrics if "eval/accuracy" in r]
-    assert [r["step"] for r in evals] == [0, 1, 2]
+    assert [r["step"] for r in evals] == [0, 4, 8]  # (optimizer steps: 4 a generation)
     row = data["rows"][0]
     assert row["val_final"] == [evals[-1]["eval/accuracy"]] and 0 <= row["test_final"][0] <= 1
     config = json.loads((out / "grpo-seed1" / "config.json").read_text())
-    assert config["loss_type"] == "grpo" and config["num_mini_batches"] == 4
+    assert config["loss_type"] == "grpo" and config["steps_per_generation"] == 4
     assert config["per_device_train_batch_size"] == 64 and config["eval_split"] == "validation"
 
     text = (docs / "sweep.md").read_text()

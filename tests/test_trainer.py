@@ -156,7 +156,7 @@ def test_num_iterations_2_moves_the_ratio_and_num_iterations_1_keeps_it_exactly_
         run_main(
             seed_reference,
             out2,
-            *"--max_steps 3 --epsilon 0.01 --num_iterations 2 --learning_rate 3e-3".split(),
+            *"--max_generations 3 --epsilon 0.01 --num_iterations 2 --learning_rate 3e-3".split(),
         )
         == 0
     )
@@ -564,7 +564,7 @@ def _table_trainer(tmp_path, loss_type, num_iterations=1, **options):
         loss_type=loss_type,
         epsilon=CLIP_EPS,
         num_iterations=num_iterations,
-        max_steps=1,
+        max_generations=1,
         disable_tqdm=True,
         make_plots=False,
         seed=5,
@@ -821,7 +821,7 @@ def test_grouped_fast_path_trains_like_the_generic_forward(seed_reference, tmp_p
     outs = {}
     for grouped in ("true", "false"):
         out = tmp_path / grouped
-        flags = "--max_steps 3 --beta 0.04 --num_iterations 2 --dtype float64 --grouped_forward".split()
+        flags = "--max_generations 3 --beta 0.04 --num_iterations 2 --dtype float64 --grouped_forward".split()
         assert run_main(seed_reference, out, *flags, grouped) == 0
         outs[grouped] = out
     a, b = (metric_rows(outs[g]) for g in ("true", "false"))
@@ -860,7 +860,7 @@ def test_skipping_zero_advantage_groups_is_exact(seed_reference, tmp_path, loss_
                 loss_type,
                 "--skip_zero_advantage_groups",
                 skip,
-                *"--num_mini_batches 2 --max_steps 2 --dtype float64".split(),  # two orders: float64
+                *"--num_mini_batches 2 --max_generations 2 --dtype float64".split(),  # two orders: float64
             )
             == 0
         )

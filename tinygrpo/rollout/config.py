@@ -16,6 +16,8 @@ class RolloutConfig:
     temperature: float
     top_k: int
     top_p: float
+    min_p: float
+    repetition_penalty: float
     mask_truncated_completions: bool
     beta: float  # (the KL in the reward, with use_kl_in_reward)
     advantage_mode: str

@@ -250,7 +250,15 @@ class BatchGenerator:
         cfg = self.cfg
         device = next(self.model.parameters()).device  # (prompts are tokenized on the CPU; a no-op there)
         prompt_ids, prompt_mask = (t.to(device) for t in self.prompts.batch(idx))
-        params = SamplingParams(cfg.max_completion_length, temperature, cfg.top_k, cfg.top_p, generator)
+        params = SamplingParams(
+            cfg.max_completion_length,
+            temperature,
+            cfg.top_k,
+            cfg.top_p,
+            generator,
+            min_p=cfg.min_p,
+            repetition_penalty=cfg.repetition_penalty,
+        )
         tools = None if self.tools is None else self.tools.with_rows(self.prompts.columns, idx)
         ro = sample_completions(
             self.model,

@@ -25,6 +25,7 @@ class PromptSource:
         sampler: str = "uniform",
         floor: float = 0.05,
         stats: PromptStats | None = None,
+        shuffle: bool = True,
     ) -> None:
         table = dataset.to_dict()  # plain lists: a `datasets` column indexed row by row is slow
         self.texts: list[str] = table["prompt"]
@@ -40,6 +41,7 @@ class PromptSource:
         self.seed = seed
         self.cursor = 0  # global prompts handed out so far
         self.sampler, self.floor = sampler, floor
+        self.shuffle = shuffle  # (uniform: a seeded random order each pass; False: the dataset's order)
         self.stats = stats  # pass-rate estimates: the weights of a sampler other than "uniform"
         self._perm: tuple[int, list[int]] | None = None  # (epoch, order): only the current pass is kept
         # Every prompt left-padded once (when that table is small), so that a batch is a row selection.
@@ -61,7 +63,8 @@ class PromptSource:
             epoch = k // n
             if self._perm is None or self._perm[0] != epoch:
                 gen = torch.Generator().manual_seed(self.seed + epoch)
-                self._perm = (epoch, torch.randperm(n, generator=gen).tolist())
+                order = torch.randperm(n, generator=gen).tolist() if self.shuffle else list(range(n))
+                self._perm = (epoch, order)
             out.append(self._perm[1][k % n])
         self.cursor += count
         return out

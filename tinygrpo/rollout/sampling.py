@@ -9,6 +9,7 @@ back into text.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +33,13 @@ class SamplingParams:
     - generator: the source of the uniforms, one per row per step (None: torch's global generator). The same
       generator object, drawn in the same order, gives the same completions; a caller that must not move another
       stream's state (evaluation beside training) gives its own.
+    - min_p: sample among the tokens whose probability is at least min_p x the top token's (Nguyen et al. 2024,
+      "Turning Up the Heat: Min-p Sampling"); 0 = all.
+    - repetition_penalty: a token already in the row (prompt, completion so far, environment replies) has its
+      logit divided by it when positive, multiplied when negative, before the temperature (Keskar et al. 2019,
+      CTRL; transformers' RepetitionPenaltyLogitsProcessor); 1 = off. Greedy decoding (temperature 0) is argmax.
+
+    Filters and the penalty change what is sampled; the log-probs a loss reads are the model's at the temperature.
     """
 
     max_new_tokens: int
@@ -39,6 +47,8 @@ class SamplingParams:
     top_k: int = 0
     top_p: float = 1.0
     generator: torch.Generator | None = None
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.max_new_tokens >= 0:
@@ -49,6 +59,10 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0 (0 = all tokens), got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p < 1:
+            raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
 
     @classmethod
     def greedy(cls, max_new_tokens: int) -> SamplingParams:
@@ -68,6 +82,12 @@ class Rollout:
     tool_calls: torch.Tensor | None = None  # (P*G,) calls answered in each completion
     tool_failures: torch.Tensor | None = None  # (P*G,) of them, answered with the environment's error
     environments: list | None = None  # (P*G,) an episode's environment: each row's instance at its end
+
+
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """(B, V) logits, (B, V) bool tokens already in each row -> the logits with those tokens' divided by `penalty`
+    where positive and multiplied where negative (CTRL's repetition penalty, as transformers applies it)."""
+    return torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
 
 
 def sample_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -95,6 +115,9 @@ def sample_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Te
         ) >= top_p  # keep the smallest set reaching top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
+    if params.min_p > 0:  # (after top_k/top_p: the top token is kept by both, so the reference is the same)
+        top = logits.amax(-1, keepdim=True)
+        logits = logits.masked_fill(logits < top + math.log(params.min_p), float("-inf"))
     weights = torch.exp(logits - logits.amax(-1, keepdim=True))  # (B, V), unnormalised
     cdf = weights.cumsum(-1)
     # The uniforms come from the generator's device (the CPU's for the trainer's: the same draws, and checkpoints
@@ -140,7 +163,15 @@ def sample_completions(
     try:
         dec = backend.decoder(model, prompt_ids, prompt_mask, num_generations)
         calls = None if tools is None else tools.session(prompt_ids.size(0) * num_generations)
-        return decode(dec, params, eos_token_id=eos_token_id, pad_token_id=pad_token_id, tools=calls)
+        seen = None
+        if params.repetition_penalty != 1 and params.temperature != 0:  # the prompt's tokens, each row's
+            V = dec.logits.size(-1)
+            seen = torch.zeros(prompt_ids.size(0), V, dtype=torch.bool, device=prompt_ids.device)
+            seen.scatter_(1, prompt_ids.clamp(0, V - 1), prompt_mask.bool())
+            seen = seen.repeat_interleave(num_generations, 0).to(dec.logits.device)
+        return decode(
+            dec, params, eos_token_id=eos_token_id, pad_token_id=pad_token_id, tools=calls, seen=seen
+        )
     finally:
         if switch:
             model.train()
@@ -153,8 +184,10 @@ def decode(
     eos_token_id: int,
     pad_token_id: int,
     tools: ToolCalls | None = None,
+    seen: torch.Tensor | None = None,
 ) -> Rollout:
-    """The decoding loop of `sample_completions` on a decoder that holds the prompts' state."""
+    """The decoding loop of `sample_completions` on a decoder that holds the prompts' state. `seen`: (B, V) the
+    tokens already in each row, for the repetition penalty (None: off)."""
     logits = dec.logits  # (B, V)
     B, max_new_tokens = logits.size(0), params.max_new_tokens
     completion_ids = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=logits.device)
@@ -164,11 +197,15 @@ def decode(
     live = torch.arange(B, device=logits.device)  # rows still running, in the order the decoder holds them
     Tc = max_new_tokens
     for step in range(max_new_tokens):
+        if seen is not None:
+            logits = penalize_repeats(logits, seen[live], params.repetition_penalty)
         nxt = sample_from_logits(logits, params)  # (A,)
         if tools is not None:  # a row owed a reply is fed it instead of its sample (which it still drew)
             nxt, fed = tools.next_tokens(live, nxt)
             tool_mask[live[fed], step] = True
         completion_ids[live, step] = nxt
+        if seen is not None:
+            seen[live, nxt] = True
         if step == max_new_tokens - 1:
             break
         running = nxt != eos_token_id

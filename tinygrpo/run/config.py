@@ -45,6 +45,7 @@ from .options_rollout import (
     RewardsAndAdvantages,
     Sampling,
 )
+from .options_run import BatchesAndSteps, Checks, SeedAndThreads
 from .options_update import KLAndEntropy, LoggingAndSaving, Loss, Optimizer
 from .recipe import parse_args
 
@@ -66,6 +67,8 @@ BOUNDS: dict[str, Bound] = {
     "seed": Bound(0, 2**32, hi_open=True, words="in [0, 2**32)"),  # numpy and torch take 32-bit seeds
     "num_generations": Bound(2, words=">= 2 (a group needs a baseline)"),
     "steps_per_generation": AT_LEAST_1,
+    **each(AT_LEAST_1, "gradient_accumulation_steps num_mini_batches max_generations num_generations_eval"),
+    "num_train_epochs": POSITIVE,
     # counts of tokens, steps and passes, and intervals between events (an interval of 0 would never fire)
     **each(AT_LEAST_1, "max_completion_length max_steps num_iterations logging_steps eval_steps"),
     # counts where 0 means "none" or "off" (save_steps 0: only at the end; top_k 0: every token; threads 0: auto)
@@ -75,6 +78,8 @@ BOUNDS: dict[str, Bound] = {
     "save_total_limit": AT_LEAST_1,  # the newest checkpoint is always kept
     "temperature": POSITIVE,  # log-probs divide by it (0 would be greedy)
     "top_p": Bound(0, 1, lo_open=True),  # a probability mass; 0 keeps no token
+    "min_p": Bound(0, 1, hi_open=True),  # a share of the top token's probability; 1 would keep ties only
+    "repetition_penalty": POSITIVE,  # logits are divided by it
     # PPO's clip range [1 - epsilon, 1 + epsilon_high] must have room on both sides of the ratio 1
     **each(POSITIVE, "epsilon epsilon_high"),
     "beta": NON_NEGATIVE,  # a negative KL coefficient pushes AWAY from the reference
@@ -128,7 +133,17 @@ CHOICES: dict[str, Collection[str]] = {
 
 @dataclass
 class GRPOConfig(
-    LoggingAndSaving, Optimizer, KLAndEntropy, Loss, Exploration, RewardsAndAdvantages, Sampling, ModelAndData
+    LoggingAndSaving,
+    Checks,
+    SeedAndThreads,
+    Optimizer,
+    KLAndEntropy,
+    Loss,
+    Exploration,
+    RewardsAndAdvantages,
+    Sampling,
+    BatchesAndSteps,
+    ModelAndData,
 ):
     """Every option of a GRPO run, in argument groups (one mixin each: options_rollout.py, options_update.py); the
     rules that tie fields together and the properties derived from them."""
@@ -144,6 +159,8 @@ class GRPOConfig(
     TRL_HINTS: ClassVar[dict[str, str]] = trl_names.GRPO  # TRL's options not taken here: what to use, or why
 
     def __post_init__(self) -> None:
+        if self.max_steps == -1:  # (TRL's "not set": num_train_epochs decides)
+            self.max_steps = None
         check_fields(self, BOUNDS, CHOICES)
         check_threads("torch_num_threads", self.torch_num_threads)
         # Each explore round's rows carry their temperature as a float32 tensor (Batch.temperature).
@@ -163,23 +180,18 @@ class GRPOConfig(
                 f"bf16 autocasts float32 weights to bfloat16; dtype={self.dtype} asks for {self.dtype} weights: "
                 "set one of them"
             )
-        # Advantages are computed within a group, so a process must hold whole groups.
-        if self.per_device_train_batch_size < 1 or self.per_device_train_batch_size % self.num_generations:
+        self._check_batches_and_steps()
+        if self.num_generations_eval is not None:
+            if self.eval_pass_k not in (0, self.num_generations_eval):
+                raise ConfigError(
+                    f"num_generations_eval={self.num_generations_eval} and eval_pass_k={self.eval_pass_k} both say "
+                    "how many completions of each held-out prompt are sampled: set one of them"
+                )
+            self.eval_pass_k = self.num_generations_eval
+        if not self.shuffle_dataset and self.prompt_sampler != "uniform":
             raise ConfigError(
-                f"per_device_train_batch_size={self.per_device_train_batch_size} is not a positive multiple of "
-                f"num_generations={self.num_generations}: each process must hold whole groups"
-            )
-        # Both split one generated batch into optimizer steps: two splits at once would be ambiguous.
-        if (self.steps_per_generation or 1) > 1 and self.num_mini_batches > 1:
-            raise ConfigError(
-                f"steps_per_generation={self.steps_per_generation} and num_mini_batches={self.num_mini_batches} "
-                "both split the generated batch: set one of them"
-            )
-        # A mini-batch holds whole groups too (its loss normalisers count whole groups).
-        groups = self.per_device_train_batch_size // self.num_generations
-        if self.num_mini_batches < 1 or groups % self.num_mini_batches:
-            raise ConfigError(
-                f"num_mini_batches={self.num_mini_batches} must divide the {groups} groups per process"
+                f"shuffle_dataset false draws the prompts in the dataset's order, which prompt_sampler "
+                f"{self.prompt_sampler} does not (it chooses by pass rate): set prompt_sampler uniform"
             )
         # PPO's clip (core.clipped_surrogate: the loss types registered with ppo_clip_loss) keeps the ratio within
         # [1 - epsilon, 1 + epsilon_high]: epsilon >= 1 leaves it no lower side, and the first update off the
@@ -315,16 +327,6 @@ class GRPOConfig(
         """A group whose advantages are all zero adds exactly nothing to the loss or its gradient: no KL, no entropy
         bonus, and no token pool (top_entropy_quantile) that its tokens would change."""
         return not self.kl_in_loss and not self.entropy_bonus and self.top_entropy_quantile == 1
-
-    @property
-    def generation_size(self) -> int:
-        """Completions each process samples per generation (before dynamic sampling's refills)."""
-        return self.per_device_train_batch_size * (self.steps_per_generation or 1)
-
-    @property
-    def mini_batches(self) -> int:
-        """Optimizer steps per pass over a generated batch (num_mini_batches or steps_per_generation)."""
-        return self.num_mini_batches * (self.steps_per_generation or 1)
 
     @property
     def kl_in_loss(self) -> bool:

@@ -179,6 +179,7 @@ def held_out_metrics(
     backend: Backend | None = None,
     verifier: Verifier | None = None,
     tools: ToolUse | None = None,
+    sampled_accuracy: bool = False,
 ) -> HeldOut:
     """(P, Tp) left-padded prompts -> {"eval/accuracy": greedy exact-match rate, "eval/pass@k": any of k samples}
     and the greedy completions.
@@ -188,6 +189,7 @@ def held_out_metrics(
     training RNG. `rows` are the prompts' columns ({column: values}, one per prompt) that `verifier` (default: the
     strict integer rule) reads; its `kinds` add "eval/accuracy/<kind>", the greedy accuracy on those prompts, and
     its `formats` the share of the greedy completions in each format, the accuracy within each and their mean length.
+    `sampled_accuracy` adds "eval/sampled_accuracy", the mean over the pass@k samples (TRL's sampled evaluation).
     """
     verifier = verifier or Verifier()
     tools = None if tools is None else tools.with_rows(rows)  # (an episode's environment starts from its row)
@@ -226,6 +228,8 @@ def held_out_metrics(
         samples = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
         hits = torch.tensor(verifier(samples, rows, k=pass_k), dtype=torch.float32)
         res[f"eval/pass@{pass_k}"] = float(hits.view(-1, pass_k).amax(1).sum()) / n
+        if sampled_accuracy:
+            res["eval/sampled_accuracy"] = float(hits.mean())
     return HeldOut(res, outs, right)
 
 
@@ -285,7 +289,15 @@ class HeldOutEvaluator:
         cfg = self.cfg
         # pass@k's own generator, seeded by the step: evaluating never moves the training RNG.
         gen = torch.Generator().manual_seed(cfg.seed + 7919 * (step + 1))
-        params = SamplingParams(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, gen)
+        params = SamplingParams(
+            cfg.max_completion_length,
+            cfg.temperature,
+            cfg.top_k,
+            cfg.top_p,
+            gen,
+            min_p=getattr(cfg, "min_p", 0.0),
+            repetition_penalty=getattr(cfg, "repetition_penalty", 1.0),
+        )
         self.last = held_out_metrics(
             model,
             self.tokenizer,
@@ -293,6 +305,7 @@ class HeldOutEvaluator:
             self.rows,
             params,
             pass_k=cfg.eval_pass_k,
+            sampled_accuracy=getattr(cfg, "num_generations_eval", None) is not None,
             backend=self.backend,
             verifier=self.verifier,
             tools=self.tools,

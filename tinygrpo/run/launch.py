@@ -214,8 +214,10 @@ def resume_point(cfg: GRPOConfig, say=print) -> Path | None:
 def check_same_run(before: dict, cfg: GRPOConfig, path: Path) -> None:
     now = asdict(cfg)
     allowed = set(RESUMABLE_CHANGES)
+    if now["max_steps"] is None:  # (num_train_epochs, compared itself, gives it from the same split)
+        allowed.add("max_steps")
     if before.get("lr_scheduler_type") == cfg.lr_scheduler_type == "constant":
-        allowed.add("max_steps")  # (a decaying schedule is a function of max_steps)
+        allowed |= {"max_steps", "max_generations"}  # (a decaying schedule is a function of max_steps)
     changed = [
         f"{f.name} {before[f.name]!r} -> {now[f.name]!r}"
         for f in fields(GRPOConfig)

@@ -88,6 +88,19 @@ class ModelAndData:
         },
     )
 
+    # TRL's names of the same fields, to read (its ScriptArguments'; flags and recipes take them too: ALIASES)
+    @property
+    def dataset_name(self) -> str:
+        return self.dataset
+
+    @property
+    def dataset_train_split(self) -> str:
+        return self.train_split
+
+    @property
+    def dataset_test_split(self) -> str | None:
+        return self.eval_split
+
 
 @dataclass
 class Sampling:
@@ -96,32 +109,28 @@ class Sampling:
     _argument_group_name: ClassVar[str] = "sampling"
 
     num_generations: int = field(default=8, metadata={"help": "G: completions sampled per prompt (>= 2)."})
-    per_device_train_batch_size: int = field(
-        default=512,
-        metadata={
-            "help": "Completions per process per step (as in TRL): a multiple of num_generations, so that "
-            "every process holds whole groups. Prompts per step = this / G * num_processes."
-        },
-    )
-    num_mini_batches: int = field(
-        default=1, metadata={"help": "Optimizer steps per pass over a generated batch (whole groups each)."}
-    )
-    steps_per_generation: int | None = field(
-        default=None,
-        metadata={
-            "help": "As in TRL: each generation samples per_device_train_batch_size x steps_per_generation "
-            "completions per process, which feed that many optimizer steps of per_device_train_batch_size each, so "
-            "the policy moves within a generated batch (off-policy reuse: the ratio and the clip act). The same as "
-            "num_mini_batches on a batch that many times larger (use one or the other). max_steps counts "
-            "generations here (TRL counts optimizer steps). None: 1."
-        },
-    )
     max_completion_length: int = field(default=4, metadata={"help": "Most tokens sampled per completion."})
     temperature: float = field(
         default=1.0, metadata={"help": "Sampling temperature (> 0); log-probs use it too."}
     )
     top_k: int = field(default=0, metadata={"help": "Sample from the k most likely tokens only (0 = all)."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass in (0, 1]."})
+    min_p: float = field(
+        default=0.0,
+        metadata={
+            "help": "Sample only tokens whose probability is at least min_p x the most likely one's (TRL's; "
+            "Nguyen et al. 2024, min-p sampling); 0 = all. As top_k and top_p, it changes what is sampled, not the "
+            "log-probs the loss reads."
+        },
+    )
+    repetition_penalty: float = field(
+        default=1.0,
+        metadata={
+            "help": "Divide a positive logit (multiply a negative one) of every token already in the prompt or the "
+            "completion by this before sampling (TRL's; Keskar et al. 2019, CTRL); 1 = off. Samples drawn with it "
+            "are off the policy the loss reads, as in TRL."
+        },
+    )
     mask_truncated_completions: bool = field(
         default=False,
         metadata={"help": "Leave completions that hit max_completion_length out of the loss (DAPO)."},
@@ -253,22 +262,6 @@ class Exploration:
             "help": "Most samples one prompt gets in a round under sample_allocation knapsack or until_signal."
         },
     )
-    signal_forecast_prompts: int = field(
-        default=256,
-        metadata={
-            "help": "Before the first step, sample G completions of this many training prompts from the initial "
-            "policy and print the share of groups whose rewards differ (the groups GRPO learns from; a prompt of "
-            "pass rate p gives one with probability 1 - p^G - (1-p)^G, which dynamic sampling, DAPO, Yu et al. 2025, "
-            "is built around) and pass@G. Its own generator: training samples what it would without it (0 = off)."
-        },
-    )
-    signal_forecast_min: float = field(
-        default=0.2,
-        metadata={
-            "help": "Below this forecast share of groups with signal, one line says so and what usually helps (a "
-            "larger G, explore rounds, a partial-credit reward, a better reference or format)."
-        },
-    )
     prompt_sampler: str = field(
         default="unsolved",
         metadata={
@@ -276,6 +269,13 @@ class Exploration:
             "per pass; unsolved: weight 1 - p (a curriculum that revisits failed prompts); informative: weight "
             "p (1 - p), the variance of a 0/1 reward (Knapsack-RL, Li et al. 2025; online difficulty filtering, "
             "Bae et al. 2025). p: the prompt's pass-rate estimate (pass_rate_ema)."
+        },
+    )
+    shuffle_dataset: bool = field(
+        default=True,
+        metadata={
+            "help": "Draw the training prompts in a seeded random order (TRL's); false: in the dataset's order, "
+            "each pass alike (prompt_sampler uniform only: the other samplers choose by pass rate)."
         },
     )
     prompt_sampler_floor: float = field(

@@ -90,13 +90,6 @@ class Loss:
         default="token",
         metadata={"help": "token, or sequence (GSPO, Zheng et al. 2025: length-normalised ratio)."},
     )
-    num_iterations: int = field(
-        default=1,
-        metadata={
-            "help": "mu: optimisation passes per generated batch. With 1 (and one mini-batch) the ratio is "
-            "exactly 1 and the gradient is the plain policy gradient; the clip never acts."
-        },
-    )
 
 
 @dataclass
@@ -172,7 +165,13 @@ class Optimizer:
     lr_scheduler_type: str = field(
         default="cosine", metadata={"help": "cosine (to 0 at max_steps), linear or constant."}
     )
-    warmup_steps: int = field(default=0, metadata={"help": "Linear warm-up steps."})
+    warmup_steps: float = field(
+        default=0,
+        metadata={
+            "help": "Linear warm-up steps; a value in (0, 1) is a share of max_steps, rounded up (transformers 5's "
+            "reading, where warmup_ratio is gone)."
+        },
+    )
     warmup_ratio: float = field(
         default=0.0,
         metadata={
@@ -184,14 +183,6 @@ class Optimizer:
     adam_beta2: float = field(default=0.99, metadata={"help": "AdamW beta2."})
     adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW epsilon (TRL's name)."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient-norm clip (0 = off)."})
-    max_steps: int = field(
-        default=1000,
-        metadata={"help": "Training steps (each: one generated batch, refilled under dynamic_sampling)."},
-    )
-    seed: int = field(default=42, metadata={"help": "Seed for data order, sampling and everything else."})
-    torch_num_threads: int = field(
-        default=0, metadata={"help": "torch threads per process (0 = cores / processes)."}
-    )
 
 
 @dataclass
@@ -216,8 +207,18 @@ class LoggingAndSaving:
     eval_steps: int = field(
         default=50, metadata={"help": "Held-out evaluation every N steps (and at 0 and the end)."}
     )
+    num_generations_eval: int | None = field(
+        default=None,
+        metadata={
+            "help": "Completions sampled per held-out prompt (TRL's): the evaluation also reports their mean "
+            "accuracy (eval/sampled_accuracy) and pass@n, beside the greedy accuracy (eval_pass_k = n)."
+        },
+    )
     eval_pass_k: int = field(
         default=0, metadata={"help": "Also report pass@k with k samples per prompt (0 = off)."}
+    )
+    logging_first_step: bool = field(
+        default=False, metadata={"help": "Also log the first optimizer step's row (TRL's)."}
     )
     save_steps: int = field(default=100, metadata={"help": "Checkpoint every N steps (0 = only at the end)."})
     save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
@@ -257,10 +258,6 @@ class LoggingAndSaving:
     greater_is_better: bool | None = field(
         default=None, metadata={"help": "Whether a larger metric_for_best_model is better (default: yes)."}
     )
-    on_nonfinite: str = field(
-        default="stop",
-        metadata={"help": "A NaN/inf loss or gradient: stop (keep the last checkpoint) or skip."},
-    )
     disable_tqdm: bool = field(default=False, metadata={"help": "No progress bar."})
     make_plots: bool = field(default=True, metadata={"help": "Write plots.png at the end."})
     make_report: bool = field(
@@ -270,3 +267,7 @@ class LoggingAndSaving:
             "(python -m tinygrpo.run.report RUN_DIR builds it for any run)."
         },
     )
+
+    @property
+    def num_completions_to_print(self) -> int:  # (TRL's name, to read)
+        return self.num_completions_to_log

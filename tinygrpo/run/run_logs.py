@@ -218,13 +218,13 @@ class ProgressBar:
         """A line on stderr that the bar redraws below."""
         self.bar.write(line, file=sys.stderr)
 
-    def update(self, metrics: dict) -> None:
+    def update(self, metrics: dict, steps: int = 1) -> None:
         self.held_out = metrics.get("eval/accuracy", self.held_out)
         post = {"reward": f"{metrics['reward']:.3f}"}
         if self.held_out is not None:
             post["held_out"] = f"{self.held_out:.3f}"
         self.bar.set_postfix(post, refresh=False)
-        self.bar.update(1)
+        self.bar.update(steps)
 
     def close(self) -> None:
         self.bar.close()

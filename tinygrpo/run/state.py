@@ -36,3 +36,9 @@ class TrainerState:
     def load_state_dict(self, state: dict) -> None:
         for key, value in state.items():
             setattr(self, key, value)
+
+
+def crossed(step: int, k: int, every: int) -> bool:
+    """Whether the k optimizer steps that ended at `step` passed a multiple of `every` (logging_steps, eval_steps,
+    save_steps count optimizer steps, as in TRL; a generation makes k of them: with k = 1, step % every == 0)."""
+    return step // every > (step - k) // every

@@ -56,7 +56,7 @@ from .run_logs import (
     token_probs,
     token_texts,
 )
-from .state import StepOutput, TrainerState
+from .state import StepOutput, TrainerState, crossed
 from .trainer_checkpoints import Checkpoints
 from .validation import check_inputs
 from .watch import LearningWatch, forecast_before_training, target_lengths
@@ -80,6 +80,8 @@ class GRPOTrainer(Checkpoints):
         self.cfg = cfg = config
         self.acc = accelerator or launch.build_accelerator(cfg)
         self.procs = procs = Processes(self.acc)
+        if cfg.max_steps is None:  # num_train_epochs: the run's length from the training split's size
+            cfg.resolve_length(len(train_dataset), procs.num)
         self.tokenizer = tokenizer
         self.out = Path(cfg.output_dir)
         if procs.is_main:
@@ -102,6 +104,7 @@ class GRPOTrainer(Checkpoints):
             cfg.prompt_sampler,
             cfg.prompt_sampler_floor,
             self.prompt_stats,
+            cfg.shuffle_dataset,
         )
         set_seed(cfg.seed)
         dtype = getattr(torch, cfg.dtype)
@@ -119,7 +122,8 @@ class GRPOTrainer(Checkpoints):
         rows = eval_dataset.to_dict() if eval_dataset is not None else None
         self.tools = tool_use(cfg, tokenizer)
         self.evaluator = HeldOutEvaluator(rows, tokenizer, self.backend, cfg, tools=self.tools)
-        optimizer, scheduler = build_optimizer(model, OptimizerConfig.of(cfg))
+        schedule = OptimizerConfig.of(cfg).per_generation(cfg.updates_per_generation)
+        optimizer, scheduler = build_optimizer(model, schedule)
         policy, optimizer = self.acc.prepare(PolicyForward(model, self.backend), optimizer)
         policy.train()
         self.optim = OptimizerStep(policy, optimizer, scheduler, self.acc)
@@ -160,6 +164,11 @@ class GRPOTrainer(Checkpoints):
     def step(self) -> int:
         return self.state.step
 
+    args = property(lambda self: self.cfg, doc="The run's GRPOConfig (TRL's trainer.args).")
+    processing_class = property(
+        lambda self: self.tokenizer, doc="The tokenizer (TRL's trainer.processing_class)."
+    )
+
     # ------------------------------------------------------------------ one step
     def training_step(self) -> StepOutput:
         """Generate, score, compute advantages, optimize; advances `step`; returns the step's metrics."""
@@ -175,7 +184,8 @@ class GRPOTrainer(Checkpoints):
             raise RewardError(f"step {state.step + 1}: {e}; {where}") from None
         t1 = time.perf_counter()
         # Every process, as the held-out evaluation: under FSDP a forward of the sharded model is collective.
-        probe = self.logs_completions(state.step + 1)
+        k = cfg.updates_per_generation  # optimizer steps this generation makes: what `step` counts, as in TRL
+        probe = self.logs_completions(state.step + k)
         logged = logged_rows(scored.first, cfg.num_completions_to_log) if probe else []
         before = self.token_probs(scored, logged) if probe else None
         minibatches = self.update.prepare(scored.batch)  # update: reference and old log-probs, then
@@ -188,13 +198,13 @@ class GRPOTrainer(Checkpoints):
                 "skips such steps instead)"
             ) from None
         t3 = time.perf_counter()
-        if cfg.sync_ref_model and (state.step + 1) % cfg.ref_model_sync_steps == 0:
+        if cfg.sync_ref_model and crossed(state.step + k, k, cfg.ref_model_sync_steps):
             mix_reference(self.ref_model, self.model, cfg.ref_model_mixup_alpha)  # (TR-DPO)
         tokens = None
         if before is not None:
             texts = token_texts(self.tokenizer, scored.first, logged)
             tokens = StepTokens(logged, texts, before, self.token_probs(scored, logged))
-        state.step += 1
+        state.step += k
         state.total_completions += scored.num_sampled
         state.nonfinite_skipped += stats.nonfinite_skipped
         state.nonfinite_steps += bool(stats.nonfinite_skipped and not stats.updates)
@@ -223,7 +233,8 @@ class GRPOTrainer(Checkpoints):
     def logs_completions(self, step: int) -> bool:
         """Whether the loop logs the sampled completions after `step`."""
         cfg = self.cfg
-        return cfg.log_completions and cfg.num_completions_to_log > 0 and step % cfg.logging_steps == 0
+        every = crossed(step, cfg.updates_per_generation, cfg.logging_steps)
+        return cfg.log_completions and cfg.num_completions_to_log > 0 and every
 
     def token_probs(self, scored: ScoredBatch, rows: list[int]) -> TokenProbs:
         """The policy's log-probs and entropies of the completions the step logs (run_logs.token_probs: a no-grad
@@ -315,11 +326,13 @@ class GRPOTrainer(Checkpoints):
                     m = out.metrics
                     for line in self.watch.observe(self.step, m):  # a run that cannot learn says so
                         self.warn(line, bar.say)
-                    if self.step % cfg.eval_steps == 0 or last:
+                    k = cfg.updates_per_generation
+                    if crossed(self.step, k, cfg.eval_steps) or last:
                         m.update(self.evaluate())
                         self.log_evaluation_details()
                         self.callbacks.evaluate(self.step, m)
-                    if self.step % cfg.logging_steps == 0 or last or "eval/accuracy" in m:
+                    first = cfg.logging_first_step and self.step == k
+                    if crossed(self.step, k, cfg.logging_steps) or first or last or "eval/accuracy" in m:
                         self.log(m)
                         if self.logs_completions(self.step):
                             answers = self.prompts.columns.get("answer")
@@ -331,7 +344,7 @@ class GRPOTrainer(Checkpoints):
                                 answers,
                                 out.tokens,
                             )
-                    bar.update(m)
+                    bar.update(m, k)
                     if self.step < cfg.max_steps and self.procs.any(stop.requested):  # all at the same step
                         break
                     if self.procs.any(self.callbacks.should_stop):  # (all at the same step)
@@ -339,7 +352,7 @@ class GRPOTrainer(Checkpoints):
                             f"a callback stopped the run after step {self.step} (should_training_stop)"
                         )
                         break
-                    if cfg.save_steps and self.step % cfg.save_steps == 0 and self.step < cfg.max_steps:
+                    if cfg.save_steps and crossed(self.step, k, cfg.save_steps) and self.step < cfg.max_steps:
                         self.save_checkpoint()
             finally:
                 bar.close()

@@ -9,10 +9,6 @@ NO_HUB = (
 ONE_LOOP = "not supported here: decoding is this repository's own batched loop (tinygrpo/rollout/sampling.py)"
 
 TRAINING = {  # (TRL's TrainingArguments, for GRPO and SFT alike)
-    "gradient_accumulation_steps": "not supported here: each optimizer step is one mini-batch of whole groups; a "
-    "larger step is a larger per_device_train_batch_size (and num_mini_batches splits it into several steps)",
-    "num_train_epochs": "not supported here: a run counts steps; set max_steps (one step draws "
-    "per_device_train_batch_size / num_generations prompts)",
     "optim": "not supported here: the optimizer is torch's fused AdamW (TRL's default, adamw_torch); "
     "adam_beta1, adam_beta2, adam_epsilon and weight_decay set it",
     "lr_scheduler_kwargs": "not supported here: lr_scheduler_type (linear, cosine, constant, ...) takes no arguments",
@@ -33,20 +29,18 @@ TRAINING = {  # (TRL's TrainingArguments, for GRPO and SFT alike)
 GRPO = {
     **TRAINING,
     "generation_batch_size": "here per_device_train_batch_size x steps_per_generation is what a generation "
-    "samples per process: set per_device_train_batch_size (and steps_per_generation)",
-    "min_p": "not supported here: top_k and top_p filter what is sampled",
-    "repetition_penalty": "not supported here: sampling is temperature, top_k and top_p",
-    "generation_kwargs": ONE_LOOP + "; temperature, top_k and top_p set it",
+    "samples per process: set steps_per_generation (TRL's generation_batch_size / per_device_train_batch_size / "
+    "processes)",
+    "generation_kwargs": ONE_LOOP + "; temperature, top_k, top_p, min_p and repetition_penalty set it",
     "use_vllm": ONE_LOOP,
-    "num_generations_eval": "not supported here: the held-out evaluation is greedy, one completion a prompt "
-    "(eval_pass_k adds pass@k from k samples)",
-    "shuffle_dataset": "not supported here: prompt_sampler decides the order (uniform: every prompt once per pass, "
-    "in a seeded random order)",
     "log_completions_steps": "here logging_steps says when completions are logged (log_completions)",
 }
 
 SFT = {
     **TRAINING,
+    "gradient_accumulation_steps": "not supported in SFT here: one optimizer step is one batch; a larger step is a "
+    "larger per_device_train_batch_size",
+    "num_train_epochs": "not supported in SFT here: it samples its batches with replacement; set max_steps",
     "max_length": "not supported here: n_positions is the context (prompt + completion), checked against the "
     "longest example",
     "packing": "not supported here: one example a row, left-padded",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn as nn
@@ -38,15 +38,26 @@ class OptimizerConfig:
     adam_beta2: float
     weight_decay: float
     lr_scheduler_type: str
-    warmup_steps: int
+    warmup_steps: float  # (a value in (0, 1): a share of max_steps, as transformers 5 reads it)
     max_steps: int
     adam_epsilon: float = 1e-8  # (torch's AdamW default)
     warmup_ratio: float = 0.0
 
     @property
     def warmup(self) -> int:
-        """Warm-up steps: warmup_steps, or else warmup_ratio of max_steps rounded up (as transformers reads them)."""
-        return self.warmup_steps or math.ceil(self.warmup_ratio * self.max_steps)
+        """Warm-up steps: warmup_steps, or else warmup_ratio of max_steps rounded up (as transformers reads them;
+        transformers 5 reads a warmup_steps in (0, 1) as that ratio)."""
+        if 0 < self.warmup_steps < 1:
+            return math.ceil(self.warmup_steps * self.max_steps)
+        return int(self.warmup_steps) or math.ceil(self.warmup_ratio * self.max_steps)
+
+    def per_generation(self, k: int) -> OptimizerConfig:
+        """The schedule over generations of k optimizer steps: the learning rate steps once a generation (TRL steps it
+        once an optimizer step; the same with the default of one optimizer step a generation)."""
+        if k == 1:
+            return self
+        warmup = self.warmup_steps if self.warmup_steps < 1 else -(-int(self.warmup_steps) // k)
+        return replace(self, max_steps=self.max_steps // k, warmup_steps=warmup)
 
     @classmethod
     def of(cls, cfg: object) -> OptimizerConfig:
