@@ -482,3 +482,16 @@ def test_a_section_with_nothing_to_show_is_left_out_with_its_link(tmp_path):
     ]
     said = _run_row(text, NOT_RECORDED)
     assert "per-token probabilities in completions.jsonl" in said and "eval_failures.jsonl" not in said
+
+
+def test_the_reproduce_command_of_a_default_run_is_the_bare_command():
+    """Defaults as the config resolves them: a run of the default length is not reproduced with --max_steps."""
+    from dataclasses import asdict
+
+    from tinygrpo.run.config import GRPOConfig, parse_config
+    from tinygrpo.run.report.run import reproduce_command
+
+    assert reproduce_command(asdict(GRPOConfig())) == "accelerate launch train_grpo.py"
+    cfg = parse_config("--num_mini_batches 4 --max_generations 3".split())
+    cmd = reproduce_command(asdict(cfg))
+    assert parse_config(cmd.split()[3:]) == cfg  # (the command gives the same config back)

@@ -87,3 +87,19 @@ def test_help_is_at_most_250_lines_with_every_option_once(script):
         for line in lines
         if line.startswith("  --")
     )
+
+
+def test_sfts_help_has_grpos_groups_and_every_option_in_one(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(SFTConfig, ["--help"])
+    text = capsys.readouterr().out
+    titles = list(dict.fromkeys(SFTConfig.ARGUMENT_GROUPS.values()))
+    at = [text.index(f"\n{t}:\n") for t in titles]
+    assert at == sorted(at)
+    grpo_groups = {c.__dict__.get("_argument_group_name") for c in GRPOConfig.__mro__} - {None}
+    assert set(titles) <= grpo_groups  # (the same words for the same kind of option in both scripts)
+    for f in fields(SFTConfig):
+        title = SFTConfig.ARGUMENT_GROUPS[f.name]  # (every option is in a group)
+        start = text.index(f"\n{title}:\n")
+        end = min([i for i in at if i > start], default=len(text))
+        assert f"  --{f.name}" in text[start:end], (title, f.name)

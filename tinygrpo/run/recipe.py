@@ -77,12 +77,17 @@ class ArgParser(HfArgumentParser):
         hints = typing.get_type_hints(dtype)
         aliases = getattr(dtype, "ALIASES", {})
         groups: dict[str, argparse._ArgumentGroup] = {}
+        for title in dict.fromkeys(getattr(dtype, "ARGUMENT_GROUPS", {}).values()):  # (in the table's order)
+            groups[title] = self.add_argument_group(title)
         for f in dataclasses.fields(dtype):
             if not f.init:
                 continue
             f.type = hints[f.name]
             owner = next(c for c in dtype.__mro__ if f.name in c.__dict__.get("__annotations__", {}))
-            title = owner.__dict__.get("_argument_group_name")
+            # a mixin's group, or the config's own table of them (SFTConfig: one dataclass, grouped by ARGUMENT_GROUPS)
+            title = getattr(dtype, "ARGUMENT_GROUPS", {}).get(f.name) or owner.__dict__.get(
+                "_argument_group_name"
+            )
             target = groups.setdefault(title, self.add_argument_group(title)) if title else self
             before = len(self._actions)
             self._parse_dataclass_field(target, f)

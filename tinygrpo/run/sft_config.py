@@ -27,6 +27,21 @@ class SFTConfig:
         "label_smoothing_factor": "label_smoothing",  # (TRL's and transformers' name)
     }
     TRL_HINTS: ClassVar[dict[str, str]] = trl_names.SFT  # TRL's options not taken here: what to use, or why
+    # --help's groups, the same titles as train_grpo.py's where they hold the same kind of option
+    ARGUMENT_GROUPS: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(
+            "task dataset train_split eval_split completion_column mix_column mix_share environment "
+            "allow_overlapping_splits train_size chars".split(),
+            "model and data",
+        ),
+        **dict.fromkeys("n_layer n_embd n_head n_positions kernels".split(), "model and data"),
+        **dict.fromkeys("max_steps per_device_train_batch_size".split(), "batches and steps"),
+        **dict.fromkeys(
+            "learning_rate weight_decay lr_scheduler_type label_smoothing".split(), "optimizer and schedule"
+        ),
+        **dict.fromkeys("seed torch_num_threads".split(), "seed and threads"),
+        **dict.fromkeys("output_dir overwrite_output_dir logging_steps".split(), "logging and saving"),
+    }
 
     task: str = field(
         default="",

@@ -16,16 +16,11 @@ from .html import _e, _pct, _png
 def reproduce_command(config: dict) -> str:
     """`accelerate launch train_grpo.py` with the settings that differ from today's defaults (every setting the
     config holds that this version does not know is passed as it is)."""
-    from dataclasses import MISSING, fields
+    from dataclasses import asdict
 
     from ..config import GRPOConfig
 
-    defaults = {}
-    for f in fields(GRPOConfig):
-        if f.default is not MISSING:
-            defaults[f.name] = f.default
-        elif f.default_factory is not MISSING:
-            defaults[f.name] = f.default_factory()
+    defaults = asdict(GRPOConfig())  # (as resolved: max_steps is 1000 when no option gives the run's length)
     argv = []
     for k, v in config.items():
         if k in defaults and defaults[k] == v:
