@@ -273,8 +273,8 @@ def ensure_seed_reference(
     t = time.perf_counter()
     cfg = SFTConfig(
         output_dir=str(out),
-        dataset="seed_bank",
-        eval_split="",
+        dataset_name="seed_bank",
+        dataset_test_split="",
         train_size=0,
         max_steps=sft_steps,
         per_device_train_batch_size=64,
@@ -452,9 +452,9 @@ def build_our_trainer(
     out = output_dir or tempfile.mkdtemp(prefix="tinygrpo-bench-")
     cfg = GRPOConfig(
         model_name_or_path=model_path,
-        dataset=dataset,
-        train_split="train",
-        eval_split=None,
+        dataset_name=dataset,
+        dataset_train_split="train",
+        dataset_test_split=None,
         num_generations=G,
         per_device_train_batch_size=prompts * G,
         max_completion_length=max_completion_length,

@@ -53,8 +53,8 @@ def seed_reference(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("seed_reference")
     cfg = SFTConfig(
         output_dir=str(out),
-        dataset="seed_bank",
-        eval_split="",
+        dataset_name="seed_bank",
+        dataset_test_split="",
         train_size=0,
         max_steps=60,
         per_device_train_batch_size=32,

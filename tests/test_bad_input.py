@@ -898,7 +898,7 @@ SFT_CASES = {
     ),
     "sft/label_smoothing_above_one": (
         ["--label_smoothing", "1.5"],
-        "error: label_smoothing must be in [0, 1], got 1.5",
+        "error: label_smoothing_factor must be in [0, 1], got 1.5",
     ),
     "sft/threads_negative": (["--threads", "-1"], "error: torch_num_threads must be >= 0, got -1"),
     "sft/threads_beyond_the_cores": (

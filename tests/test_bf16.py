@@ -53,8 +53,8 @@ def test_a_bf16_training_step_keeps_float32_weights_and_moves_them(seed_referenc
     ref, _ = load_model_and_tokenizer(seed_reference, "ref")
     cfg = GRPOConfig(
         model_name_or_path=seed_reference,
-        dataset="seed_bank",
-        eval_split=None,
+        dataset_name="seed_bank",
+        dataset_test_split=None,
         per_device_train_batch_size=32,
         beta=0.04,
         bf16=True,

@@ -286,7 +286,7 @@ def test_bad_yaml_raises_config_error(tmp_path, case, text, pattern):
         ("epsilon_high: [0.3, 0.4]\n", "epsilon_high must be a single float, got a list [0.3, 0.4]"),
         ("make_plots: [true]\n", "make_plots must be a single bool, got a list [True]"),
         ("output_dir: [a, b]\n", "output_dir must be a single str, got a list ['a', 'b']"),
-        ("eval_split: []\n", "eval_split must be a single str, got a list []"),
+        ("eval_split: []\n", "dataset_test_split must be a single str, got a list []"),
     ],
 )
 def test_yaml_list_for_a_scalar_is_one_error_naming_the_key_and_the_file(tmp_path, text, message):
@@ -614,18 +614,24 @@ def test_no_x_says_what_it_turns_off(capsys):
     ],
 )
 def test_trls_names_set_the_same_field_on_the_command_line_and_in_a_recipe(tmp_path, trl, ours, value):
+    """TRL's name is the field; this repository's earlier name is an alias on the command line and in a recipe, and
+    a property to read."""
+    from dataclasses import fields
+
     from tinygrpo.run.config import GRPOConfig
 
-    assert GRPOConfig.ALIASES[trl] == ours
-    assert getattr(parse_config([f"--{trl}", str(value)]), ours) == value
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(f"{trl}: {value}\n")
-    assert getattr(parse_config(["--config", str(recipe)]), ours) == value
+    assert GRPOConfig.ALIASES[ours] == trl and trl in {f.name for f in fields(GRPOConfig)}
+    for name in (trl, ours):
+        cfg = parse_config([f"--{name}", str(value)])
+        assert getattr(cfg, trl) == getattr(cfg, ours) == value
+        recipe = tmp_path / f"{name}.yaml"
+        recipe.write_text(f"{name}: {value}\n")
+        assert getattr(parse_config(["--config", str(recipe)]), trl) == value
     # a flag overrides a recipe, whichever name each uses
     assert getattr(
-        parse_config(["--config", str(recipe), f"--{ours}", "9" if ours.startswith("num") else "x"]), ours
+        parse_config(["--config", str(recipe), f"--{trl}", "9" if trl.startswith("num") else "x"]), trl
     ) in (9, "x")
-    assert getattr(parse_config([]), ours) != value  # (the alias really changed something)
+    assert getattr(parse_config([]), trl) != value  # (the alias really changed something)
 
 
 @pytest.mark.slow

@@ -356,9 +356,9 @@ GRPO_VALUES = _field_values(
     special={
         "model_name_or_path": [REFERENCE, "nope", ""],
         "ref_model_name_or_path": [REFERENCE, "nope", ""],
-        "dataset": DATASETS,
-        "train_split": SPLITS,
-        "eval_split": SPLITS,
+        "dataset_name": DATASETS,
+        "dataset_train_split": SPLITS,
+        "dataset_test_split": SPLITS,
         "resume_from_checkpoint": ["latest", "nope", ""],
         "reward_funcs": REWARDS,
         # (a task's dataset, verifier and recipe are defaults, the base argv's flags override them)
@@ -380,9 +380,9 @@ SFT_VALUES = _field_values(
     SFTConfig,
     skip={"output_dir"},
     special={
-        "dataset": DATASETS,
-        "train_split": SPLITS,
-        "eval_split": SPLITS,
+        "dataset_name": DATASETS,
+        "dataset_train_split": SPLITS,
+        "dataset_test_split": SPLITS,
         "chars": ["0123456789+=", "0123456789+=-*", "ab", ""],
         # (a task's recipe sets the defaults, the base argv's flags override them; a family's unknown member and a
         # task without a recipe are errors)

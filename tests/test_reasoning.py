@@ -35,19 +35,19 @@ def _train(n: int = 200) -> Dataset:
 
 def test_a_fixed_seeded_share_of_the_problems_imitate_the_mix_column():
     train = _train()
-    cfg = SFTConfig(dataset="multiplication", mix_column="worked", mix_share=0.1, seed=3)
+    cfg = SFTConfig(dataset_name="multiplication", mix_column="worked", mix_share=0.1, seed=3)
     targets = training_targets(cfg, train)
     worked = [t == w for t, w in zip(targets, train["worked"], strict=True)]
     assert sum(worked) == 20  # exactly the share, of 200
     assert all(t == a for t, a, w in zip(targets, train["answer"], worked, strict=True) if not w)
     assert training_targets(cfg, train) == targets  # the same problems on every call at one seed
     other = training_targets(
-        SFTConfig(dataset="multiplication", mix_column="worked", mix_share=0.1, seed=4), train
+        SFTConfig(dataset_name="multiplication", mix_column="worked", mix_share=0.1, seed=4), train
     )
     assert other != targets and sum(t != a for t, a in zip(other, train["answer"], strict=True)) == 20
-    plain = SFTConfig(dataset="multiplication", mix_column="worked", mix_share=0.0)
+    plain = SFTConfig(dataset_name="multiplication", mix_column="worked", mix_share=0.0)
     assert training_targets(plain, train) == train["answer"]  # share 0: the column alone, mix_column unread
-    everything = SFTConfig(dataset="multiplication", mix_column="worked", mix_share=1.0)
+    everything = SFTConfig(dataset_name="multiplication", mix_column="worked", mix_share=1.0)
     assert training_targets(everything, train) == train["worked"]
 
 
@@ -57,7 +57,7 @@ def test_mix_errors_name_the_field():
     with pytest.raises(ConfigError, match="mix_share"):
         SFTConfig(mix_column="worked", mix_share=1.5)
     for share in (0.1, 0.0):  # (a column named is a column checked, used or not)
-        cfg = SFTConfig(dataset="multiplication", mix_column="nope", mix_share=share)
+        cfg = SFTConfig(dataset_name="multiplication", mix_column="nope", mix_share=share)
         with pytest.raises(ValueError, match="mix_column 'nope': multiplication/train has no such column"):
             training_targets(cfg, _train())
 

@@ -29,8 +29,8 @@ def sft_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sft")
     cfg = SFTConfig(
         output_dir=str(out),
-        dataset="seed_bank",
-        eval_split="train",
+        dataset_name="seed_bank",
+        dataset_test_split="train",
         allow_overlapping_splits=True,  # (the seed bank's one split: judged on what it trains on, on purpose)
         max_steps=150,
         per_device_train_batch_size=32,
@@ -163,8 +163,8 @@ def test_sft_never_overwrites_a_model_unless_asked(sft_run, tmp_path):
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     cfg = SFTConfig(
         output_dir=str(out),
-        dataset="seed_bank",
-        eval_split="",
+        dataset_name="seed_bank",
+        dataset_test_split="",
         max_steps=2,
         per_device_train_batch_size=8,
         logging_steps=0,
@@ -176,8 +176,8 @@ def test_sft_never_overwrites_a_model_unless_asked(sft_run, tmp_path):
     shutil.copytree(out, copy)
     cfg = SFTConfig(
         output_dir=str(copy),
-        dataset="seed_bank",
-        eval_split="",
+        dataset_name="seed_bank",
+        dataset_test_split="",
         max_steps=2,
         per_device_train_batch_size=8,
         logging_steps=0,
@@ -220,7 +220,9 @@ def test_sft_refuses_what_grpo_refuses_before_training(tmp_path):
     with pytest.raises(
         ValueError, match="share 36 of the 36 held-out prompts.*--allow_overlapping_splits true"
     ):
-        train_reference(SFTConfig(dataset="seed_bank", eval_split="train", **common), verbose=False)
+        train_reference(
+            SFTConfig(dataset_name="seed_bank", dataset_test_split="train", **common), verbose=False
+        )
     # a task's verifier on data whose gold completions it scores 0: multiplication_scratchpad's judges its worked
     # column, here addition's answers turned around and cut by an "x" (no worked answer)
     data = tmp_path / "data"
@@ -232,7 +234,9 @@ def test_sft_refuses_what_grpo_refuses_before_training(tmp_path):
             for p, a in zip(rows["prompt"], rows["answer"], strict=True)
         ][:50]
         (data / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
-    cfg = SFTConfig(dataset=str(data), task="multiplication_scratchpad", eval_split="test", **common)
+    cfg = SFTConfig(
+        dataset_name=str(data), task="multiplication_scratchpad", dataset_test_split="test", **common
+    )
     with pytest.raises(ValueError, match="scores the gold worked .* not 1.0"):
         train_reference(cfg, verbose=False)
 

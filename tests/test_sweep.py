@@ -253,7 +253,7 @@ def test_sweep_runs_variants_reports_failures_and_writes_its_table(seed_referenc
     assert row["val_final"] == [evals[-1]["eval/accuracy"]] and 0 <= row["test_final"][0] <= 1
     config = json.loads((out / "grpo-seed1" / "config.json").read_text())
     assert config["loss_type"] == "grpo" and config["steps_per_generation"] == 4
-    assert config["per_device_train_batch_size"] == 64 and config["eval_split"] == "validation"
+    assert config["per_device_train_batch_size"] == 64 and config["dataset_test_split"] == "validation"
 
     text = (docs / "sweep.md").read_text()
     assert f"| grpo | {sweep.VARIANTS['grpo'][1]} | {row['val_final'][0] * 100:.1f} % |" in text

@@ -132,7 +132,7 @@ def test_each_task_has_its_config_and_its_rewards_resolve():
         for reward in (task.correct, *task.rewards):
             resolve_reward(reward)
         cfg = yaml.safe_load((REPO / task.config).read_text())
-        assert cfg["dataset"] == task.dataset
+        assert cfg["dataset_name"] == task.dataset
         if task.reference is not None:
             assert cfg["model_name_or_path"] == task.reference["output_dir"]
 

@@ -412,7 +412,7 @@ def test_a_run_with_the_calculator_trains_logs_and_reports_the_environments_toke
         max_steps=3,
         logging_steps=1,
         save_steps=0,
-        eval_split=None,
+        dataset_test_split=None,
         disable_tqdm=True,
         make_plots=False,
         dynamic_sampling=False,

@@ -425,7 +425,7 @@ def test_logging_the_tokens_changes_nothing_about_training(seed_reference, tmp_p
             tmp_path / str(count),
             grouped_forward=False,
             logging_steps=1,
-            num_completions_to_log=count,
+            num_completions_to_print=count,
         )
         for m in t.model.modules():
             if isinstance(m, torch.nn.Dropout):
@@ -553,8 +553,8 @@ def _table_trainer(tmp_path, loss_type, num_iterations=1, **options):
     table, ref_table = _tables()
     settings = dict(
         output_dir=str(tmp_path / "table"),
-        dataset="seed_bank",
-        eval_split=None,
+        dataset_name="seed_bank",
+        dataset_test_split=None,
         num_generations=8,
         per_device_train_batch_size=8,
         max_completion_length=1,

@@ -43,8 +43,24 @@ def test_an_unknown_option_that_trl_lacks_too_is_listed():
     assert str(e.value) == "unknown argument(s): --no_such_option 1 (see --help)"
 
 
-def test_label_smoothing_factor_is_sfts_label_smoothing():
-    assert parse_args(SFTConfig, ["--label_smoothing_factor", "0.1"]).label_smoothing == 0.1
+@pytest.mark.parametrize(
+    "trl, earlier",
+    [
+        ("label_smoothing_factor", "label_smoothing"),
+        ("dataset_name", "dataset"),
+        ("dataset_train_split", "train_split"),
+        ("dataset_test_split", "eval_split"),
+    ],
+)
+def test_sfts_fields_have_trls_names_and_take_the_earlier_ones(trl, earlier, tmp_path):
+    value = "0.1" if "smoothing" in trl else "validation"
+    for name in (trl, earlier):
+        cfg = parse_args(SFTConfig, [f"--{name}", value])
+        assert str(getattr(cfg, trl)) == str(getattr(cfg, earlier)) == value
+        recipe = tmp_path / f"{name}.yaml"
+        recipe.write_text(f"{name}: {value}\n")
+        assert str(getattr(parse_args(SFTConfig, ["--config", str(recipe)]), trl)) == value
+    assert trl in {f.name for f in fields(SFTConfig)} and earlier not in {f.name for f in fields(SFTConfig)}
 
 
 @pytest.mark.parametrize("ratio,steps,warmup", [(0.1, 100, 10), (0.05, 30, 2), (0.0, 50, 0)])

@@ -341,3 +341,17 @@ def test_a_trl_grpo_configs_fields_for_these_concepts_run_unchanged_as_flags(tmp
         "train",
         None,
     )
+
+
+def test_a_checkpoint_saved_under_the_earlier_names_is_compared_under_trls(tmp_path):
+    from dataclasses import asdict
+
+    from tinygrpo.run.launch import check_same_run
+
+    cfg = parse_config([])
+    earlier = {field: name for name, field in GRPOConfig.ALIASES.items()}
+    old = {earlier.get(k, k): v for k, v in asdict(cfg).items()}  # config.json as an earlier version wrote it
+    assert "dataset" in old and "dataset_name" not in old
+    check_same_run(old, cfg, tmp_path)  # the same run, saved under the earlier names
+    with pytest.raises(ConfigError, match=r"dataset_name 'seed_bank' -> 'addition'"):
+        check_same_run({**old, "dataset": "seed_bank"}, cfg, tmp_path)

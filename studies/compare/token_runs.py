@@ -70,8 +70,8 @@ def build_references(out: Path, seed: int, st: Settings) -> dict:
         cfg = SFTConfig(
             output_dir=str(d / "model"),
             overwrite_output_dir=True,  # (the study owns its directory: a rerun replaces its references)
-            dataset=str(d / "data"),
-            eval_split="",
+            dataset_name=str(d / "data"),
+            dataset_test_split="",
             train_size=0,
             max_steps=steps,
             per_device_train_batch_size=st.sft_batch,
@@ -150,8 +150,8 @@ def run_token(
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = GRPOConfig(
         model_name_or_path=ref["path"],
-        dataset="seed_bank",
-        eval_split="train",
+        dataset_name="seed_bank",
+        dataset_test_split="train",
         allow_overlapping_splits=True,  # (the seed bank: judged on its own 36 questions, as the table is)
         num_generations=G,
         per_device_train_batch_size=st.completions_per_token_step,

@@ -72,7 +72,7 @@ BOUNDS: dict[str, Bound] = {
     # counts of tokens, steps and passes, and intervals between events (an interval of 0 would never fire)
     **each(AT_LEAST_1, "max_completion_length max_steps num_iterations logging_steps eval_steps"),
     # counts where 0 means "none" or "off" (save_steps 0: only at the end; top_k 0: every token; threads 0: auto)
-    **each(NON_NEGATIVE, "save_steps warmup_steps eval_pass_k top_k num_completions_to_log"),
+    **each(NON_NEGATIVE, "save_steps warmup_steps eval_pass_k top_k num_completions_to_print"),
     **each(NON_NEGATIVE, "torch_num_threads max_dynamic_sampling_rounds signal_forecast_prompts"),
     "signal_forecast_min": PROBABILITY,  # a share of groups
     "save_total_limit": AT_LEAST_1,  # the newest checkpoint is always kept
@@ -148,13 +148,13 @@ class GRPOConfig(
     """Every option of a GRPO run, in argument groups (one mixin each: options_rollout.py, options_update.py); the
     rules that tie fields together and the properties derived from them."""
 
-    # TRL's names for the same concepts (its ScriptArguments and GRPOConfig), accepted on the command line and in a
-    # YAML recipe: {TRL's name: our field}.
+    # The fields have TRL's names (its ScriptArguments' and GRPOConfig's); this repository's earlier names are
+    # accepted on the command line and in a YAML recipe, and read as properties: {earlier name: field}.
     ALIASES: ClassVar[dict[str, str]] = {
-        "dataset_name": "dataset",
-        "dataset_train_split": "train_split",
-        "dataset_test_split": "eval_split",
-        "num_completions_to_print": "num_completions_to_log",
+        "dataset": "dataset_name",
+        "train_split": "dataset_train_split",
+        "eval_split": "dataset_test_split",
+        "num_completions_to_log": "num_completions_to_print",
     }
     TRL_HINTS: ClassVar[dict[str, str]] = trl_names.GRPO  # TRL's options not taken here: what to use, or why
 
@@ -277,8 +277,8 @@ class GRPOConfig(
             except ValueError as e:
                 raise ConfigError(f"environment: {e}") from None
         # A command line cannot pass None: "" or the word None means "no evaluation split".
-        if self.eval_split in ("", "None", "none", "null"):
-            self.eval_split = None
+        if self.dataset_test_split in ("", "None", "none", "null"):
+            self.dataset_test_split = None
         # The KL in the reward and the reference's sync both need a reference, which beta == 0 does not build.
         if self.use_kl_in_reward and self.beta == 0:
             raise ConfigError("use_kl_in_reward needs beta > 0 (the KL's coefficient in the reward)")
@@ -358,12 +358,12 @@ def task_defaults(spec: str) -> tuple[list[str], dict[str, object]]:
         task = get_task(spec)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    defaults: dict[str, object] = {"task": spec, "dataset": task.dataset}
+    defaults: dict[str, object] = {"task": spec, "dataset_name": task.dataset}
     if task.reference is not None and "output_dir" in task.reference:
         defaults["model_name_or_path"] = task.reference["output_dir"]
     if not task.config:  # (a one-file task: its verifier is its reward unless its recipe says otherwise)
         defaults["reward_funcs"] = [task.correct]
-    defaults.update(task.grpo or {})
+    defaults.update({GRPOConfig.ALIASES.get(k, k): v for k, v in (task.grpo or {}).items()})
     return ([task.config] if task.config else []), defaults
 
 

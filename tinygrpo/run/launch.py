@@ -46,13 +46,13 @@ RESUMABLE_CHANGES = frozenset(
         "resume_from_checkpoint",
         "overwrite_output_dir",
         "output_dir",
-        "eval_split",
+        "dataset_test_split",
         "logging_steps",
         "eval_steps",
         "eval_pass_k",
         "save_steps",
         "save_total_limit",
-        "num_completions_to_log",
+        "num_completions_to_print",
         "log_completions",
         "report_to",
         "run_name",
@@ -212,6 +212,9 @@ def resume_point(cfg: GRPOConfig, say=print) -> Path | None:
 
 
 def check_same_run(before: dict, cfg: GRPOConfig, path: Path) -> None:
+    before = {
+        GRPOConfig.ALIASES.get(k, k): v for k, v in before.items()
+    }  # (a checkpoint saved under earlier names)
     now = asdict(cfg)
     allowed = set(RESUMABLE_CHANGES)
     if now["max_steps"] is None:  # (num_train_epochs, compared itself, gives it from the same split)

@@ -40,17 +40,21 @@ class ModelAndData:
         default=None,
         metadata={"help": "Reference policy for the KL term; default: the same as model_name_or_path."},
     )
-    dataset: str = field(
+    dataset_name: str = field(
         default="addition",
         metadata={
             "help": "Problem set: a name under data/ (addition, seed_bank) or a directory "
-            "of <split>.jsonl files with at least a 'prompt' column."
+            "of <split>.jsonl files with at least a 'prompt' column (TRL's name; also --dataset)."
         },
     )
-    train_split: str = field(default="train", metadata={"help": "Split whose prompts GRPO trains on."})
-    eval_split: str | None = field(
+    dataset_train_split: str = field(
+        default="train", metadata={"help": "Split whose prompts GRPO trains on (also --train_split)."}
+    )
+    dataset_test_split: str | None = field(
         default="test",
-        metadata={"help": "Held-out split for greedy accuracy (None or '' to skip evaluation)."},
+        metadata={
+            "help": "Held-out split for greedy accuracy (None or '' to skip evaluation; also --eval_split)."
+        },
     )
     allow_overlapping_splits: bool = field(
         default=False,
@@ -88,18 +92,18 @@ class ModelAndData:
         },
     )
 
-    # TRL's names of the same fields, to read (its ScriptArguments'; flags and recipes take them too: ALIASES)
+    # This repository's earlier names of TRL's fields, to read (flags and recipes take them too: ALIASES)
     @property
-    def dataset_name(self) -> str:
-        return self.dataset
+    def dataset(self) -> str:
+        return self.dataset_name
 
     @property
-    def dataset_train_split(self) -> str:
-        return self.train_split
+    def train_split(self) -> str:
+        return self.dataset_train_split
 
     @property
-    def dataset_test_split(self) -> str | None:
-        return self.eval_split
+    def eval_split(self) -> str | None:
+        return self.dataset_test_split
 
 
 @dataclass

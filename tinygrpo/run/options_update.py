@@ -229,11 +229,11 @@ class LoggingAndSaving:
             "on by default here: the report draws them token by token)."
         },
     )
-    num_completions_to_log: int = field(
+    num_completions_to_print: int = field(
         default=16,
         metadata={
             "help": "Completions logged per logging step: whole groups of the first round, those with signal first "
-            "(TRL's num_completions_to_print, also accepted)."
+            "(TRL's name; also --num_completions_to_log)."
         },
     )
     report_to: str = field(
@@ -269,5 +269,5 @@ class LoggingAndSaving:
     )
 
     @property
-    def num_completions_to_print(self) -> int:  # (TRL's name, to read)
-        return self.num_completions_to_log
+    def num_completions_to_log(self) -> int:  # (this repository's earlier name, to read)
+        return self.num_completions_to_print

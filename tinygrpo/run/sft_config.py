@@ -16,28 +16,30 @@ from .config import BOUNDS
 
 @dataclass
 class SFTConfig:
-    # Other names for a field, on the command line and in a --config recipe: TRL's, and this script's earlier ones.
+    # The fields have TRL's names; this script's earlier names are accepted on the command line and in a --config
+    # recipe (and the renamed ones read as properties below): {earlier name: field}.
     ALIASES: ClassVar[dict[str, str]] = {
-        "dataset_name": "dataset",
-        "dataset_train_split": "train_split",
-        "dataset_test_split": "eval_split",
+        "dataset": "dataset_name",
+        "train_split": "dataset_train_split",
+        "eval_split": "dataset_test_split",
         "batch_size": "per_device_train_batch_size",
         "threads": "torch_num_threads",
         "log_every": "logging_steps",
-        "label_smoothing_factor": "label_smoothing",  # (TRL's and transformers' name)
+        "label_smoothing": "label_smoothing_factor",
     }
     TRL_HINTS: ClassVar[dict[str, str]] = trl_names.SFT  # TRL's options not taken here: what to use, or why
     # --help's groups, the same titles as train_grpo.py's where they hold the same kind of option
     ARGUMENT_GROUPS: ClassVar[dict[str, str]] = {
         **dict.fromkeys(
-            "task dataset train_split eval_split completion_column mix_column mix_share environment "
+            "task dataset_name dataset_train_split dataset_test_split completion_column mix_column mix_share environment "
             "allow_overlapping_splits train_size chars".split(),
             "model and data",
         ),
         **dict.fromkeys("n_layer n_embd n_head n_positions kernels".split(), "model and data"),
         **dict.fromkeys("max_steps per_device_train_batch_size".split(), "batches and steps"),
         **dict.fromkeys(
-            "learning_rate weight_decay lr_scheduler_type label_smoothing".split(), "optimizer and schedule"
+            "learning_rate weight_decay lr_scheduler_type label_smoothing_factor".split(),
+            "optimizer and schedule",
         ),
         **dict.fromkeys("seed torch_num_threads".split(), "seed and threads"),
         **dict.fromkeys("output_dir overwrite_output_dir logging_steps".split(), "logging and saving"),
@@ -56,10 +58,13 @@ class SFTConfig:
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Allow replacing a model that output_dir already holds."}
     )
-    dataset: str = field(
-        default="addition", metadata={"help": "Problem set name or directory of <split>.jsonl."}
+    dataset_name: str = field(
+        default="addition",
+        metadata={"help": "Problem set name or directory of <split>.jsonl (also --dataset)."},
     )
-    train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_train_split: str = field(
+        default="train", metadata={"help": "Split to train on (also --train_split)."}
+    )
     completion_column: str = field(
         default="answer",
         metadata={"help": "The column that holds each training problem's target completion (without <eos>)."},
@@ -87,8 +92,9 @@ class SFTConfig:
             "and must be what the environment answers; the held-out completions call it. '' = none."
         },
     )
-    eval_split: str = field(
-        default="test", metadata={"help": "Held-out split for greedy accuracy ('' = none)."}
+    dataset_test_split: str = field(
+        default="test",
+        metadata={"help": "Held-out split for greedy accuracy ('' = none; also --eval_split)."},
     )
     allow_overlapping_splits: bool = field(
         default=False,
@@ -142,9 +148,12 @@ class SFTConfig:
     n_positions: int = field(default=32, metadata={"help": "Context length (prompt + completion)."})
     chars: str = field(default=DEFAULT_CHARS, metadata={"help": "Tokenizer characters (plus <pad>, <eos>)."})
     seed: int = field(default=0, metadata={"help": "Seed for the sample of problems, init and batches."})
-    label_smoothing: float = field(
+    label_smoothing_factor: float = field(
         default=0.0,
-        metadata={"help": "Cross-entropy label smoothing (keeps the reference's sampling diverse)."},
+        metadata={
+            "help": "Cross-entropy label smoothing (keeps the reference's sampling diverse; transformers' name, also "
+            "--label_smoothing)."
+        },
     )
     logging_steps: int = field(
         default=100, metadata={"help": "Print the loss every N steps (0 = never; log_every also accepted)."}
@@ -167,10 +176,17 @@ class SFTConfig:
                     f"{self.chars!r}"
                 )
 
+    # This script's earlier names of TRL's fields, to read
+    dataset = property(lambda self: self.dataset_name)
+    train_split = property(lambda self: self.dataset_train_split)
+    eval_split = property(lambda self: self.dataset_test_split)
+    label_smoothing = property(lambda self: self.label_smoothing_factor)
+
     @classmethod
     def for_task(cls, name: str, **overrides) -> SFTConfig:
-        """The reference recipe of task `name` (ValueError if it has none), with `overrides` on top."""
-        return cls(**{**task_recipe(name), **overrides, "task": name})
+        """The reference recipe of task `name` (ValueError if it has none), with `overrides` on top (by either name)."""
+        given = {cls.ALIASES.get(k, k): v for k, v in overrides.items()}
+        return cls(**{**task_recipe(name), **given, "task": name})
 
 
 def task_recipe(name: str) -> dict:
@@ -183,7 +199,8 @@ def task_recipe(name: str) -> dict:
             f"task {name!r} has no reference recipe of its own: its GRPO recipe ({task.config}) starts from the "
             "model it names"
         )
-    return {"dataset": task.dataset, "chars": task.chars, **task.reference}
+    recipe = {"dataset_name": task.dataset, "chars": task.chars, **task.reference}
+    return {SFTConfig.ALIASES.get(k, k): v for k, v in recipe.items()}  # (a recipe may use the earlier names)
 
 
 SFT_CHOICES = {"lr_scheduler_type": ("constant", "cosine"), "kernels": ("portable", "native")}
@@ -198,7 +215,7 @@ SFT_BOUNDS: dict[str, Bound] = {
     "weight_decay": Bound(0),
     "torch_num_threads": Bound(0),  # 0 = torch's default
     "seed": BOUNDS["seed"],  # numpy and torch take 32-bit seeds
-    "label_smoothing": Bound(0, 1),  # the probability mass moved from the label to the other tokens
+    "label_smoothing_factor": Bound(0, 1),  # the probability mass moved from the label to the other tokens
     "mix_share": Bound(0, 1),
     "logging_steps": Bound(0),  # 0 = never
 }

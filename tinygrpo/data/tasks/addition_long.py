@@ -97,7 +97,7 @@ def kinds(rows: dict[str, list]) -> dict[str, list[bool]]:
 REFERENCE = {
     **NATIVE_KERNELS,
     "train_size": 0,
-    "eval_split": "validation",
+    "dataset_test_split": "validation",
     "n_layer": 4,
     "n_embd": 128,
     "n_head": 4,

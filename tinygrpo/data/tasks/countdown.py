@@ -74,7 +74,7 @@ TASK = register_task(
             **NATIVE_KERNELS,
             "output_dir": "checkpoints/countdown",
             "train_size": 0,
-            "eval_split": "validation",
+            "dataset_test_split": "validation",
             "n_layer": 3,
             "n_embd": 96,
             "n_head": 4,

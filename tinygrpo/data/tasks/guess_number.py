@@ -94,7 +94,7 @@ TASK = register_task(
             "environment": "guess_number",
             "allow_overlapping_splits": True,
             "train_size": 0,
-            "eval_split": "validation",
+            "dataset_test_split": "validation",
             "n_layer": 3,
             "n_embd": 96,
             "n_head": 4,

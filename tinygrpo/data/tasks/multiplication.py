@@ -124,7 +124,7 @@ def _task(
                 "completion_column": column,
                 **mix,
                 "train_size": 0,
-                "eval_split": "validation",
+                "dataset_test_split": "validation",
                 "n_layer": 3,
                 "n_embd": 96,
                 "n_head": 4,

@@ -162,7 +162,7 @@ def make(name: str) -> Task:
             **NATIVE_KERNELS,
             "output_dir": f"checkpoints/{dataset}",
             "train_size": 0,
-            "eval_split": "validation",
+            "dataset_test_split": "validation",
             "n_layer": 3,
             "n_embd": 96,
             "n_head": 4,

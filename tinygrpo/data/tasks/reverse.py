@@ -48,7 +48,7 @@ TASK = register_task(
             **NATIVE_KERNELS,
             "output_dir": "checkpoints/reverse",
             "train_size": 0,
-            "eval_split": "validation",
+            "dataset_test_split": "validation",
             "n_layer": 2,
             "n_embd": 64,
             "n_head": 4,
