@@ -23,8 +23,8 @@ def _trainer(seed_reference, out, callbacks, **overrides) -> GRPOTrainer:
     cfg = GRPOConfig(
         **{
             "output_dir": str(out),
-            "dataset": "seed_bank",
-            "eval_split": "train",
+            "dataset_name": "seed_bank",
+            "dataset_test_split": "train",
             "allow_overlapping_splits": True,
             "num_generations": 4,
             "per_device_train_batch_size": 32,

@@ -74,7 +74,8 @@ class BatchesAndSteps:
         default=None,
         metadata={
             "help": "The run's length in generations (sample, score, update: what max_steps counted here before it "
-            "took TRL's meaning): max_steps = this x the optimizer steps each generation makes."
+            "took TRL's meaning): sets max_steps = this x the optimizer steps each generation makes, over any max_steps "
+            "given."
         },
     )
     num_train_epochs: float | None = field(
@@ -140,14 +141,8 @@ class BatchesAndSteps:
                 "step takes whole micro-batches of one generation"
             )
         k = self.updates_per_generation
-        if (
-            self.max_generations is not None
-        ):  # (another spelling of the length: max_steps is what the run reads)
-            if self.max_steps is not None and self.max_steps != self.max_generations * k:
-                raise ConfigError(
-                    f"max_steps={self.max_steps} and max_generations={self.max_generations} (x {k} optimizer steps "
-                    "each) disagree: set one of them"
-                )
+        # max_generations wins: a recipe's max_steps was written for a run of another shape
+        if self.max_generations is not None:
             self.max_steps = self.max_generations * k
         elif self.max_steps is None and self.num_train_epochs is None:
             self.max_steps = -(-DEFAULT_MAX_STEPS // k) * k
