@@ -147,7 +147,13 @@ class SFTConfig:
     )
     n_positions: int = field(default=32, metadata={"help": "Context length (prompt + completion)."})
     chars: str = field(default=DEFAULT_CHARS, metadata={"help": "Tokenizer characters (plus <pad>, <eos>)."})
-    seed: int = field(default=0, metadata={"help": "Seed for the sample of problems, init and batches."})
+    seed: int = field(
+        default=0,
+        metadata={
+            "help": "Seed for the sample of problems, init and batches (0, not TRL's 42: every reference here, and "
+            "so every published number, was trained with it)."
+        },
+    )
     label_smoothing_factor: float = field(
         default=0.0,
         metadata={
