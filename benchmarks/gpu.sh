@@ -7,8 +7,10 @@
 #
 # 1. host synchronisations of the grouped fast path on the GPU (torch.cuda.set_sync_debug_mode): per scoring
 #    forward and per decode step, against the number of layers (none may grow with the layers);
-# 2. the default experiment (`train_grpo.py` with its defaults) on the GPU: held-out accuracy before / after,
-#    seconds and peak host memory;
+# 1b. benchmarks/static_decode.py: today's decode against the static-shape one, ms per rollout and host reads per
+#    decode step, side by side;
+# 2. the default experiment (`train_grpo.py` with its defaults; on CUDA they decode with static shapes) on the GPU:
+#    held-out accuracy before / after, seconds and peak host memory; then the same with --static_shapes false;
 # 3. benchmarks/vs_trl.py on the GPU, both starting points, 36x8 and 4x8;
 # 4. benchmarks/time_to_accuracy.py --peer trl,ours_default --seeds 42 on the GPU: held-out accuracy against
 #    training seconds, TRL's GRPOTrainer and our default, 1000 steps each, in fp32 (its TRL peer has no bf16).
@@ -20,13 +22,14 @@
 # step 3, one step evaluated on 50 problems in step 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEVICE=cuda BF16=false QUICK=() VS_TRL=() TTA=()
+DEVICE=cuda BF16=false QUICK=() VS_TRL=() TTA=() STATIC=()
 for arg in "$@"; do
   case "$arg" in
     --bf16) BF16=true ;;
     --cpu)
       DEVICE=cpu
       QUICK=(--max_steps 2 --eval_steps 2)
+      STATIC=(--reps 1)
       VS_TRL=(--reps 1 --steps 1 --warmup 0 --profile_steps 1 --shapes 2x4 --reference_steps 20)
       TTA=(--max_steps 1 --eval_steps 1 --eval_limit 50)
       ;;
@@ -89,6 +92,9 @@ for n_layer in (2, 8):
     print(f"n_layer {n_layer} on {dev_t.type}: host syncs per call: {counts}{note}")
 PY
 
+echo "== 1b. static-shape decode"
+python benchmarks/static_decode.py --device "$DEVICE" "${STATIC[@]}"
+
 echo "== 2. the default experiment"
 rm -rf "$OUT/default"
 # (GNU time's peak memory where it is installed; the run alone otherwise)
@@ -108,6 +114,11 @@ from pathlib import Path
 s = Path(os.environ["OUTDIR"], "summary.json")
 print(json.dumps(json.loads(s.read_text()), indent=1)[:1500] if s.is_file() else "no summary.json")
 PY
+
+echo "== 2b. the default experiment, today's decode (--static_shapes false)"
+rm -rf "$OUT/default_eager"
+python train_grpo.py --output_dir "$OUT/default_eager" --bf16 "$BF16" --static_shapes false "${REF[@]}" "${QUICK[@]}" \
+  | { grep -Ei "held-out|error" || true; }
 
 echo "== 3. vs_trl.py"
 if [[ $DEVICE == cpu ]]; then

@@ -32,9 +32,13 @@ def test_gpu_sh_on_the_cpu_runs_every_step(seed_reference, tmp_path):
     log = (out / "gpu.log").read_text() if (out / "gpu.log").is_file() else proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
     steps = [line for line in log.splitlines() if line.startswith("== ")]
-    assert [s.split()[1] for s in steps] == ["device", "1.", "2.", "3.", "4.", "done:"]
-    summary = json.loads((out / "default" / "summary.json").read_text())  # step 2: the default experiment
-    assert summary["steps"] > 0 and "eval_after" in summary
+    assert [s.split()[1] for s in steps] == ["device", "1.", "1b.", "2.", "2b.", "3.", "4.", "done:"]
+    # step 1b: both decodes, each shape's completions the same
+    table = [line for line in log.splitlines() if line.startswith("| ") and " x " in line]
+    assert len(table) == 2 and all(line.rstrip().endswith("| yes |") for line in table), table
+    for run in ("default", "default_eager"):  # step 2: the default experiment, then with today's decode
+        summary = json.loads((out / run / "summary.json").read_text())
+        assert summary["steps"] > 0 and "eval_after" in summary
     # step 3: vs_trl.py trained its seed-bank reference itself, in OUT/bench, and measured both starting points
     assert "trained the benchmark reference on the seed bank" in log
     assert list((out / "bench").glob("seed_reference*/config.json"))

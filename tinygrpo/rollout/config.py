@@ -18,6 +18,7 @@ class RolloutConfig:
     top_p: float
     min_p: float
     repetition_penalty: float
+    static_shapes: bool | None  # None: on for CUDA
     mask_truncated_completions: bool
     beta: float  # (the KL in the reward, with use_kl_in_reward)
     advantage_mode: str

@@ -270,6 +270,7 @@ class BatchGenerator:
             pad_token_id=self.tokenizer.pad_token_id,
             backend=self.backend,
             tools=tools,
+            static=cfg.static_shapes if cfg.static_shapes is not None else device.type == "cuda",
         )
         return prompt_ids, prompt_mask, ro
 

@@ -90,8 +90,12 @@ def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -
     return torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
 
 
-def sample_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def sample_from_logits(
+    logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None = None
+) -> torch.Tensor:
     """(B, V) -> (B,) token ids, one per row, drawn as `params` says (its max_new_tokens is the caller's).
+    `uniforms` (B, 1): the draws to use, already drawn from `params.generator` (the static-shape decode's);
+    None: drawn here.
 
     Inverse-CDF sampling (one uniform per row against the cumulative weights) instead of `torch.multinomial`: the
     same distribution, several times cheaper on tiny vocabularies; and exp/sum by hand rather than softmax, which
@@ -122,12 +126,14 @@ def sample_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Te
     cdf = weights.cumsum(-1)
     # The uniforms come from the generator's device (the CPU's for the trainer's: the same draws, and checkpoints
     # that resume on either device), then move to the logits'.
-    u = torch.rand(
-        logits.size(0),
-        1,
-        generator=generator,
-        device=generator.device if generator is not None else logits.device,
-    )
+    u = uniforms
+    if u is None:
+        u = torch.rand(
+            logits.size(0),
+            1,
+            generator=generator,
+            device=generator.device if generator is not None else logits.device,
+        )
     if u.device != logits.device:
         u = u.to(logits.device)
     u = u * cdf[:, -1:]
@@ -146,6 +152,7 @@ def sample_completions(
     pad_token_id: int,
     backend: Backend | None = None,
     tools: ToolUse | None = None,
+    static: bool = False,
 ) -> Rollout:
     """prompt_ids/prompt_mask (P, Tp), left-padded -> G completions per prompt, rows grouped by prompt (P*G, Tc).
 
@@ -154,8 +161,23 @@ def sample_completions(
     none is left or at `params.max_new_tokens`. `backend` defaults to `select_backend(model)`. A backend whose
     forward depends on the mode (dropout) samples in eval mode, as `generate()` does; the model's mode is restored
     after. With `tools` (an environment), a row that ends a tool call is fed the environment's reply before it
-    samples again (tinygrpo/rollout/tool_calls.py).
+    samples again (tinygrpo/rollout/tool_calls.py). `static`: the same completions from a decode of static shapes
+    (tinygrpo/rollout/static_decode.py: no row leaves, no host read per step; the CPU twin of a graphed GPU decode).
     """
+    if static:
+        from .static_decode import sample_completions_static
+
+        return sample_completions_static(
+            model,
+            prompt_ids,
+            prompt_mask,
+            num_generations,
+            params,
+            eos_token_id,
+            pad_token_id,
+            backend,
+            tools,
+        )
     backend = backend or select_backend(model)
     switch = model.training and not backend.mode_independent
     if switch:
@@ -217,7 +239,14 @@ def decode(
             live, nxt = live[keep], nxt[keep]
             dec.keep(keep)
         logits = dec.step(nxt)
-    completion_ids = completion_ids[:, :Tc]  # (B, Tc): as long as the longest completion
+    return finish_rollout(completion_ids[:, :Tc], eos_token_id, tools, tool_mask)
+
+
+def finish_rollout(
+    completion_ids: torch.Tensor, eos_token_id: int, tools: ToolCalls | None, tool_mask: torch.Tensor | None
+) -> Rollout:
+    """(B, Tc) sampled ids, as long as the longest completion -> the Rollout (masks, and the environment's records)."""
+    Tc = completion_ids.size(1)
     is_eos_tok = completion_ids == eos_token_id
     # Mask: every token up to and including the first EOS.
     after_eos = (is_eos_tok.cumsum(1) - is_eos_tok.long()) > 0

@@ -135,6 +135,15 @@ class Sampling:
             "are off the policy the loss reads, as in TRL."
         },
     )
+    static_shapes: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Decode with static shapes (tinygrpo/rollout/static_decode.py): prompts padded to buckets, finished "
+            "rows masked rather than removed, the uniforms drawn at once and indexed on the device, no host read per "
+            "step; the same completions (the form CUDA graphs need: launch-bound decoding). None: on for CUDA, off "
+            "on the CPU (benchmarks/static_decode.py measures both)."
+        },
+    )
     mask_truncated_completions: bool = field(
         default=False,
         metadata={"help": "Leave completions that hit max_completion_length out of the loss (DAPO)."},

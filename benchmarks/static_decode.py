@@ -1,0 +1,140 @@
+"""Today's decode against the static-shape one (tinygrpo/rollout/static_decode.py), side by side in one process:
+milliseconds per rollout (median of --reps, the two alternating) and host reads per decode step, on the CPU or a GPU.
+
+    python benchmarks/static_decode.py                     # CPU, one thread: the default shape and a long one
+    python benchmarks/static_decode.py --device cuda       # on a GPU (benchmarks/gpu.sh runs it)
+
+Shapes: P prompts x G samples of at most T tokens, the fast path (grouped backend), fp32. The addition reference
+(checkpoints/reference) when it is there, else a random model of its size (its completions run longer: no <eos>
+learnt). A host read is a call that waits for the tensor's values (item, tolist, bool, int, nonzero, ...), counted
+with a TorchFunctionMode on any device; per step = (reads of a T-step rollout - reads of a 1-step one) / (T - 1).
+Prints a Markdown table; writes no results file (its figures are quoted where they are used).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tinygrpo.model.backend import GroupedBackend  # noqa: E402
+from tinygrpo.rollout.prompts import left_pad  # noqa: E402
+from tinygrpo.rollout.sampling import SamplingParams, sample_completions  # noqa: E402
+
+SHAPES = ((64, 8, 4), (36, 8, 16))  # (P, G, T): the default experiment's, and a longer completion
+
+
+class HostReads(TorchFunctionMode):
+    READS = {
+        torch.Tensor.item,
+        torch.Tensor.tolist,
+        torch.Tensor.__bool__,
+        torch.Tensor.__int__,
+        torch.Tensor.__float__,
+        torch.Tensor.__index__,
+        torch.Tensor.nonzero,
+        torch.nonzero,
+        torch.Tensor.numpy,
+    }
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += func in self.READS
+        return func(*args, **(kwargs or {}))
+
+
+def load(device: str):
+    from tiny_lm import TinyLMConfig, TinyLMForCausalLM
+    from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS, build_tokenizer
+
+    ref = REPO / "checkpoints" / "reference"
+    if (ref / "config.json").is_file():
+        from transformers import AutoTokenizer
+
+        model, tok, what = (
+            TinyLMForCausalLM.from_pretrained(ref),
+            AutoTokenizer.from_pretrained(ref),
+            "reference",
+        )
+    else:
+        tok = build_tokenizer(DEFAULT_CHARS)
+        torch.manual_seed(0)
+        model, what = TinyLMForCausalLM(TinyLMConfig(vocab_size=len(tok), n_positions=32)), "random init"
+    return model.eval().to(device), tok, what
+
+
+def rollout(model, tok, ids, mask, G, T, static: bool, seed: int, eos: int | None = None):
+    gen = torch.Generator().manual_seed(seed)
+    return sample_completions(
+        model,
+        ids,
+        mask,
+        G,
+        SamplingParams(T, 1.0, generator=gen),
+        eos_token_id=tok.eos_token_id if eos is None else eos,
+        pad_token_id=tok.pad_token_id,
+        backend=GroupedBackend(),
+        static=static,
+    )
+
+
+def reads_per_step(model, tok, ids, mask, G, T, static: bool) -> float:
+    counts = []
+    for steps in (1, T):
+        with HostReads() as r:
+            rollout(model, tok, ids, mask, G, steps, static, 0, eos=-1)  # (no row ends: every step runs)
+        counts.append(r.count)
+    return (counts[1] - counts[0]) / max(1, T - 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--reps", type=int, default=30)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model, tok, what = load(args.device)
+    print(f"device {args.device}, {args.threads} thread(s), torch {torch.__version__}, model: {what}\n")
+    print("| P x G, T | today ms | static ms | static / today | host reads per step, today | static | same |")
+    print("|---|---|---|---|---|---|---|")
+    for P, G, T in SHAPES:
+        texts = [f"{(7 * i) % 100}+{(13 * i) % 100}=" for i in range(P)]
+        ids, mask = (t.to(args.device) for t in left_pad(tok(texts)["input_ids"], tok.pad_token_id))
+        same = torch.equal(
+            rollout(model, tok, ids, mask, G, T, False, 1).completion_ids,
+            rollout(model, tok, ids, mask, G, T, True, 1).completion_ids,
+        )
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for rep in range(args.reps + 2):
+            for static in (False, True):  # alternating: a drift of the machine hits both
+                if args.device == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                rollout(model, tok, ids, mask, G, T, static, rep)
+                if args.device == "cuda":
+                    torch.cuda.synchronize()
+                if rep >= 2:  # (two warm-up rounds)
+                    times[static].append(1000 * (time.perf_counter() - t0))
+        today, static = statistics.median(times[False]), statistics.median(times[True])
+        r_today, r_static = (reads_per_step(model, tok, ids, mask, G, T, s) for s in (False, True))
+        print(
+            f"| {P} x {G}, {T} | {today:.2f} | {static:.2f} | {static / today:.2f} | {r_today:g} | {r_static:g} "
+            f"| {'yes' if same else 'NO'} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""The static-shape decode (tinygrpo/rollout/static_decode.py), the CPU twin of a graphed GPU decode: the same
+completions, environment tokens and generator state as today's decode, in float64, on both backends, with and
+without tools; no host read per decode step (counted); the buckets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from test_tool_calls import CALC, _model, tok  # noqa: F401  (tok: the module's fixture)
+from torch.overrides import TorchFunctionMode
+
+from tinygrpo.model.backend import GenericBackend, GroupedBackend
+from tinygrpo.rollout.sampling import SamplingParams, sample_completions
+from tinygrpo.rollout.static_decode import bucket_size, pad_to_buckets
+from tinygrpo.rollout.tool_calls import ToolUse
+
+BACKENDS = {"grouped": GroupedBackend, "generic": GenericBackend}
+
+
+@pytest.mark.parametrize("n", [*range(1, 70), 127, 128, 129, 1000, 4096, 4097])
+def test_a_bucket_is_the_least_power_of_two_multiple_of_eight_that_holds_n(n):
+    size = bucket_size(n)
+    k = size // 8
+    assert size >= n and size % 8 == 0 and k & (k - 1) == 0  # 8 x 2^j
+    assert size == 8 or size // 2 < n  # the least: half of it does not hold n
+    # a few shapes: every n up to 4096 falls in one of 10 buckets
+    assert len({bucket_size(m) for m in range(1, 4097)}) == 10
+
+
+def test_padding_to_buckets_keeps_each_prompt_right_aligned_and_adds_masked_width_and_extra_rows():
+    ids = torch.tensor([[0, 5, 6], [7, 8, 9]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    pids, pmask = pad_to_buckets(ids, mask, pad_token_id=0)
+    assert pids.shape == pmask.shape == (8, 8)
+    assert torch.equal(pids[:2, -3:], ids) and torch.equal(pmask[:2, -3:], mask)
+    assert not pmask[:, :-3].any()  # the extra width is padding
+    assert torch.equal(pids[2:, -3:], ids[:1].expand(6, 3))  # the extra rows: copies of the first prompt
+
+
+def _both(model, prompts, G, params, tok, backend, tools=None):  # noqa: F811
+    """today's decode and the static one, each from a fresh generator of the same seed: their rollouts and the
+    generator's state after each."""
+    enc = tok(prompts, padding=True, return_tensors="pt")
+    out = []
+    for static in (False, True):
+        gen = torch.Generator().manual_seed(11)
+        ro = sample_completions(
+            model,
+            enc["input_ids"],
+            enc["attention_mask"],
+            G,
+            dataclasses.replace(params, generator=gen),
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            backend=BACKENDS[backend](),
+            tools=tools,
+            static=static,
+        )
+        out.append((ro, gen.get_state()))
+    return out
+
+
+def _same(a, b) -> None:
+    for f in ("completion_ids", "completion_mask", "is_eos", "tool_mask", "tool_calls", "tool_failures"):
+        x, y = getattr(a, f), getattr(b, f)
+        assert (x is None and y is None) or torch.equal(x, y), f
+
+
+@pytest.mark.parametrize("backend", ["grouped", "generic"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(12, temperature=1.0),
+        SamplingParams(12, temperature=1.7, top_k=5),
+        SamplingParams(12, temperature=0.8, top_p=0.9, min_p=0.05),
+        SamplingParams(12, temperature=1.2, repetition_penalty=1.4),
+        SamplingParams.greedy(12),
+    ],
+)
+def test_the_static_decode_samples_todays_completions_and_leaves_the_generator_as_today(tok, backend, params):  # noqa: F811
+    model = _model(tok, 1).double()
+    prompts = ["12*34=", "7*8=", "3=", "99*99=", "5*6=7"]  # 5 prompts of 3 widths: both buckets pad
+    (eager, state_e), (static, state_s) = _both(model, prompts, 6, params, tok, backend)
+    _same(eager, static)
+    assert torch.equal(state_e, state_s)  # the next draw is the same: the training run goes on as today
+    assert eager.completion_ids.size(0) == 30
+    assert int(eager.is_eos.sum()) > 0 or params.temperature == 0  # (some rows end early: rows do finish)
+
+
+@pytest.mark.parametrize("backend", ["grouped", "generic"])
+def test_the_static_decode_with_tools_feeds_the_same_replies(tok, backend):  # noqa: F811
+    model = _model(tok, 0).double()
+    use = ToolUse(CALC, tok, max_calls=3)
+    params = SamplingParams(24, 1.5)
+    (eager, state_e), (static, state_s) = _both(
+        model, ["12*34=", "7*8="], 64, params, tok, backend, tools=use
+    )
+    assert int(eager.tool_calls.sum()) > 0  # (the random policy calls the tool: the test can tell)
+    _same(eager, static)
+    assert torch.equal(state_e, state_s)
+
+
+class HostReads(TorchFunctionMode):
+    """Counts what makes the host wait for the device: reading a tensor's values (item, tolist, bool, int, float)
+    or a shape that depends on them (nonzero), the calls torch.cuda.set_sync_debug_mode reports on a GPU."""
+
+    READS = {
+        torch.Tensor.item,
+        torch.Tensor.tolist,
+        torch.Tensor.__bool__,
+        torch.Tensor.__int__,
+        torch.Tensor.__float__,
+        torch.Tensor.__index__,
+        torch.Tensor.nonzero,
+        torch.nonzero,
+        torch.Tensor.numpy,
+    }
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += func in self.READS
+        return func(*args, **(kwargs or {}))
+
+
+def _reads(tok, backend: str, steps: int, static: bool) -> int:  # noqa: F811
+    model = _model(tok, 2)
+    enc = tok(["12*34=", "7*8=", "3*3="], padding=True, return_tensors="pt")
+    be = BACKENDS[backend]()
+    params = SamplingParams(steps, 1.0, generator=torch.Generator().manual_seed(0))
+    # (a prompt that never emits <eos> early: every run decodes all its steps)
+    with HostReads() as reads:
+        sample_completions(
+            model,
+            enc["input_ids"],
+            enc["attention_mask"],
+            8,
+            params,
+            eos_token_id=-1,  # (no row ends: the loop runs every step)
+            pad_token_id=tok.pad_token_id,
+            backend=be,
+            static=static,
+        )
+    return reads.count
+
+
+def test_the_static_decode_reads_nothing_back_per_step(tok):  # noqa: F811
+    """The grouped fast path (the GPU's): nothing read back per step. (transformers' own forward, the generic
+    backend's, reads its attention mask each step, how often depending on its version: its reads, not the loop's.)"""
+    short, long = (_reads(tok, "grouped", steps, static=True) for steps in (3, 9))
+    assert short == long  # what it reads back is per rollout, not per step (prefill and the end)
+    eager_short, eager_long = (_reads(tok, "grouped", steps, static=False) for steps in (3, 9))
+    assert eager_long - eager_short >= 6  # today's: at least one a step (the counter sees them)
+
+
+def test_a_run_with_static_shapes_trains_as_today(seed_reference, tmp_path):
+    """Two steps of a run (float64, explore rounds on: several rounds and temperatures a step): the same completions,
+    so the same rewards, losses and weights."""
+    from _runs import run_inproc
+    from safetensors.torch import load_file
+
+    from tinygrpo.run.metrics_io import read_jsonl
+
+    common = [
+        *"--dataset_test_split none --num_generations 4 --per_device_train_batch_size 40 --max_completion_length 3".split(),
+        *"--max_steps 2 --logging_steps 1 --save_steps 0 --dtype float64 --explore_rounds 2".split(),
+    ]
+    rows, weights = {}, {}
+    for static in ("false", "true"):
+        out = tmp_path / static
+        assert run_inproc(seed_reference, out, *common, "--static_shapes", static) == 0
+        rows[static] = [
+            {k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))}
+            for r in read_jsonl(out / "metrics.jsonl")
+        ]
+        weights[static] = load_file(str(out / "final" / "model.safetensors"))
+    assert rows["true"] == rows["false"] and len(rows["true"]) == 3
+    assert all(torch.equal(weights["true"][k], weights["false"][k]) for k in weights["false"])

@@ -1,0 +1,154 @@
+"""Decoding with static shapes: the same completions as `sampling.decode`, with no row leaving the batch and no host
+read per step. On a GPU, decoding tiny models is launch-bound (a step is hundreds of small kernels, each launched
+from Python after the host learned which rows still run); a loop whose shapes depend only on the step can be
+captured once per bucket and replayed (CUDA graphs: PyTorch's "Accelerating PyTorch with CUDA Graphs"; a static KV
+cache, as gpt-fast and transformers' StaticCache). This is that loop, on any device; its tests run on the CPU.
+
+What differs from `decode`, and why no sampled token changes:
+- The prompts are padded to buckets (`bucket_size`): the batch with prompts whose rows are finished from the start,
+  the width with more left padding (masked; positions count real tokens only). Few shapes, whatever the batch.
+- A finished row stays in the batch and is fed <pad>; what it computes is never read.
+- The uniforms. `decode` draws, at each step, one uniform per live row, in row order, from the generator. A CPU
+  generator yields one stream (draws of a then b values are the first a + b of one draw), so the whole budget is
+  drawn at once, and at each step the live row of rank r among the live rows takes uniform `used + r`; `used`
+  grows by the live count, on the device. After decoding the generator is put where `decode` leaves it: its state
+  before, advanced by the uniforms used (one host read a rollout, with the width of the longest completion).
+- With an environment (tools), the rows that run are read on the host at each step: the environment is host-side.
+
+Floating point: a padded prompt sums its attention over more (masked, exactly zero) terms, and a batch of another
+size may take other kernels, so logits can differ in their last bits from `decode`'s; completions are the same
+unless a uniform falls within that rounding of a boundary (the tests compare in float64).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..model.backend import Backend, Decoder, select_backend
+from .sampling import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
+from .tool_calls import ToolCalls, ToolUse
+
+SMALLEST_BUCKET = 8
+
+
+def bucket_size(n: int, smallest: int = SMALLEST_BUCKET) -> int:
+    """The bucket of a size n >= 1: the least smallest x 2^k that holds it (8, 16, 32, ...): at most twice n, and
+    log2(n / smallest) + 1 shapes up to n."""
+    if n < 1:
+        raise ValueError(f"a bucket holds at least one row or token, got {n}")
+    size = smallest
+    while size < n:
+        size *= 2
+    return size
+
+
+def pad_to_buckets(
+    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, pad_token_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P, Tp) left-padded prompts -> (bucket(P), bucket(Tp)): more left padding, then copies of the first prompt
+    as the extra rows (real tokens, so every row's attention has a key; their completions are dropped)."""
+    P, Tp = prompt_ids.shape
+    rows, width = bucket_size(P), bucket_size(Tp)
+    ids = torch.full((rows, width), pad_token_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
+    mask = torch.zeros((rows, width), dtype=prompt_mask.dtype, device=prompt_mask.device)
+    ids[:P, width - Tp :], mask[:P, width - Tp :] = prompt_ids, prompt_mask
+    ids[P:, width - Tp :], mask[P:, width - Tp :] = prompt_ids[:1], prompt_mask[:1]
+    return ids, mask
+
+
+@torch.inference_mode()
+def sample_completions_static(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    num_generations: int,
+    params: SamplingParams,
+    eos_token_id: int,
+    pad_token_id: int,
+    backend: Backend | None = None,
+    tools: ToolUse | None = None,
+) -> Rollout:
+    """`sample_completions(..., static=True)`: its completions, from padded prompts and a decode of static shapes."""
+    backend = backend or select_backend(model)
+    switch = model.training and not backend.mode_independent
+    if switch:
+        model.eval()
+    try:
+        P, G = prompt_ids.size(0), num_generations
+        ids, mask = pad_to_buckets(prompt_ids, prompt_mask, pad_token_id)
+        dec = backend.decoder(model, ids, mask, G)
+        calls = None if tools is None else tools.session(P * G)
+        seen = None
+        if params.repetition_penalty != 1 and params.temperature != 0:  # the prompt's tokens, each row's
+            V = dec.logits.size(-1)
+            seen = torch.zeros(ids.size(0), V, dtype=torch.bool, device=ids.device)
+            seen.scatter_(1, ids.clamp(0, V - 1), mask.bool())
+            seen = seen.repeat_interleave(G, 0).to(dec.logits.device)
+        live = torch.arange(ids.size(0) * G, device=dec.logits.device) < P * G  # (the extra rows never run)
+        return decode_static(
+            dec, params, live, eos_token_id=eos_token_id, pad_token_id=pad_token_id, tools=calls, seen=seen
+        )
+    finally:
+        if switch:
+            model.train()
+
+
+def decode_static(
+    dec: Decoder,
+    params: SamplingParams,
+    live: torch.Tensor,
+    *,
+    eos_token_id: int,
+    pad_token_id: int,
+    tools: ToolCalls | None = None,
+    seen: torch.Tensor | None = None,
+) -> Rollout:
+    """The loop: every step runs every row (`live`, (B,) bool: the rows that still run; the first R of them, the
+    real rows, are returned). See the module docstring for what makes its completions `decode`'s."""
+    logits = dec.logits  # (B, V)
+    B, T, device = logits.size(0), params.max_new_tokens, logits.device
+    R = int(live.sum())  # (the real rows: known before decoding, as the batch's size is)
+    completion_ids = torch.full((B, T), pad_token_id, dtype=torch.long, device=device)
+    tool_mask = None if tools is None else torch.zeros(B, T, dtype=torch.bool, device=device)
+    gen = params.generator
+    draws = params.temperature != 0 and T > 0
+    if draws:
+        if gen is None:
+            if device.type != "cpu":
+                raise ValueError("the static-shape decode samples from a generator: give params.generator")
+            gen = torch.default_generator
+        before = gen.get_state()
+        stream = torch.rand(R * T, generator=gen, device=gen.device).to(
+            device
+        )  # (an upper bound on the draws)
+        used = torch.zeros((), dtype=torch.long, device=device)
+    width = torch.zeros((), dtype=torch.long, device=device)  # steps that some row ran: the rollout's width
+    for step in range(T):
+        width = width + live.any().long()
+        if seen is not None:
+            logits = penalize_repeats(logits, seen, params.repetition_penalty)
+        uniforms = None
+        if draws:
+            rank = live.long().cumsum(0) - 1  # each live row's place among the live rows
+            uniforms = stream[(used + rank).clamp(0, R * T - 1)][
+                :, None
+            ]  # (B, 1); a finished row's is not read
+            used = used + live.sum()
+        nxt = torch.where(live, sample_from_logits(logits, params, uniforms), pad_token_id)
+        if tools is not None:  # a row owed a reply is fed it (host-side: the environment is)
+            rows = live.nonzero().squeeze(1)
+            fed_tokens, fed = tools.next_tokens(rows, nxt[rows])
+            nxt[rows] = fed_tokens
+            tool_mask[rows[fed], step] = True
+        completion_ids[:, step] = nxt
+        if seen is not None:
+            seen |= torch.zeros_like(seen).scatter_(1, nxt[:, None], live[:, None])
+        live = live & (nxt != eos_token_id)
+        if step < T - 1:
+            logits = dec.step(nxt)
+    Tc = int(width)  # (the rollout's host reads: its width, and the uniforms it used)
+    if draws:  # the generator as `decode` leaves it: advanced by the uniforms it used
+        gen.set_state(before)
+        torch.rand(int(used), generator=gen, device=gen.device)
+    tm = None if tool_mask is None else tool_mask[:R]
+    return finish_rollout(completion_ids[:R, :Tc], eos_token_id, tools, tm)
