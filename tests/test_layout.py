@@ -183,7 +183,12 @@ def test_the_old_names_users_wrote_still_work():
         trainer.GRPOTrainer,
         text.decode_rows,
     )
-    assert SamplingParams.__module__ == sample_completions.__module__ == "tinygrpo.rollout.sampling"
+    from tinygrpo.rollout import sampling
+
+    assert sample_completions.__module__ == "tinygrpo.rollout.sampling"
+    assert (
+        SamplingParams.__module__ == "tinygrpo.rollout.sampler" and sampling.SamplingParams is SamplingParams
+    )
     assert PolicyUpdate.__module__ == "tinygrpo.update.policy_update" and callable(split_rows)
     with pytest.raises(ImportError):
         from tinygrpo.rollout import no_such_name  # noqa: F401

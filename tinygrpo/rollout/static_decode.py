@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from ..model.backend import Backend, Decoder, select_backend
-from .sampling import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
+from .sampler import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
 from .tool_calls import ToolCalls, ToolUse
 
 SMALLEST_BUCKET = 8
