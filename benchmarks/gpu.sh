@@ -93,7 +93,7 @@ for n_layer in (2, 8):
 PY
 
 echo "== 1b. static-shape decode"
-python benchmarks/static_decode.py --device "$DEVICE" "${STATIC[@]}"
+python benchmarks/static_decode.py --device "$DEVICE" "${STATIC[@]}" --results "$OUT/static_decode.json"
 
 echo "== 2. the default experiment"
 rm -rf "$OUT/default"

@@ -8,7 +8,8 @@ Shapes: P prompts x G samples of at most T tokens, the fast path (grouped backen
 (checkpoints/reference) when it is there, else a random model of its size (its completions run longer: no <eos>
 learnt). A host read is a call that waits for the tensor's values (item, tolist, bool, int, nonzero, ...), counted
 with a TorchFunctionMode on any device; per step = (reads of a T-step rollout - reads of a 1-step one) / (T - 1).
-Prints a Markdown table; writes no results file (its figures are quoted where they are used).
+Prints a Markdown table and writes docs/results/static_decode.json (`--results FILE`; '' for none), from which
+`table` draws benchmarks/README.md's (python -m studies.results).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from studies.results import RESULTS, markdown, measurement, save  # noqa: E402
 from tinygrpo.model.backend import GroupedBackend  # noqa: E402
 from tinygrpo.rollout.prompts import left_pad  # noqa: E402
 from tinygrpo.rollout.sampling import SamplingParams, sample_completions  # noqa: E402
@@ -98,17 +100,45 @@ def reads_per_step(model, tok, ids, mask, G, T, static: bool) -> float:
     return (counts[1] - counts[0]) / max(1, T - 1)
 
 
+def table(results: dict) -> str:
+    """benchmarks/README.md's table: each shape's medians, their ratio, host reads per step, same completions."""
+    m = results["measurement"]
+    rows = [
+        [
+            f"{r['P']} x {r['G']}, {r['T']}",
+            f"{r['today_ms']:.2f}",
+            f"{r['static_ms']:.2f}",
+            f"{r['static_ms'] / r['today_ms']:.2f}",
+            f"{r['reads_per_step_today']:g}",
+            f"{r['reads_per_step_static']:g}",
+            "yes" if r["same_completions"] else "NO",
+        ]
+        for r in results["rows"]
+    ]
+    head = [
+        "P x G, T",
+        "today ms",
+        "static ms",
+        "static / today",
+        "host reads a step, today",
+        "static",
+        "same",
+    ]
+    where = f"{m['device']}, {m['threads']} thread(s), {results['model']}; {m['machine']['cpu']}"
+    return markdown(head, rows) + f"\n\nMedians of {results['reps']} rollouts each, alternating ({where})."
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--results", default=str(RESULTS / "static_decode.json"), help="'' writes none.")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tok, what = load(args.device)
     print(f"device {args.device}, {args.threads} thread(s), torch {torch.__version__}, model: {what}\n")
-    print("| P x G, T | today ms | static ms | static / today | host reads per step, today | static | same |")
-    print("|---|---|---|---|---|---|---|")
+    rows = []
     for P, G, T in SHAPES:
         texts = [f"{(7 * i) % 100}+{(13 * i) % 100}=" for i in range(P)]
         ids, mask = (t.to(args.device) for t in left_pad(tok(texts)["input_ids"], tok.pad_token_id))
@@ -129,10 +159,23 @@ def main(argv: list[str] | None = None) -> int:
                     times[static].append(1000 * (time.perf_counter() - t0))
         today, static = statistics.median(times[False]), statistics.median(times[True])
         r_today, r_static = (reads_per_step(model, tok, ids, mask, G, T, s) for s in (False, True))
-        print(
-            f"| {P} x {G}, {T} | {today:.2f} | {static:.2f} | {static / today:.2f} | {r_today:g} | {r_static:g} "
-            f"| {'yes' if same else 'NO'} |"
+        rows.append(
+            {"P": P, "G": G, "T": T, "today_ms": today, "static_ms": static, "reads_per_step_today": r_today}
+            | {"reads_per_step_static": r_static, "same_completions": same}
         )
+    command = "python benchmarks/static_decode.py" + (
+        f" --device {args.device}" if args.device != "cpu" else ""
+    )
+    results = {
+        "measurement": measurement(command, threads=args.threads, device=args.device),
+        "model": what,
+        "reps": args.reps,
+        "rows": rows,
+    }
+    print(table(results))
+    if args.results:
+        path = save(Path(args.results), results)
+        print(f"\nwrote {path}; python -m studies.results draws the docs' table from it", file=sys.stderr)
     return 0
 
 

@@ -52,7 +52,7 @@ def test_gpu_sh_on_the_cpu_runs_every_step(seed_reference, tmp_path):
     assert all(len(r["points"]) > 1 for r in runs)
     # every results file this run wrote is under OUT (none in docs/results)
     wrote = re.findall(r"^wrote (\S+?);", log, re.M)
-    assert len(wrote) == 2 and all(Path(w).resolve().is_relative_to(out.resolve()) for w in wrote)
+    assert len(wrote) == 3 and all(Path(w).resolve().is_relative_to(out.resolve()) for w in wrote)
     # where the peers ran: vs_trl.py's line, then time_to_accuracy.py's, every peer on the CPU (--cpu)
     printed = printed_devices(log)
     assert [list(d) for d in printed] == [["ours", "trl"], ["trl", "ours_default"]]
