@@ -133,13 +133,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=30)
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="One small shape, to check the script (its figures mean nothing).",
+    )
     p.add_argument("--results", default=str(RESULTS / "static_decode.json"), help="'' writes none.")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tok, what = load(args.device)
     print(f"device {args.device}, {args.threads} thread(s), torch {torch.__version__}, model: {what}\n")
     rows = []
-    for P, G, T in SHAPES:
+    for P, G, T in ((4, 4, 4),) if args.quick else SHAPES:
         texts = [f"{(7 * i) % 100}+{(13 * i) % 100}=" for i in range(P)]
         ids, mask = (t.to(args.device) for t in left_pad(tok(texts)["input_ids"], tok.pad_token_id))
         same = torch.equal(

@@ -49,9 +49,9 @@ def train_both(tmp_path: Path, *flags: str) -> tuple[Path, Path]:
 @pytest.mark.slow
 @two_paths
 def test_the_default_reference_is_one_model_on_both_kernel_paths(tmp_path):
-    # README command 1's reference, its recipe's first 250 of 1000 steps (the suite's time; the whole recipe on both
+    # README command 1's reference, its recipe's first 120 of 1000 steps (the suite's time; the whole recipe on both
     # paths: python -m studies.reference_kernels, docs/default.md), held-out accuracy on all 500 test problems
-    native, lower = train_both(tmp_path, "--max_steps", "250")
+    native, lower = train_both(tmp_path, "--max_steps", "120")
     a, b = load_file(native / "model.safetensors"), load_file(lower / "model.safetensors")
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])]
