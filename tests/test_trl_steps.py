@@ -289,7 +289,6 @@ def test_a_trl_grpo_configs_fields_for_these_concepts_run_unchanged_as_flags(tmp
         "num_iterations": 2,
         "max_steps": 40,
         "num_train_epochs": 2.0,
-        "warmup_steps": 0.1,  # (transformers 5's warm-up ratio)
         "lr_scheduler_type": "linear",
         "top_p": 0.95,
         "seed": 3,
@@ -313,6 +312,9 @@ def test_a_trl_grpo_configs_fields_for_these_concepts_run_unchanged_as_flags(tmp
         "epsilon": 0.2,
         "loss_type": "dapo",
     }
+    # the warm-up ratio under the installed transformers' name: warmup_ratio (4.x), or warmup_steps in (0, 1) (5.x)
+    has_ratio = "warmup_ratio" in {f.name for f in dataclasses.fields(trl.GRPOConfig)}
+    theirs["warmup_ratio" if has_ratio else "warmup_steps"] = 0.1
     trl_cfg = trl.GRPOConfig(
         output_dir=str(tmp_path / "trl"), report_to="none", bf16=False, use_cpu=True, **theirs
     )
