@@ -20,43 +20,18 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from torch.overrides import TorchFunctionMode
-
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
+# python benchmarks/static_decode.py (imported as benchmarks.static_decode: the docs' table, without torch)
+if not __package__:
+    sys.path.insert(0, str(REPO))
 from studies.results import RESULTS, markdown, measurement, save  # noqa: E402
-from tinygrpo.model.backend import GroupedBackend  # noqa: E402
-from tinygrpo.rollout.prompts import left_pad  # noqa: E402
-from tinygrpo.rollout.sampling import SamplingParams, sample_completions  # noqa: E402
 
 SHAPES = ((64, 8, 4), (36, 8, 16))  # (P, G, T): the default experiment's, and a longer completion
 
 
-class HostReads(TorchFunctionMode):
-    READS = {
-        torch.Tensor.item,
-        torch.Tensor.tolist,
-        torch.Tensor.__bool__,
-        torch.Tensor.__int__,
-        torch.Tensor.__float__,
-        torch.Tensor.__index__,
-        torch.Tensor.nonzero,
-        torch.nonzero,
-        torch.Tensor.numpy,
-    }
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.count += func in self.READS
-        return func(*args, **(kwargs or {}))
-
-
 def load(device: str):
+    import torch
+
     from tiny_lm import TinyLMConfig, TinyLMForCausalLM
     from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS, build_tokenizer
 
@@ -77,6 +52,11 @@ def load(device: str):
 
 
 def rollout(model, tok, ids, mask, G, T, static: bool, seed: int, eos: int | None = None):
+    import torch
+
+    from tinygrpo.model.backend import GroupedBackend
+    from tinygrpo.rollout.sampling import SamplingParams, sample_completions
+
     gen = torch.Generator().manual_seed(seed)
     return sample_completions(
         model,
@@ -92,6 +72,8 @@ def rollout(model, tok, ids, mask, G, T, static: bool, seed: int, eos: int | Non
 
 
 def reads_per_step(model, tok, ids, mask, G, T, static: bool) -> float:
+    from benchmarks._host_reads import HostReads
+
     counts = []
     for steps in (1, T):
         with HostReads() as r:
@@ -140,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--results", default=str(RESULTS / "static_decode.json"), help="'' writes none.")
     args = p.parse_args(argv)
+    import torch
+
+    from tinygrpo.rollout.prompts import left_pad
+
     torch.set_num_threads(args.threads)
     model, tok, what = load(args.device)
     print(f"device {args.device}, {args.threads} thread(s), torch {torch.__version__}, model: {what}\n")

@@ -352,6 +352,7 @@ def test_the_benchmarks_import_as_the_docs_markers_name_them_cheaply():
     import subprocess
 
     names = ["vs_trl", "phases", "limit", "group_memory", "processes", "time_to_accuracy", "_tta", "_opsplit"]
+    names += ["static_decode"]
     code = (
         "import sys; before = list(sys.path)\n"
         + "".join(f"import benchmarks.{n}\n" for n in names)

@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 import torch
 from test_tool_calls import CALC, _model, tok  # noqa: F401  (tok: the module's fixture)
-from torch.overrides import TorchFunctionMode
 
+from benchmarks._host_reads import HostReads
 from tinygrpo.model.backend import GenericBackend, GroupedBackend
 from tinygrpo.rollout.sampling import SamplingParams, sample_completions
 from tinygrpo.rollout.static_decode import bucket_size, pad_to_buckets
@@ -100,31 +100,6 @@ def test_the_static_decode_with_tools_feeds_the_same_replies(tok, backend):  # n
     assert int(eager.tool_calls.sum()) > 0  # (the random policy calls the tool: the test can tell)
     _same(eager, static)
     assert torch.equal(state_e, state_s)
-
-
-class HostReads(TorchFunctionMode):
-    """Counts what makes the host wait for the device: reading a tensor's values (item, tolist, bool, int, float)
-    or a shape that depends on them (nonzero), the calls torch.cuda.set_sync_debug_mode reports on a GPU."""
-
-    READS = {
-        torch.Tensor.item,
-        torch.Tensor.tolist,
-        torch.Tensor.__bool__,
-        torch.Tensor.__int__,
-        torch.Tensor.__float__,
-        torch.Tensor.__index__,
-        torch.Tensor.nonzero,
-        torch.nonzero,
-        torch.Tensor.numpy,
-    }
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.count += func in self.READS
-        return func(*args, **(kwargs or {}))
 
 
 def _reads(tok, backend: str, steps: int, static: bool) -> int:  # noqa: F811

@@ -13,7 +13,7 @@ import torch
 
 from ..model.backend import Backend, Decoder, select_backend
 from .sampler import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
-from .static_decode import sample_completions_static
+from .static_decode import decode_static, pad_to_buckets
 from .tool_calls import ToolCalls, ToolUse
 
 __all__ = [
@@ -52,34 +52,26 @@ def sample_completions(
     samples again (tinygrpo/rollout/tool_calls.py). `static`: the same completions from a decode of static shapes
     (tinygrpo/rollout/static_decode.py: no row leaves, no host read per step; the CPU twin of a graphed GPU decode).
     """
-    if static:
-        return sample_completions_static(
-            model,
-            prompt_ids,
-            prompt_mask,
-            num_generations,
-            params,
-            eos_token_id,
-            pad_token_id,
-            backend,
-            tools,
-        )
     backend = backend or select_backend(model)
     switch = model.training and not backend.mode_independent
     if switch:
         model.eval()
     try:
+        rows = prompt_ids.size(0) * num_generations  # (the rows returned; the static loop's buckets add more)
+        if static:
+            prompt_ids, prompt_mask = pad_to_buckets(prompt_ids, prompt_mask, pad_token_id)
         dec = backend.decoder(model, prompt_ids, prompt_mask, num_generations)
-        calls = None if tools is None else tools.session(prompt_ids.size(0) * num_generations)
+        calls = None if tools is None else tools.session(rows)
         seen = None
         if params.repetition_penalty != 1 and params.temperature != 0:  # the prompt's tokens, each row's
             V = dec.logits.size(-1)
             seen = torch.zeros(prompt_ids.size(0), V, dtype=torch.bool, device=prompt_ids.device)
             seen.scatter_(1, prompt_ids.clamp(0, V - 1), prompt_mask.bool())
             seen = seen.repeat_interleave(num_generations, 0).to(dec.logits.device)
-        return decode(
-            dec, params, eos_token_id=eos_token_id, pad_token_id=pad_token_id, tools=calls, seen=seen
-        )
+        kw = dict(eos_token_id=eos_token_id, pad_token_id=pad_token_id, tools=calls, seen=seen)
+        if static:
+            return decode_static(dec, params, rows, **kw)
+        return decode(dec, params, **kw)
     finally:
         if switch:
             model.train()

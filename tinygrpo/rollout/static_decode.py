@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import torch
 
-from ..model.backend import Backend, Decoder, select_backend
+from ..model.backend import Decoder
 from .sampler import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
-from .tool_calls import ToolCalls, ToolUse
+from .tool_calls import ToolCalls
 
 SMALLEST_BUCKET = 8
 
@@ -56,58 +56,22 @@ def pad_to_buckets(
     return ids, mask
 
 
-@torch.inference_mode()
-def sample_completions_static(
-    model: torch.nn.Module,
-    prompt_ids: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    num_generations: int,
-    params: SamplingParams,
-    eos_token_id: int,
-    pad_token_id: int,
-    backend: Backend | None = None,
-    tools: ToolUse | None = None,
-) -> Rollout:
-    """`sample_completions(..., static=True)`: its completions, from padded prompts and a decode of static shapes."""
-    backend = backend or select_backend(model)
-    switch = model.training and not backend.mode_independent
-    if switch:
-        model.eval()
-    try:
-        P, G = prompt_ids.size(0), num_generations
-        ids, mask = pad_to_buckets(prompt_ids, prompt_mask, pad_token_id)
-        dec = backend.decoder(model, ids, mask, G)
-        calls = None if tools is None else tools.session(P * G)
-        seen = None
-        if params.repetition_penalty != 1 and params.temperature != 0:  # the prompt's tokens, each row's
-            V = dec.logits.size(-1)
-            seen = torch.zeros(ids.size(0), V, dtype=torch.bool, device=ids.device)
-            seen.scatter_(1, ids.clamp(0, V - 1), mask.bool())
-            seen = seen.repeat_interleave(G, 0).to(dec.logits.device)
-        live = torch.arange(ids.size(0) * G, device=dec.logits.device) < P * G  # (the extra rows never run)
-        return decode_static(
-            dec, params, live, eos_token_id=eos_token_id, pad_token_id=pad_token_id, tools=calls, seen=seen
-        )
-    finally:
-        if switch:
-            model.train()
-
-
 def decode_static(
     dec: Decoder,
     params: SamplingParams,
-    live: torch.Tensor,
+    rows: int,
     *,
     eos_token_id: int,
     pad_token_id: int,
     tools: ToolCalls | None = None,
     seen: torch.Tensor | None = None,
 ) -> Rollout:
-    """The loop: every step runs every row (`live`, (B,) bool: the rows that still run; the first R of them, the
-    real rows, are returned). See the module docstring for what makes its completions `decode`'s."""
+    """The loop of `sample_completions(..., static=True)`: every step runs all of the decoder's B rows; the first
+    `rows` are the real ones (the rest: a bucket's extra prompts, finished from the start), and are returned. See the
+    module docstring for what makes its completions `decode`'s."""
     logits = dec.logits  # (B, V)
-    B, T, device = logits.size(0), params.max_new_tokens, logits.device
-    R = int(live.sum())  # (the real rows: known before decoding, as the batch's size is)
+    B, T, device, R = logits.size(0), params.max_new_tokens, logits.device, rows
+    live = torch.arange(B, device=device) < R  # the rows that still run
     completion_ids = torch.full((B, T), pad_token_id, dtype=torch.long, device=device)
     tool_mask = None if tools is None else torch.zeros(B, T, dtype=torch.bool, device=device)
     gen = params.generator
