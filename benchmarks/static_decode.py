@@ -1,5 +1,6 @@
-"""Today's decode against the static-shape one (tinygrpo/rollout/static_decode.py), side by side in one process:
-milliseconds per rollout (median of --reps, the two alternating) and host reads per decode step, on the CPU or a GPU.
+"""Today's decode and scoring against the static-shape ones (tinygrpo/rollout/static_decode.py,
+tinygrpo/model/static_shapes.py), side by side in one process: milliseconds per rollout and per scoring forward
+(medians of --reps, the two alternating) and host reads per decode step, on the CPU or a GPU.
 
     python benchmarks/static_decode.py                     # CPU, one thread: the default shape and a long one
     python benchmarks/static_decode.py --device cuda       # on a GPU (benchmarks/gpu.sh runs it)
@@ -71,6 +72,21 @@ def rollout(model, tok, ids, mask, G, T, static: bool, seed: int, eos: int | Non
     )
 
 
+def score(model, ids, mask, G, ro, static: bool):
+    """One no-grad scoring forward of a rollout (the reference's, or the old policy's): per-token log-probs."""
+    import torch
+
+    from tinygrpo.algorithm.core import selective_log_softmax
+    from tinygrpo.model.backend import GroupedBackend
+    from tinygrpo.model.static_shapes import StaticShapeBackend
+
+    be = StaticShapeBackend(GroupedBackend(), ro.completion_ids.size(1)) if static else GroupedBackend()
+    with torch.no_grad():
+        cmask = ro.completion_mask.float()
+        layout = be.layout(model, ids, mask, ro.completion_ids, G, cmask)
+        return selective_log_softmax(be.logits(model, layout), ro.completion_ids) * cmask
+
+
 def reads_per_step(model, tok, ids, mask, G, T, static: bool) -> float:
     from benchmarks._host_reads import HostReads
 
@@ -94,6 +110,9 @@ def table(results: dict) -> str:
             f"{r['reads_per_step_today']:g}",
             f"{r['reads_per_step_static']:g}",
             "yes" if r["same_completions"] else "NO",
+            f"{r['score_today_ms']:.2f}",
+            f"{r['score_static_ms']:.2f}",
+            f"{r['logp_max_diff']:.0e}",
         ]
         for r in results["rows"]
     ]
@@ -105,9 +124,15 @@ def table(results: dict) -> str:
         "host reads a step, today",
         "static",
         "same",
+        "scoring ms, today",
+        "static",
+        "log-prob max diff",
     ]
     where = f"{m['device']}, {m['threads']} thread(s), {results['model']}; {m['machine']['cpu']}"
-    return markdown(head, rows) + f"\n\nMedians of {results['reps']} rollouts each, alternating ({where})."
+    return markdown(head, rows) + (
+        f"\n\nMedians of {results['reps']} rollouts and of as many no-grad scoring forwards of one rollout, each "
+        f"pair alternating ({where}); the log-prob difference is fp32's, on the real positions."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,11 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     for P, G, T in ((4, 4, 4),) if args.quick else SHAPES:
         texts = [f"{(7 * i) % 100}+{(13 * i) % 100}=" for i in range(P)]
         ids, mask = (t.to(args.device) for t in left_pad(tok(texts)["input_ids"], tok.pad_token_id))
-        same = torch.equal(
-            rollout(model, tok, ids, mask, G, T, False, 1).completion_ids,
-            rollout(model, tok, ids, mask, G, T, True, 1).completion_ids,
-        )
+        ro = rollout(model, tok, ids, mask, G, T, False, 1)
+        same = torch.equal(ro.completion_ids, rollout(model, tok, ids, mask, G, T, True, 1).completion_ids)
+        diff = (score(model, ids, mask, G, ro, True) - score(model, ids, mask, G, ro, False)).abs().max()
         times: dict[bool, list[float]] = {False: [], True: []}
+        scoring: dict[bool, list[float]] = {False: [], True: []}
         for rep in range(args.reps + 2):
             for static in (False, True):  # alternating: a drift of the machine hits both
                 if args.device == "cuda":
@@ -148,11 +173,25 @@ def main(argv: list[str] | None = None) -> int:
                     torch.cuda.synchronize()
                 if rep >= 2:  # (two warm-up rounds)
                     times[static].append(1000 * (time.perf_counter() - t0))
+            for static in (False, True):
+                if args.device == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                score(model, ids, mask, G, ro, static)
+                if args.device == "cuda":
+                    torch.cuda.synchronize()
+                if rep >= 2:
+                    scoring[static].append(1000 * (time.perf_counter() - t0))
         today, static = statistics.median(times[False]), statistics.median(times[True])
         r_today, r_static = (reads_per_step(model, tok, ids, mask, G, T, s) for s in (False, True))
         rows.append(
             {"P": P, "G": G, "T": T, "today_ms": today, "static_ms": static, "reads_per_step_today": r_today}
             | {"reads_per_step_static": r_static, "same_completions": same}
+            | {
+                "score_today_ms": statistics.median(scoring[False]),
+                "score_static_ms": statistics.median(scoring[True]),
+            }
+            | {"logp_max_diff": float(diff)}
         )
     command = "python benchmarks/static_decode.py" + (
         f" --device {args.device}" if args.device != "cpu" else ""

@@ -34,6 +34,7 @@ from ..algorithm.core import selective_log_softmax
 from ..algorithm.forecast import SignalForecast, forecast_signal
 from ..algorithm.group_sizes import sized_advantages
 from ..model.backend import Backend
+from ..model.static_shapes import static_shapes_on
 from .config import RolloutConfig
 from .distributed import Processes
 from .prompt_stats import PromptStats
@@ -270,7 +271,7 @@ class BatchGenerator:
             pad_token_id=self.tokenizer.pad_token_id,
             backend=self.backend,
             tools=tools,
-            static=cfg.static_shapes if cfg.static_shapes is not None else device.type == "cuda",
+            static=static_shapes_on(cfg.static_shapes, device),
         )
         return prompt_ids, prompt_mask, ro
 

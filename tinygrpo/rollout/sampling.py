@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch
 
 from ..model.backend import Backend, Decoder, select_backend
+from ..model.static_shapes import pad_to_buckets
 from .sampler import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
-from .static_decode import decode_static, pad_to_buckets
+from .static_decode import decode_static
 from .tool_calls import ToolCalls, ToolUse
 
 __all__ = [

@@ -5,7 +5,7 @@ captured once per bucket and replayed (CUDA graphs: PyTorch's "Accelerating PyTo
 cache, as gpt-fast and transformers' StaticCache). This is that loop, on any device; its tests run on the CPU.
 
 What differs from `decode`, and why no sampled token changes:
-- The prompts are padded to buckets (`bucket_size`): the batch with prompts whose rows are finished from the start,
+- The prompts are padded to buckets (`bucket_size`, tinygrpo/model/static_shapes.py): the batch with prompts whose rows are finished from the start,
   the width with more left padding (masked; positions count real tokens only). Few shapes, whatever the batch.
 - A finished row stays in the batch and is fed <pad>; what it computes is never read.
 - The uniforms. `decode` draws, at each step, one uniform per live row, in row order, from the generator. A CPU
@@ -27,33 +27,6 @@ import torch
 from ..model.backend import Decoder
 from .sampler import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
 from .tool_calls import ToolCalls
-
-SMALLEST_BUCKET = 8
-
-
-def bucket_size(n: int, smallest: int = SMALLEST_BUCKET) -> int:
-    """The bucket of a size n >= 1: the least smallest x 2^k that holds it (8, 16, 32, ...): at most twice n, and
-    log2(n / smallest) + 1 shapes up to n."""
-    if n < 1:
-        raise ValueError(f"a bucket holds at least one row or token, got {n}")
-    size = smallest
-    while size < n:
-        size *= 2
-    return size
-
-
-def pad_to_buckets(
-    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, pad_token_id: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(P, Tp) left-padded prompts -> (bucket(P), bucket(Tp)): more left padding, then copies of the first prompt
-    as the extra rows (real tokens, so every row's attention has a key; their completions are dropped)."""
-    P, Tp = prompt_ids.shape
-    rows, width = bucket_size(P), bucket_size(Tp)
-    ids = torch.full((rows, width), pad_token_id, dtype=prompt_ids.dtype, device=prompt_ids.device)
-    mask = torch.zeros((rows, width), dtype=prompt_mask.dtype, device=prompt_mask.device)
-    ids[:P, width - Tp :], mask[:P, width - Tp :] = prompt_ids, prompt_mask
-    ids[P:, width - Tp :], mask[P:, width - Tp :] = prompt_ids[:1], prompt_mask[:1]
-    return ids, mask
 
 
 def decode_static(

@@ -138,10 +138,11 @@ class Sampling:
     static_shapes: bool | None = field(
         default=None,
         metadata={
-            "help": "Decode with static shapes (tinygrpo/rollout/static_decode.py): prompts padded to buckets, finished "
-            "rows masked rather than removed, the uniforms drawn at once and indexed on the device, no host read per "
-            "step; the same completions (the form CUDA graphs need: launch-bound decoding). None: on for CUDA, off "
-            "on the CPU (benchmarks/static_decode.py measures both)."
+            "help": "Decode and score with static shapes (CUDA graphs need them: launch-bound decoding; PyTorch's "
+            "'Accelerating PyTorch with CUDA Graphs'): batches padded to a few buckets, finished rows masked rather "
+            "than removed, the uniforms drawn at once and indexed on the device, no host read per decode step; the "
+            "same completions (tinygrpo/rollout/static_decode.py, tinygrpo/model/static_shapes.py). None: on for "
+            "CUDA, off on the CPU (benchmarks/static_decode.py measures both)."
         },
     )
     mask_truncated_completions: bool = field(

@@ -31,6 +31,7 @@ from accelerate.utils import DistributedType, set_seed
 from rewards import RewardError, resolve_rewards
 
 from ..model.backend import AutocastBackend, PolicyForward, select_backend
+from ..model.static_shapes import StaticShapeBackend, static_shapes_on
 from ..rollout.config import RolloutConfig
 from ..rollout.distributed import Processes
 from ..rollout.generation import BatchGenerator, RewardFailure, ScoredBatch, reward_spec
@@ -109,14 +110,14 @@ class GRPOTrainer(Checkpoints):
         set_seed(cfg.seed)
         dtype = getattr(torch, cfg.dtype)
         self.model = model = model.to(dtype)  # (float32: the model itself, unchanged)
-        self.ref_model = (
-            ref_model.to(dtype) if ref_model is not None and cfg.beta > 0 else None
-        )  # beta 0: none
+        self.ref_model = ref_model.to(dtype) if ref_model is not None and cfg.beta > 0 else None  # (beta 0)
         if self.ref_model is not None:
             self.ref_model.eval().requires_grad_(False).to(self.acc.device)
         # One way of running the models, decided once: FSDP shards the parameters the grouped fast path reads.
         fsdp = self.acc.distributed_type == DistributedType.FSDP
         self.backend = select_backend(model, self.ref_model, prefer_grouped=cfg.grouped_forward and not fsdp)
+        if static_shapes_on(cfg.static_shapes, self.acc.device):  # scoring too: every forward on a few shapes
+            self.backend = StaticShapeBackend(self.backend, cfg.max_completion_length)
         if cfg.bf16:
             self.backend = AutocastBackend(self.backend, self.acc.device.type)
         rows = eval_dataset.to_dict() if eval_dataset is not None else None
