@@ -7,10 +7,11 @@
 #
 # 1. host synchronisations of the grouped fast path on the GPU (torch.cuda.set_sync_debug_mode): per scoring
 #    forward and per decode step, against the number of layers (none may grow with the layers);
-# 1b. benchmarks/static_decode.py: today's decode against the static-shape one, ms per rollout and host reads per
-#    decode step, side by side;
+# 1b. benchmarks/static_decode.py: today's decode against the static-shape one and the CUDA-graphed one, ms per
+#    rollout and host reads per decode step, side by side, and the scoring forward, today's and static;
 # 2. the default experiment (`train_grpo.py` with its defaults; on CUDA they decode with static shapes) on the GPU:
-#    held-out accuracy before / after, seconds and peak host memory; then the same with --static_shapes false;
+#    held-out accuracy before / after, seconds and peak host memory; then the same with --static_shapes false, and
+#    with --cuda_graphs true (each decode step replayed as a CUDA graph);
 # 3. benchmarks/vs_trl.py on the GPU, both starting points, 36x8 and 4x8;
 # 4. benchmarks/time_to_accuracy.py --peer trl,ours_default --seeds 42 on the GPU: held-out accuracy against
 #    training seconds, TRL's GRPOTrainer and our default, 1000 steps each, in fp32 (its TRL peer has no bf16).
@@ -121,6 +122,15 @@ if [[ $DEVICE == cpu ]]; then
 else
   rm -rf "$OUT/default_eager"
   python train_grpo.py --output_dir "$OUT/default_eager" --bf16 "$BF16" --static_shapes false "${REF[@]}" \
+    | { grep -Ei "held-out|error" || true; }
+fi
+
+echo "== 2c. the default experiment, each decode step a CUDA graph (--cuda_graphs true)"
+if [[ $DEVICE == cpu ]]; then
+  echo "(--cpu: skipped; CUDA graphs need CUDA)"
+else
+  rm -rf "$OUT/default_graphs"
+  python train_grpo.py --output_dir "$OUT/default_graphs" --bf16 "$BF16" --cuda_graphs true "${REF[@]}" \
     | { grep -Ei "held-out|error" || true; }
 fi
 

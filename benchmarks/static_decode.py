@@ -1,6 +1,7 @@
 """Today's decode and scoring against the static-shape ones (tinygrpo/rollout/static_decode.py,
-tinygrpo/model/static_shapes.py), side by side in one process: milliseconds per rollout and per scoring forward
-(medians of --reps, the two alternating) and host reads per decode step, on the CPU or a GPU.
+tinygrpo/model/static_shapes.py) and, on CUDA, the static decode with each step replayed as a CUDA graph
+(tiny_lm/static_decoder.py), side by side in one process: milliseconds per rollout and per scoring forward (medians
+of --reps, the ways alternating), host reads per decode step, and whether each way samples today's completions.
 
     python benchmarks/static_decode.py                     # CPU, one thread: the default shape and a long one
     python benchmarks/static_decode.py --device cuda       # on a GPU (benchmarks/gpu.sh runs it)
@@ -52,13 +53,20 @@ def load(device: str):
     return model.eval().to(device), tok, what
 
 
-def rollout(model, tok, ids, mask, G, T, static: bool, seed: int, eos: int | None = None):
+BACKENDS: dict = {}  # one backend a way of decoding: a graphed one keeps its decoders and graphs between rollouts
+
+
+def rollout(
+    model, tok, ids, mask, G, T, static: bool, seed: int, eos: int | None = None, graphs: bool = False
+):
     import torch
 
+    from tiny_lm.static_decoder import cuda_graph
     from tinygrpo.model.backend import GroupedBackend
     from tinygrpo.rollout.sampling import SamplingParams, sample_completions
 
     gen = torch.Generator().manual_seed(seed)
+    backend = BACKENDS.setdefault((static, graphs), GroupedBackend())
     return sample_completions(
         model,
         ids,
@@ -67,8 +75,9 @@ def rollout(model, tok, ids, mask, G, T, static: bool, seed: int, eos: int | Non
         SamplingParams(T, 1.0, generator=gen),
         eos_token_id=tok.eos_token_id if eos is None else eos,
         pad_token_id=tok.pad_token_id,
-        backend=GroupedBackend(),
+        backend=backend,
         static=static,
+        capture=cuda_graph if graphs else None,
     )
 
 
@@ -85,6 +94,19 @@ def score(model, ids, mask, G, ro, static: bool):
         cmask = ro.completion_mask.float()
         layout = be.layout(model, ids, mask, ro.completion_ids, G, cmask)
         return selective_log_softmax(be.logits(model, layout), ro.completion_ids) * cmask
+
+
+def timed(device: str, fn, *args, **kwargs) -> float:
+    """Milliseconds of one call (the GPU's queue drained before and after)."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn(*args, **kwargs)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return 1000 * (time.perf_counter() - t0)
 
 
 def reads_per_step(model, tok, ids, mask, G, T, static: bool) -> float:
@@ -110,6 +132,8 @@ def table(results: dict) -> str:
             f"{r['reads_per_step_today']:g}",
             f"{r['reads_per_step_static']:g}",
             "yes" if r["same_completions"] else "NO",
+            "-" if r.get("graphed_ms") is None else f"{r['graphed_ms']:.2f}",
+            {None: "-", True: "yes", False: "NO"}[r.get("same_graphed")],
             f"{r['score_today_ms']:.2f}",
             f"{r['score_static_ms']:.2f}",
             f"{r['logp_max_diff']:.0e}",
@@ -124,14 +148,16 @@ def table(results: dict) -> str:
         "host reads a step, today",
         "static",
         "same",
+        "CUDA graphs ms",
+        "same",
         "scoring ms, today",
         "static",
         "log-prob max diff",
     ]
     where = f"{m['device']}, {m['threads']} thread(s), {results['model']}; {m['machine']['cpu']}"
     return markdown(head, rows) + (
-        f"\n\nMedians of {results['reps']} rollouts and of as many no-grad scoring forwards of one rollout, each "
-        f"pair alternating ({where}); the log-prob difference is fp32's, on the real positions."
+        f"\n\nMedians of {results['reps']} rollouts and of as many no-grad scoring forwards of one rollout, the "
+        f"ways alternating ({where}); the log-prob difference is fp32's, on the real positions."
     )
 
 
@@ -158,35 +184,40 @@ def main(argv: list[str] | None = None) -> int:
     for P, G, T in ((4, 4, 4),) if args.quick else SHAPES:
         texts = [f"{(7 * i) % 100}+{(13 * i) % 100}=" for i in range(P)]
         ids, mask = (t.to(args.device) for t in left_pad(tok(texts)["input_ids"], tok.pad_token_id))
+        # the ways of decoding: (static, graphs); CUDA graphs only where there is CUDA
+        ways = {"today": (False, False), "static": (True, False)}
+        if args.device == "cuda":
+            ways["graphed"] = (True, True)
         ro = rollout(model, tok, ids, mask, G, T, False, 1)
-        same = torch.equal(ro.completion_ids, rollout(model, tok, ids, mask, G, T, True, 1).completion_ids)
+        same = {
+            way: torch.equal(
+                ro.completion_ids,
+                rollout(model, tok, ids, mask, G, T, how[0], 1, graphs=how[1]).completion_ids,
+            )
+            for way, how in ways.items()
+        }
         diff = (score(model, ids, mask, G, ro, True) - score(model, ids, mask, G, ro, False)).abs().max()
-        times: dict[bool, list[float]] = {False: [], True: []}
+        times: dict[str, list[float]] = {way: [] for way in ways}
         scoring: dict[bool, list[float]] = {False: [], True: []}
+
         for rep in range(args.reps + 2):
-            for static in (False, True):  # alternating: a drift of the machine hits both
-                if args.device == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                rollout(model, tok, ids, mask, G, T, static, rep)
-                if args.device == "cuda":
-                    torch.cuda.synchronize()
-                if rep >= 2:  # (two warm-up rounds)
-                    times[static].append(1000 * (time.perf_counter() - t0))
+            for way, (static, graphs) in ways.items():  # alternating: a drift of the machine hits every way
+                ms = timed(args.device, rollout, model, tok, ids, mask, G, T, static, rep, graphs=graphs)
+                if rep >= 2:  # (two warm-up rounds: the graphs are captured in the first)
+                    times[way].append(ms)
             for static in (False, True):
-                if args.device == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                score(model, ids, mask, G, ro, static)
-                if args.device == "cuda":
-                    torch.cuda.synchronize()
+                ms = timed(args.device, score, model, ids, mask, G, ro, static)
                 if rep >= 2:
-                    scoring[static].append(1000 * (time.perf_counter() - t0))
-        today, static = statistics.median(times[False]), statistics.median(times[True])
+                    scoring[static].append(ms)
         r_today, r_static = (reads_per_step(model, tok, ids, mask, G, T, s) for s in (False, True))
         rows.append(
-            {"P": P, "G": G, "T": T, "today_ms": today, "static_ms": static, "reads_per_step_today": r_today}
-            | {"reads_per_step_static": r_static, "same_completions": same}
+            {"P": P, "G": G, "T": T, "today_ms": statistics.median(times["today"])}
+            | {"static_ms": statistics.median(times["static"]), "reads_per_step_today": r_today}
+            | {"reads_per_step_static": r_static, "same_completions": same["static"]}
+            | {
+                "graphed_ms": statistics.median(times["graphed"]) if "graphed" in times else None,
+                "same_graphed": same.get("graphed"),
+            }
             | {
                 "score_today_ms": statistics.median(scoring[False]),
                 "score_static_ms": statistics.median(scoring[True]),

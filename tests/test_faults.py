@@ -242,7 +242,7 @@ def small_figures(monkeypatch):
     """The report's and the plot's content is not what is tested here (seconds of figures): their writes are."""
     from matplotlib.figure import Figure
 
-    monkeypatch.setattr(report, "build_report", lambda run_dir: "<!doctype html><p>report</p>")
+    monkeypatch.setattr(report, "build_report", lambda run_dir, figures=True: "<!doctype html><p>report</p>")
     monkeypatch.setattr(metrics_io, "curves_figure", lambda rows: Figure(figsize=(1, 1)))
 
 

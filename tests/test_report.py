@@ -19,6 +19,7 @@ from _runs import run_inproc
 
 from tinygrpo.run.metrics_io import plot_metrics, read_jsonl
 from tinygrpo.run.report import REPORT_FILE, build_report, main
+from tinygrpo.run.report.html import NO_FIGURE
 
 SECTIONS = ("run", "curves", "groups", "tokens", "prompts", "beliefs")
 NOT_RECORDED = "not recorded in this run"  # the run section's row naming the logs a run did not write
@@ -38,7 +39,7 @@ def run_dir(seed_reference, tmp_path_factory) -> Path:
     """A finished 6-step run on the seed bank, evaluated on its 36 questions every 3 steps."""
     out = tmp_path_factory.mktemp("report") / "run"
     argv = "--max_steps 6 --eval_steps 3 --logging_steps 2 --save_steps 0 --prompt_sampler uniform".split()
-    assert run_inproc(seed_reference, out, *argv) == 0
+    assert run_inproc(seed_reference, out, *argv, "--make_plots", "true") == 0
     return out
 
 
@@ -80,6 +81,23 @@ def _numbers(run: Path) -> dict:
         "token": _token_cell(_signal_group(run)[0], 0),
         "groups": f"(the curves' panel of that name), at step {counted['step']}: {groups}.",
     }
+
+
+@pytest.mark.slow
+def test_a_run_without_plots_writes_its_report_without_figures_and_the_report_command_draws_them(
+    seed_reference, tmp_path
+):
+    out = tmp_path / "run"
+    argv = "--max_steps 2 --eval_steps 1 --save_steps 0 --make_plots false".split()
+    assert run_inproc(seed_reference, out, *argv) == 0
+    text = (out / REPORT_FILE).read_text()
+    assert "base64" not in text and not (out / "plots.png").exists()
+    assert (
+        text.count(NO_FIGURE) == 3
+    )  # curves, pass rates, beliefs: each says where it would be, and how to draw it
+    assert main([str(out)]) == 0  # python -m tinygrpo.run.report RUN_DIR
+    text = (out / REPORT_FILE).read_text()
+    assert NO_FIGURE not in text and text.count('src="data:image/png;base64,') == 3
 
 
 @pytest.mark.slow

@@ -87,6 +87,7 @@ class GroupedBackend:
         )
         # id -> (the model, held so that the id stays its own, its weights)
         self._weights: dict[int, tuple[nn.Module, Any]] = {}
+        self._static: dict[tuple, Any] = {}  # (model id, shape, graphed) -> its StaticGroupedDecoder
 
     def weights(self, model: nn.Module) -> Any:
         entry = self._weights.get(id(model))
@@ -96,6 +97,25 @@ class GroupedBackend:
 
     def decoder(self, model, prompt_ids, prompt_mask, G):
         return model.grouped_decoder(prompt_ids, prompt_mask, G, self.frames, self.weights(model))
+
+    def static_decoder(self, model, prompt_ids, prompt_mask, G, T, capture=None):
+        """A `StaticGroupedDecoder` (tiny_lm/static_decoder.py) for these prompts and at most T steps, prefilled:
+        one per shape and model, kept (its buffers, and its captured graphs with `capture`, serve every rollout of
+        that shape). None where a position could pass the model's context (GroupedDecoder then says where)."""
+        from tiny_lm.static_decoder import StaticGroupedDecoder
+
+        w = self.weights(model)
+        P, Tp = prompt_ids.shape
+        if Tp + T > w.n_positions:  # (a prompt's positions count its real tokens: at most Tp of them)
+            return None
+        key = (id(model), P, Tp, G, T, capture is not None)
+        dec = self._static.get(key)
+        if dec is None or dec.w is not w:  # (w: this model's weights, not those of an earlier one of its id)
+            if len(self._static) >= 16:  # (bounded: a few buckets a run)
+                self._static.clear()
+            dec = self._static[key] = StaticGroupedDecoder(w, P, Tp, G, T, capture)
+        dec.prefill(prompt_ids, prompt_mask, self.frames)
+        return dec
 
     def layout(self, model, prompt_ids, prompt_mask, completion_ids, G, completion_mask=None):
         return model.grouped_layout(

@@ -88,6 +88,11 @@ class StaticShapeBackend:
     ) -> Decoder:
         return self.inner.decoder(model, prompt_ids, prompt_mask, G)
 
+    def static_decoder(self, model, prompt_ids, prompt_mask, G, T, capture=None):
+        """The inner backend's decoder of fixed buffers, where it has one (else None: its own decoder serves)."""
+        inner = getattr(self.inner, "static_decoder", None)
+        return None if inner is None else inner(model, prompt_ids, prompt_mask, G, T, capture)
+
     def layout(
         self,
         model: nn.Module,

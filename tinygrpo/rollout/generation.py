@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from rewards import RewardError
+from tiny_lm.static_decoder import cuda_graph
 
 from ..algorithm.advantage_estimators import (
     ADV_ESTIMATORS,
@@ -272,6 +273,7 @@ class BatchGenerator:
             backend=self.backend,
             tools=tools,
             static=static_shapes_on(cfg.static_shapes, device),
+            capture=cuda_graph if cfg.cuda_graphs else None,
         )
         return prompt_ids, prompt_mask, ro
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from tiny_lm.static_decoder import Capture
+
 from ..model.backend import Backend, Decoder, select_backend
 from ..model.static_shapes import pad_to_buckets
 from .sampler import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
@@ -42,6 +44,7 @@ def sample_completions(
     backend: Backend | None = None,
     tools: ToolUse | None = None,
     static: bool = False,
+    capture: Capture | None = None,
 ) -> Rollout:
     """prompt_ids/prompt_mask (P, Tp), left-padded -> G completions per prompt, rows grouped by prompt (P*G, Tc).
 
@@ -52,6 +55,8 @@ def sample_completions(
     after. With `tools` (an environment), a row that ends a tool call is fed the environment's reply before it
     samples again (tinygrpo/rollout/tool_calls.py). `static`: the same completions from a decode of static shapes
     (tinygrpo/rollout/static_decode.py: no row leaves, no host read per step; the CPU twin of a graphed GPU decode).
+    `capture` (with `static`): each decode step of the model's fixed-buffer decoder runs as a captured graph
+    (tiny_lm/static_decoder.py: `cuda_graph` on a GPU).
     """
     backend = backend or select_backend(model)
     switch = model.training and not backend.mode_independent
@@ -61,7 +66,15 @@ def sample_completions(
         rows = prompt_ids.size(0) * num_generations  # (the rows returned; the static loop's buckets add more)
         if static:
             prompt_ids, prompt_mask = pad_to_buckets(prompt_ids, prompt_mask, pad_token_id)
-        dec = backend.decoder(model, prompt_ids, prompt_mask, num_generations)
+        dec = None
+        if static and hasattr(
+            backend, "static_decoder"
+        ):  # the model's decoder of fixed buffers, where it has one
+            dec = backend.static_decoder(
+                model, prompt_ids, prompt_mask, num_generations, params.max_new_tokens, capture
+            )
+        if dec is None:
+            dec = backend.decoder(model, prompt_ids, prompt_mask, num_generations)
         calls = None if tools is None else tools.session(rows)
         seen = None
         if params.repetition_penalty != 1 and params.temperature != 0:  # the prompt's tokens, each row's

@@ -7,7 +7,9 @@ cache, as gpt-fast and transformers' StaticCache). This is that loop, on any dev
 What differs from `decode`, and why no sampled token changes:
 - The prompts are padded to buckets (`bucket_size`, tinygrpo/model/static_shapes.py): the batch with prompts whose rows are finished from the start,
   the width with more left padding (masked; positions count real tokens only). Few shapes, whatever the batch.
-- A finished row stays in the batch and is fed <pad>; what it computes is never read.
+- A finished row stays in the batch and is fed <pad>; what it computes is never read. A backend with a decoder of
+  fixed buffers (the grouped one: tiny_lm/static_decoder.py) decodes with it, so that every step's shapes depend on
+  the step alone, and each step can be captured once as a CUDA graph and replayed (`capture`).
 - The uniforms. `decode` draws, at each step, one uniform per live row, in row order, from the generator. A CPU
   generator yields one stream (draws of a then b values are the first a + b of one draw), so the whole budget is
   drawn at once, and at each step the live row of rank r among the live rows takes uniform `used + r`; `used`

@@ -145,6 +145,15 @@ class Sampling:
             "CUDA, off on the CPU (benchmarks/static_decode.py measures both)."
         },
     )
+    cuda_graphs: bool = field(
+        default=False,
+        metadata={
+            "help": "Replay each static-shape decode step as a CUDA graph, captured on its first use per bucket "
+            "(tiny_lm/static_decoder.py; PyTorch's 'Accelerating PyTorch with CUDA Graphs'). Needs a CUDA device "
+            "and static shapes; the same completions. Off by default: not yet measured on a GPU "
+            "(benchmarks/gpu.sh measures it)."
+        },
+    )
     mask_truncated_completions: bool = field(
         default=False,
         metadata={"help": "Leave completions that hit max_completion_length out of the loss (DAPO)."},

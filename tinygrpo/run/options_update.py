@@ -259,7 +259,13 @@ class LoggingAndSaving:
         default=None, metadata={"help": "Whether a larger metric_for_best_model is better (default: yes)."}
     )
     disable_tqdm: bool = field(default=False, metadata={"help": "No progress bar."})
-    make_plots: bool = field(default=True, metadata={"help": "Write plots.png at the end."})
+    make_plots: bool = field(
+        default=True,
+        metadata={
+            "help": "Draw the figures at the end: plots.png and the report's (false: the report says where each "
+            "would be; `python -m tinygrpo.run.report RUN_DIR` draws them later from the logs)."
+        },
+    )
     make_report: bool = field(
         default=True,
         metadata={

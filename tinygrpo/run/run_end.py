@@ -38,7 +38,7 @@ def write_run_end(
         save_checkpoint()
         if not finished:
             if make_report and is_main:
-                write_report(out)
+                write_report(out, figures=make_plots)
             raise KeyboardInterrupt(
                 f"{signal_name}: stopped after step {step}; checkpoint saved in {out}. Resume with the same command "
                 "plus --resume_from_checkpoint latest"
@@ -48,7 +48,7 @@ def write_run_end(
             if make_plots:
                 plot_metrics(out / "metrics.jsonl", out / "plots.png")
             if make_report:
-                write_report(out)
+                write_report(out, figures=make_plots)
             write_atomic(out / "summary.json", json.dumps(summary, indent=2))
     except KeyboardInterrupt as e:
         if str(e):

@@ -95,7 +95,7 @@ class GRPOTrainer(Checkpoints):
             reward_funcs if reward_funcs is not None else cfg.reward_funcs, cfg.reward_weights
         )
         self.rewards = reward_spec(funcs, names, weights, cfg)
-        check_inputs(cfg, model, tokenizer, train_dataset, eval_dataset, self.rewards)
+        check_inputs(cfg, model, tokenizer, train_dataset, eval_dataset, self.rewards, self.acc.device)
         self.train_dataset = train_dataset
         self.prompt_stats = PromptStats(len(train_dataset), cfg.pass_rate_ema)
         self.prompts = PromptSource(

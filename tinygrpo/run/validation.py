@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import torch
 import torch.nn as nn
 
 from rewards import EOS, check_binary, compute_rewards, rewards_float32
@@ -124,8 +125,16 @@ def check_inputs(
     train_dataset,
     eval_dataset,
     rewards: RewardSpec,
+    device: torch.device | None = None,
 ) -> None:
-    """Bad input -> ConfigError naming the problem, before any training."""
+    """Bad input -> ConfigError naming the problem, before any training. `device`: the run's (None: not checked)."""
+    if cfg.cuda_graphs and cfg.static_shapes is False:
+        raise ConfigError(
+            "cuda_graphs replays the static-shape decode's steps, and static_shapes false turns that decode off: "
+            "set static_shapes true (or leave it unset: on for CUDA)"
+        )
+    if cfg.cuda_graphs and device is not None and device.type != "cuda":
+        raise ConfigError(f"cuda_graphs needs a CUDA device; this run is on {device.type}")
     reward_funcs, reward_names, reward_kwargs, reward_weights = (
         rewards.funcs,
         rewards.names,

@@ -59,8 +59,9 @@ def unrecorded(
     return [what for absent, what in missing if absent]
 
 
-def build_report(run_dir: str | Path) -> str:
-    """The report's HTML for a run directory: the sections with something to show, each linked from the top."""
+def build_report(run_dir: str | Path, figures: bool = True) -> str:
+    """The report's HTML for a run directory: the sections with something to show, each linked from the top.
+    `figures` False: a line in place of each figure (a run's make_plots false)."""
     run = Path(run_dir)
     config = _read_json(run / "config.json")
     metrics = read_log(run, "metrics.jsonl")
@@ -74,11 +75,11 @@ def build_report(run_dir: str | Path) -> str:
             read_log(run, "warnings.jsonl"),
             unrecorded(metrics, completions, stats, failures),
         ),
-        "curves": section_curves(metrics),
+        "curves": section_curves(metrics, figures),
         "groups": section_groups(completions),
         "tokens": section_tokens(completions),
-        "prompts": section_prompts(stats, failures, metrics),
-        "beliefs": section_beliefs(read_log(run, "beliefs.jsonl")),
+        "prompts": section_prompts(stats, failures, metrics, figures),
+        "beliefs": section_beliefs(read_log(run, "beliefs.jsonl"), figures),
     }
     # a section with nothing to show is left out, and so is its link
     parts = {name: part for name, part in parts.items() if part}
@@ -91,10 +92,10 @@ def build_report(run_dir: str | Path) -> str:
     )
 
 
-def write_report(run_dir: str | Path) -> Path:
+def write_report(run_dir: str | Path, figures: bool = True) -> Path:
     """Write RUN_DIR/report.html and return its path (JsonlError on a log it cannot read, OSError naming report.html
     when it cannot be written)."""
-    return _write(Path(run_dir), build_report(run_dir))
+    return _write(Path(run_dir), build_report(run_dir, figures))
 
 
 def _write(run: Path, text: str) -> Path:

@@ -18,6 +18,14 @@ def _png(fig, dpi: int = 80) -> str:
     return f'<img alt="figure" src="data:image/png;base64,{data}">'
 
 
+# In place of a figure in a report written without figures (make_plots false: matplotlib's drawing is most of a
+# report's cost, ~0.5-1 s a run)
+NO_FIGURE = (
+    "<p><i>Not drawn: the run's make_plots is false. <code>python -m tinygrpo.run.report RUN_DIR</code> writes the "
+    "report again with its figures, from the run's logs.</i></p>"
+)
+
+
 def _e(x) -> str:
     return html.escape(str(x))
 

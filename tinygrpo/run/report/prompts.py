@@ -6,7 +6,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from ..metrics_io import PROMPT_GROUPS
-from .html import _e, _pct, _png
+from .html import NO_FIGURE, _e, _pct, _png
 from .logs import (
     MAX_HEATMAP_ROWS,
 )
@@ -140,14 +140,16 @@ def _kinds_part(metrics: list[dict]) -> str:
     return f"<h3>Held-out accuracy by problem kind</h3><table><tr><th></th>{head}</tr>{body}</table>"
 
 
-def section_prompts(stats: list[dict], failures: list[dict], metrics: list[dict]) -> str:
+def section_prompts(
+    stats: list[dict], failures: list[dict], metrics: list[dict], figures: bool = True
+) -> str:
     """The pass rates, the held-out failures and accuracy by kind, each where the run logged it; '' with none."""
     parts = []
     if stats:
         m, steps = pass_rates(stats), [r["step"] for r in stats]
         parts.append(
             "<h3>Pass rates of the training prompts over time</h3>"
-            + _png(pass_rate_figure(m, steps))
+            + (_png(pass_rate_figure(m, steps)) if figures else NO_FIGURE)
             + _pass_rates_text(m, steps, latest_groups(metrics))
         )
     if failures:
@@ -157,11 +159,13 @@ def section_prompts(stats: list[dict], failures: list[dict], metrics: list[dict]
     return f'<section id="prompts"><h2>Prompts</h2>{body}</section>' if body else ""
 
 
-def section_beliefs(beliefs: list[dict]) -> str:
+def section_beliefs(beliefs: list[dict], figures: bool = True) -> str:
     """Only with beliefs.jsonl (logged when the evaluation set is small, e.g. the seed bank): '' otherwise."""
     if not beliefs:
         return ""
     head = '<section id="beliefs"><h2>Beliefs</h2>'
+    if not figures:
+        return head + NO_FIGURE + "</section>"
     import matplotlib
 
     matplotlib.use("Agg")

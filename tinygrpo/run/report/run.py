@@ -10,7 +10,7 @@ from ..metrics_io import (
     CURVES_DPI,
     curves_figure,
 )
-from .html import _e, _pct, _png
+from .html import NO_FIGURE, _e, _pct, _png
 
 
 def reproduce_command(config: dict) -> str:
@@ -115,9 +115,11 @@ def has_curves(metrics: list[dict]) -> bool:
     return any("reward" in r or "eval/accuracy" in r for r in metrics)
 
 
-def section_curves(metrics: list[dict]) -> str:
+def section_curves(metrics: list[dict], figures: bool = True) -> str:
     """'' with nothing to draw (the run section says so)."""
     if not has_curves(metrics):
         return ""
+    if not figures:
+        return f'<section id="curves"><h2>Curves</h2>{NO_FIGURE}</section>'
     # plots.png's figure (metrics_io.plot_metrics), at its resolution: the same picture in both places
     return f'<section id="curves"><h2>Curves</h2>{_png(curves_figure(metrics), dpi=CURVES_DPI)}</section>'

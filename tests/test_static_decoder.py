@@ -1,0 +1,144 @@
+"""The decoder of fixed buffers (tiny_lm/static_decoder.py), the CPU twin of a CUDA-graphed decode step: its logits
+are GroupedDecoder's step for step (float64); a step is idempotent, as capturing needs; a decode through a capture
+(here a CPU stand-in that records each step once and replays it) gives today's completions, capturing each step
+index once across rollouts; one decoder per shape is kept; a run with `cuda_graphs` is refused off CUDA."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from test_tool_calls import _model, tok  # noqa: F401  (tok: the module's fixture)
+
+from tiny_lm.grouped import GroupedDecoder
+from tiny_lm.static_decoder import StaticGroupedDecoder
+from tinygrpo.model.backend import GroupedBackend
+from tinygrpo.model.static_shapes import pad_to_buckets
+from tinygrpo.rollout.sampling import SamplingParams, sample_completions
+
+PROMPTS = ["12*34=", "7*8=", "3=", "99*99=", "5*6=7"]
+
+
+def _prompts(tok, texts=PROMPTS):  # noqa: F811
+    enc = tok(texts, padding=True, return_tensors="pt")
+    return pad_to_buckets(enc["input_ids"], enc["attention_mask"], tok.pad_token_id)
+
+
+def test_its_logits_are_the_grouped_decoders_step_for_step(tok):  # noqa: F811
+    model = _model(tok, 5).double()
+    w = model.grouped_weights()
+    ids, mask = _prompts(tok)
+    G, T = 3, 6
+    eager = GroupedDecoder(w, ids, mask, G)
+    static = StaticGroupedDecoder(w, *ids.shape, G, T)
+    static.prefill(ids, mask)
+    torch.testing.assert_close(
+        static.logits, eager.logits, rtol=0, atol=0
+    )  # (the prefill is eager's, copied)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(T):
+        tokens = torch.randint(2, len(tok), (ids.size(0) * G,), generator=g)
+        want = eager.step(tokens)
+        # the same ops on the same shapes, plus a zero bias where a prompt has no padding: float64 rounding at most
+        torch.testing.assert_close(static.step(tokens), want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="step 7 of a decoder built for 6"):
+        static.step(tokens)
+
+
+def test_a_step_is_idempotent(tok):  # noqa: F811
+    """What a capture needs: a warm-up run and the captured run leave the state one run leaves."""
+    model = _model(tok, 6)
+    ids, mask = _prompts(tok)
+    dec = StaticGroupedDecoder(model.grouped_weights(), *ids.shape, 2, 4)
+    dec.prefill(ids, mask)
+    states = []
+    for _ in range(3):
+        with torch.inference_mode():
+            dec.tokens.copy_(torch.arange(dec.tokens.numel()) % 10 + 2)
+            dec.compute(1)
+        states.append([t.clone() for t in (dec.logits, *dec.kc, *dec.vc)])
+    assert all(torch.equal(a, b) for s in states[1:] for a, b in zip(states[0], s, strict=True))
+    assert dec.kc[0][:, :, 1].abs().sum() > 0 and dec.kc[0][:, :, 2].abs().sum() == 0  # column 1 only
+
+
+class RecordingCapture:
+    """A CPU stand-in for `cuda_graph`: runs fn once (the warm-up), "captures" it, and replays by running it again;
+    counts both."""
+
+    def __init__(self) -> None:
+        self.captured = 0
+        self.replayed = 0
+
+    def __call__(self, fn):
+        fn()
+        self.captured += 1
+
+        def replay():
+            self.replayed += 1
+            fn()
+
+        return replay
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(5, temperature=1.0), SamplingParams(5, 0.8, top_p=0.9), SamplingParams.greedy(5)],
+)
+def test_a_captured_decode_samples_todays_completions(tok, params):  # noqa: F811
+    model = _model(tok, 1).double()
+    enc = tok(PROMPTS, padding=True, return_tensors="pt")
+    capture, backend = RecordingCapture(), GroupedBackend()
+    out = {}
+    for rollout in range(2):  # two rollouts of one shape: the second replays what the first captured
+        for how in ("today", "captured"):
+            gen = torch.Generator().manual_seed(rollout)
+            out[how] = sample_completions(
+                model,
+                enc["input_ids"],
+                enc["attention_mask"],
+                4,
+                dataclasses.replace(params, generator=gen),
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+                backend=GroupedBackend() if how == "today" else backend,
+                static=how == "captured",
+                capture=capture if how == "captured" else None,
+            )
+        for f in ("completion_ids", "completion_mask", "is_eos"):
+            assert torch.equal(getattr(out["captured"], f), getattr(out["today"], f)), f
+    assert (
+        capture.captured == 4
+    )  # steps 0..3 (the loop feeds no token after the last), once for both rollouts
+    assert capture.replayed == 8
+    assert len(backend._static) == 1  # one decoder for the shape, kept
+
+
+def test_the_backend_keeps_one_decoder_per_shape_and_model(tok):  # noqa: F811
+    be = GroupedBackend()
+    a, b = _model(tok, 1), _model(tok, 2)
+    ids, mask = _prompts(tok)
+    first = be.static_decoder(a, ids, mask, 2, 4)
+    assert be.static_decoder(a, ids, mask, 2, 4) is first
+    assert be.static_decoder(b, ids, mask, 2, 4) is not first  # another model's weights
+    assert be.static_decoder(a, ids, mask, 4, 4) is not first  # another shape
+    # a context too short for the bucket's width and steps: none (GroupedDecoder's own check then serves)
+    assert be.static_decoder(a, ids, mask, 2, a.config.n_positions) is None
+
+
+def test_cuda_graphs_off_cuda_or_without_static_shapes_is_one_error_line(seed_reference, tmp_path, capsys):
+    import train_grpo
+
+    common = ["--model_name_or_path", seed_reference, "--dataset_name", "seed_bank", "--dataset_test_split", "none"]
+    for extra, want in (
+        (["--cuda_graphs", "true"], "error: cuda_graphs needs a CUDA device; this run is on cpu"),
+        (
+            ["--cuda_graphs", "true", "--static_shapes", "false"],
+            "error: cuda_graphs replays the static-shape",
+        ),
+    ):
+        out = tmp_path / "_".join(extra).replace("-", "")
+        assert train_grpo.main([*common, "--output_dir", str(out), *extra]) != 0
+        err = capsys.readouterr().err
+        assert want in err and err.count("error:") == 1, err
+        assert not (out / "metrics.jsonl").exists()  # refused before any work
