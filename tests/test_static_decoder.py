@@ -129,7 +129,14 @@ def test_the_backend_keeps_one_decoder_per_shape_and_model(tok):  # noqa: F811
 def test_cuda_graphs_off_cuda_or_without_static_shapes_is_one_error_line(seed_reference, tmp_path, capsys):
     import train_grpo
 
-    common = ["--model_name_or_path", seed_reference, "--dataset_name", "seed_bank", "--dataset_test_split", "none"]
+    common = [
+        "--model_name_or_path",
+        seed_reference,
+        "--dataset_name",
+        "seed_bank",
+        "--dataset_test_split",
+        "none",
+    ]
     for extra, want in (
         (["--cuda_graphs", "true"], "error: cuda_graphs needs a CUDA device; this run is on cpu"),
         (
