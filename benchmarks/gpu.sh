@@ -128,6 +128,8 @@ fi
 echo "== 2c. the default experiment, each decode step a CUDA graph (--cuda_graphs true)"
 if [[ $DEVICE == cpu ]]; then
   echo "(--cpu: skipped; CUDA graphs need CUDA)"
+elif [[ $BF16 == true ]]; then
+  echo "(--bf16: skipped; the graphs capture the float32 decode)"
 else
   rm -rf "$OUT/default_graphs"
   python train_grpo.py --output_dir "$OUT/default_graphs" --bf16 "$BF16" --cuda_graphs true "${REF[@]}" \

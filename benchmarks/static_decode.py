@@ -61,12 +61,15 @@ def rollout(
 ):
     import torch
 
-    from tiny_lm.static_decoder import cuda_graph
+    from tiny_lm.static_decoder import CudaGraphs
     from tinygrpo.model.backend import GroupedBackend
     from tinygrpo.rollout.sampling import SamplingParams, sample_completions
 
     gen = torch.Generator().manual_seed(seed)
     backend = BACKENDS.setdefault((static, graphs), GroupedBackend())
+    capture = None
+    if graphs:  # one CudaGraphs (its memory pool and stream) for every graph
+        capture = BACKENDS.get("graphs") or BACKENDS.setdefault("graphs", CudaGraphs())
     return sample_completions(
         model,
         ids,
@@ -77,7 +80,7 @@ def rollout(
         pad_token_id=tok.pad_token_id,
         backend=backend,
         static=static,
-        capture=cuda_graph if graphs else None,
+        capture=capture,
     )
 
 

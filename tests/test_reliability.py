@@ -389,7 +389,7 @@ def test_a_second_ctrl_c_during_the_end_writes_names_what_is_missing(
     and the command that writes the report from the run's logs (which then works)."""
     from tinygrpo.run import run_end
 
-    def interrupted(run_dir):
+    def interrupted(run_dir, figures=True):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(run_end, "write_report", interrupted)

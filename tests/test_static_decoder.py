@@ -63,7 +63,7 @@ def test_a_step_is_idempotent(tok):  # noqa: F811
 
 
 class RecordingCapture:
-    """A CPU stand-in for `cuda_graph`: runs fn once (the warm-up), "captures" it, and replays by running it again;
+    """A CPU stand-in for `CudaGraphs`: runs fn once (the warm-up), "captures" it, and replays by running it again;
     counts both."""
 
     def __init__(self) -> None:
@@ -126,7 +126,7 @@ def test_the_backend_keeps_one_decoder_per_shape_and_model(tok):  # noqa: F811
     assert be.static_decoder(a, ids, mask, 2, a.config.n_positions) is None
 
 
-def test_cuda_graphs_off_cuda_or_without_static_shapes_is_one_error_line(seed_reference, tmp_path, capsys):
+def test_cuda_graphs_where_they_cannot_run_is_one_error_line(seed_reference, tmp_path, capsys):
     import train_grpo
 
     common = [
@@ -142,6 +142,12 @@ def test_cuda_graphs_off_cuda_or_without_static_shapes_is_one_error_line(seed_re
         (
             ["--cuda_graphs", "true", "--static_shapes", "false"],
             "error: cuda_graphs replays the static-shape",
+        ),
+        # where the decode would not be the grouped float32 one, and so would run uncaptured, saying nothing
+        (["--cuda_graphs", "true", "--bf16", "true"], "float32 decode; bf16 autocasts it: set one of them"),
+        (
+            ["--cuda_graphs", "true", "--grouped_forward", "false"],
+            "grouped_forward false turns that path off",
         ),
     ):
         out = tmp_path / "_".join(extra).replace("-", "")

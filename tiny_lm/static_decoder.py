@@ -22,23 +22,32 @@ import torch
 from .grouped import GroupedDecoder, GroupedWeights, _embed, _finish_block, _head, _qkv, _split_heads
 from .grouped_layout import FrameCache
 
-# capture(fn) -> replay: runs fn's kernels again on each call (a CUDA graph's replay; on the CPU, fn itself)
+# capture(fn) -> replay: runs fn's kernels again on each call (CudaGraphs: a CUDA graph's replay)
 Capture = Callable[[Callable[[], None]], Callable[[], None]]
 
 
-def cuda_graph(fn: Callable[[], None], pool: tuple | None = None) -> Callable[[], None]:
-    """Capture fn as a CUDA graph (after a warm-up run on a side stream, as PyTorch's CUDA-graph notes ask: lazy
-    initialisations such as cuBLAS's workspace must not happen during capture) and return its replay. fn must be
-    idempotent and read and write only tensors that outlive the graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
-        fn()
-    return graph.replay
+class CudaGraphs:
+    """A `Capture` for CUDA: each call captures fn as a CUDA graph and returns its replay. One memory pool and one
+    stream serve every graph (PyTorch's CUDA-graph notes: a private pool per capture "sometimes needlessly wastes
+    memory"; the warm-up runs on the stream that captures, so that lazy initialisations such as cuBLAS's workspace,
+    kept per stream, happen before the capture, not in it). Sharing the pool is safe here because no tensor made
+    inside a graph outlives its replay: every step writes its results into buffers allocated outside any graph,
+    so a graph may reuse the memory of any other, whatever order they are replayed in."""
+
+    def __init__(self) -> None:
+        self.pool = torch.cuda.graph_pool_handle()
+        self.stream = torch.cuda.Stream()
+
+    def __call__(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """fn must be idempotent and read and write only tensors that outlive the graph."""
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            fn()  # the warm-up
+        torch.cuda.current_stream().wait_stream(self.stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+            fn()
+        return graph.replay
 
 
 class StaticGroupedDecoder:

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 from rewards import RewardError
-from tiny_lm.static_decoder import cuda_graph
+from tiny_lm.static_decoder import CudaGraphs
 
 from ..algorithm.advantage_estimators import (
     ADV_ESTIMATORS,
@@ -87,6 +87,7 @@ class BatchGenerator:
         binary_for = f"advantage_mode {cfg.advantage_mode}" if needs_binary_rewards(cfg) else None
         self.scorer = Scorer(rewards, prompts, tokenizer, binary_for)
         self.refill = Refill(self)
+        self.graphs = CudaGraphs() if cfg.cuda_graphs else None  # (the decode's steps, captured once each)
 
     @property
     def prompts(self) -> PromptSource:
@@ -273,7 +274,7 @@ class BatchGenerator:
             backend=self.backend,
             tools=tools,
             static=static_shapes_on(cfg.static_shapes, device),
-            capture=cuda_graph if cfg.cuda_graphs else None,
+            capture=self.graphs,
         )
         return prompt_ids, prompt_mask, ro
 

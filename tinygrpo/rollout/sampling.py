@@ -56,7 +56,7 @@ def sample_completions(
     samples again (tinygrpo/rollout/tool_calls.py). `static`: the same completions from a decode of static shapes
     (tinygrpo/rollout/static_decode.py: no row leaves, no host read per step; the CPU twin of a graphed GPU decode).
     `capture` (with `static`): each decode step of the model's fixed-buffer decoder runs as a captured graph
-    (tiny_lm/static_decoder.py: `cuda_graph` on a GPU).
+    (tiny_lm/static_decoder.py: `CudaGraphs` on a GPU).
     """
     backend = backend or select_backend(model)
     switch = model.training and not backend.mode_independent

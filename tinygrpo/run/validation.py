@@ -133,6 +133,13 @@ def check_inputs(
             "cuda_graphs replays the static-shape decode's steps, and static_shapes false turns that decode off: "
             "set static_shapes true (or leave it unset: on for CUDA)"
         )
+    # (else the decode would fall back to today's, uncaptured, and say nothing)
+    if cfg.cuda_graphs and (cfg.bf16 or not cfg.grouped_forward):
+        raise ConfigError(
+            "cuda_graphs captures the grouped fast path's float32 decode; "
+            + ("bf16 autocasts it" if cfg.bf16 else "grouped_forward false turns that path off")
+            + ": set one of them"
+        )
     if cfg.cuda_graphs and device is not None and device.type != "cuda":
         raise ConfigError(f"cuda_graphs needs a CUDA device; this run is on {device.type}")
     reward_funcs, reward_names, reward_kwargs, reward_weights = (
