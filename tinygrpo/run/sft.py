@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer, check_text
+from tiny_lm.tokenization_tiny_lm import vocabulary_chars
 
 from ..data.problems import MANIFEST, dataset_dir, first_row_columns, load_split
 from ..data.writes import save_model_files
@@ -154,8 +155,9 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         verifier = Verifier.of(cfg.dataset, task=cfg.task or None)
         check_held_out(verifier, train, load_split(cfg.dataset, cfg.eval_split), cfg)
     targets = training_targets(cfg, train)
+    known = vocabulary_chars(tokenizer)
     for i, (p, a) in enumerate(zip(train["prompt"], targets, strict=True)):
-        check_text(p + a, tokenizer, where=f"{cfg.dataset}/{cfg.train_split} row {i + 1}")
+        check_text(p + a, tokenizer, where=f"{cfg.dataset}/{cfg.train_split} row {i + 1}", known=known)
     tools = reply_spans = None
     if cfg.environment:
         env = get_environment(cfg.environment)
