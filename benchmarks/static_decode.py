@@ -227,6 +227,18 @@ def main(argv: list[str] | None = None) -> int:
             }
             | {"logp_max_diff": float(diff)}
         )
+    after_update = None
+    if (
+        args.device == "cuda"
+    ):  # the graphs read the weights where they are: an update in place must show through
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1e-2 * torch.randn_like(p))
+        today, graphed = (
+            rollout(model, tok, ids, mask, G, T, s, 7, graphs=s).completion_ids for s in (False, True)
+        )
+        after_update = bool(torch.equal(today, graphed))
+        print(f"the graphed decode after an update of the weights in place: same completions: {after_update}")
     command = "python benchmarks/static_decode.py" + (
         f" --device {args.device}" if args.device != "cpu" else ""
     )
@@ -235,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": what,
         "reps": args.reps,
         "rows": rows,
+        "graphed_same_after_update": after_update,
     }
     print(table(results))
     if args.results:

@@ -91,6 +91,10 @@ def test_a_captured_decode_samples_todays_completions(tok, params):  # noqa: F81
     capture, backend = RecordingCapture(), GroupedBackend()
     out = {}
     for rollout in range(2):  # two rollouts of one shape: the second replays what the first captured
+        if rollout == 1:  # an update in place between them, as the optimizer makes: the replays read it
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(0.05 * torch.randn_like(p))
         for how in ("today", "captured"):
             gen = torch.Generator().manual_seed(rollout)
             out[how] = sample_completions(
