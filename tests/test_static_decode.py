@@ -40,9 +40,21 @@ def test_padding_to_buckets_keeps_each_prompt_right_aligned_and_adds_masked_widt
     assert torch.equal(pids[2:, -3:], ids[:1].expand(6, 3))  # the extra rows: copies of the first prompt
 
 
-def _both(model, prompts, G, params, tok, backend, tools=None):  # noqa: F811
-    """today's decode and the static one, each from a fresh generator of the same seed: their rollouts and the
-    generator's state after each."""
+class Replay:
+    """A CPU stand-in for CudaGraphs: "captures" fn by running it (the warm-up), replays it by running it again."""
+
+    def __init__(self) -> None:
+        self.captured = 0
+
+    def __call__(self, fn):
+        fn()
+        self.captured += 1
+        return fn
+
+
+def _both(model, prompts, G, params, tok, backend, tools=None, capture=None):  # noqa: F811
+    """today's decode and the static one (through `capture`, if given), each from a fresh generator of the same seed:
+    their rollouts and the generator's state after each."""
     enc = tok(prompts, padding=True, return_tensors="pt")
     out = []
     for static in (False, True):
@@ -58,6 +70,7 @@ def _both(model, prompts, G, params, tok, backend, tools=None):  # noqa: F811
             backend=BACKENDS[backend](),
             tools=tools,
             static=static,
+            capture=capture if static else None,
         )
         out.append((ro, gen.get_state()))
     return out
@@ -80,12 +93,26 @@ def _same(a, b) -> None:
         SamplingParams.greedy(12),
     ],
 )
-def test_the_static_decode_samples_todays_completions_and_leaves_the_generator_as_today(tok, backend, params):  # noqa: F811
+@pytest.mark.parametrize("captured", [False, True], ids=["eager", "captured"])
+def test_the_static_decode_samples_todays_completions_and_leaves_the_generator_as_today(
+    tok,  # noqa: F811
+    backend,
+    params,
+    captured,
+):
+    """`captured`: through a capture (Replay, the CPU twin of CUDA graphs): with the grouped backend, each whole step
+    of the loop (tinygrpo/rollout/static_decode.py, CapturedLoop), or the model's step alone with a repetition
+    penalty; the generic backend has no decoder of fixed buffers, and decodes as without."""
     model = _model(tok, 1).double()
     prompts = ["12*34=", "7*8=", "3=", "99*99=", "5*6=7"]  # 5 prompts of 3 widths: both buckets pad
-    (eager, state_e), (static, state_s) = _both(model, prompts, 6, params, tok, backend)
+    replay = Replay() if captured else None
+    (eager, state_e), (static, state_s) = _both(model, prompts, 6, params, tok, backend, capture=replay)
     _same(eager, static)
     assert torch.equal(state_e, state_s)  # the next draw is the same: the training run goes on as today
+    if (
+        captured and backend == "grouped"
+    ):  # (the capture did capture: each of the 12 steps, or the model's 11)
+        assert replay.captured == (11 if params.repetition_penalty != 1 else 12)
     assert eager.completion_ids.size(0) == 30
     assert int(eager.is_eos.sum()) > 0 or params.temperature == 0  # (some rows end early: rows do finish)
 
@@ -95,15 +122,17 @@ def test_the_static_decode_with_tools_feeds_the_same_replies(tok, backend):  # n
     model = _model(tok, 0).double()
     use = ToolUse(CALC, tok, max_calls=3)
     params = SamplingParams(24, 1.5)
+    replay = Replay()  # (with tools, the model's step alone is captured: the environment answers on the host)
     (eager, state_e), (static, state_s) = _both(
-        model, ["12*34=", "7*8="], 64, params, tok, backend, tools=use
+        model, ["12*34=", "7*8="], 64, params, tok, backend, tools=use, capture=replay
     )
     assert int(eager.tool_calls.sum()) > 0  # (the random policy calls the tool: the test can tell)
     _same(eager, static)
     assert torch.equal(state_e, state_s)
+    assert replay.captured == (23 if backend == "grouped" else 0)
 
 
-def _reads(tok, backend: str, steps: int, static: bool) -> int:  # noqa: F811
+def _reads(tok, backend: str, steps: int, static: bool, capture=None) -> int:  # noqa: F811
     model = _model(tok, 2)
     enc = tok(["12*34=", "7*8=", "3*3="], padding=True, return_tensors="pt")
     be = BACKENDS[backend]()
@@ -120,6 +149,7 @@ def _reads(tok, backend: str, steps: int, static: bool) -> int:  # noqa: F811
             pad_token_id=tok.pad_token_id,
             backend=be,
             static=static,
+            capture=capture,
         )
     return reads.count
 
@@ -129,6 +159,8 @@ def test_the_static_decode_reads_nothing_back_per_step(tok):  # noqa: F811
     backend's, reads its attention mask each step, how often depending on its version: its reads, not the loop's.)"""
     short, long = (_reads(tok, "grouped", steps, static=True) for steps in (3, 9))
     assert short == long  # what it reads back is per rollout, not per step (prefill and the end)
+    short, long = (_reads(tok, "grouped", steps, static=True, capture=Replay()) for steps in (3, 9))
+    assert short == long  # and the captured loop's steps, sampling and bookkeeping included, read nothing back
     eager_short, eager_long = (_reads(tok, "grouped", steps, static=False) for steps in (3, 9))
     assert eager_long - eager_short >= 6  # today's: at least one a step (the counter sees them)
 

@@ -111,10 +111,9 @@ def test_a_captured_decode_samples_todays_completions(tok, params):  # noqa: F81
             )
         for f in ("completion_ids", "completion_mask", "is_eos"):
             assert torch.equal(getattr(out["captured"], f), getattr(out["today"], f)), f
-    assert (
-        capture.captured == 4
-    )  # steps 0..3 (the loop feeds no token after the last), once for both rollouts
-    assert capture.replayed == 8
+    # each whole step (sampling, bookkeeping, the model) once: T = 5 steps, captured in the first rollout only
+    assert capture.captured == 5
+    assert capture.replayed == 10
     assert len(backend._static) == 1  # one decoder for the shape, kept
 
 

@@ -77,6 +77,7 @@ class StaticGroupedDecoder:
             self.logits = torch.zeros(B, V, **z)
         self.t = 0
         self.replays: dict[int, Callable[[], None]] = {}
+        self.loops: dict = {}  # a caller's own captures on these buffers (a whole decode loop's: static_decode.py)
 
     @torch.inference_mode()
     def prefill(
@@ -112,9 +113,9 @@ class StaticGroupedDecoder:
         self.t = t + 1
         return self.logits
 
-    def compute(self, t: int) -> None:
-        """Step t: reads `tokens` and the buffers, writes column t of each layer's own keys and values, and `logits`.
-        GroupedDecoder.step's arithmetic with no row dropped (`_attend` below is its `full` branch)."""
+    def compute(self, t: int, out: torch.Tensor | None = None) -> None:
+        """Step t: reads `tokens` and the buffers, writes column t of each layer's own keys and values, and `logits`
+        (or `out`). GroupedDecoder.step's arithmetic with no row dropped (`_attend` below is its `full` branch)."""
         w, B = self.w, self.P * self.G
         x = _embed(w, self.tokens, self.pos0 + t)  # (B, C)
         for i, layer in enumerate(w.layers):
@@ -122,7 +123,7 @@ class StaticGroupedDecoder:
             self.kc[i][:, :, t : t + 1].copy_(k)
             self.vc[i][:, :, t : t + 1].copy_(v)
             x = _finish_block(layer, x, self._attend(i, q * self.scale, t))
-        self.logits.copy_(_head(w, x))
+        (self.logits if out is None else out).copy_(_head(w, x))
 
     def _attend(self, i: int, q: torch.Tensor, t: int) -> torch.Tensor:
         """(B, nh, 1, hd) scaled queries -> (B, C): softmax over [prompt keys; own keys 0..t]."""

@@ -84,7 +84,7 @@ def sample_completions(
             seen = seen.repeat_interleave(num_generations, 0).to(dec.logits.device)
         kw = dict(eos_token_id=eos_token_id, pad_token_id=pad_token_id, tools=calls, seen=seen)
         if static:
-            return decode_static(dec, params, rows, **kw)
+            return decode_static(dec, params, rows, capture=capture, **kw)
         return decode(dec, params, **kw)
     finally:
         if switch:

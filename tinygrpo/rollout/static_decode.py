@@ -9,7 +9,8 @@ What differs from `decode`, and why no sampled token changes:
   the width with more left padding (masked; positions count real tokens only). Few shapes, whatever the batch.
 - A finished row stays in the batch and is fed <pad>; what it computes is never read. A backend with a decoder of
   fixed buffers (the grouped one: tiny_lm/static_decoder.py) decodes with it, so that every step's shapes depend on
-  the step alone, and each step can be captured once as a CUDA graph and replayed (`capture`).
+  the step alone, and each step can be captured once as a CUDA graph and replayed (`capture`): the whole step,
+  sampling and bookkeeping included (`CapturedLoop`), or, with tools or a repetition penalty, the model's step alone.
 - The uniforms. `decode` draws, at each step, one uniform per live row, in row order, from the generator. A CPU
   generator yields one stream (draws of a then b values are the first a + b of one draw), so the whole budget is
   drawn at once, and at each step the live row of rank r among the live rows takes uniform `used + r`; `used`
@@ -24,7 +25,11 @@ unless a uniform falls within that rounding of a boundary (the tests compare in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+
+from tiny_lm.static_decoder import Capture, StaticGroupedDecoder
 
 from ..model.backend import Decoder
 from .sampler import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
@@ -40,10 +45,19 @@ def decode_static(
     pad_token_id: int,
     tools: ToolCalls | None = None,
     seen: torch.Tensor | None = None,
+    capture: Capture | None = None,
 ) -> Rollout:
     """The loop of `sample_completions(..., static=True)`: every step runs all of the decoder's B rows; the first
     `rows` are the real ones (the rest: a bucket's extra prompts, finished from the start), and are returned. See the
-    module docstring for what makes its completions `decode`'s."""
+    module docstring for what makes its completions `decode`'s. With `capture` and a decoder of fixed buffers, each
+    whole step (sampling, bookkeeping and the model) is one capture (`CapturedLoop`); with tools or a repetition
+    penalty, the model's step alone is (the decoder's own)."""
+    if capture is not None and tools is None and seen is None and isinstance(dec, StaticGroupedDecoder):
+        key = (rows, params.max_new_tokens, params.temperature, params.top_k, params.top_p, params.min_p)
+        loop = dec.loops.get(key)
+        if loop is None:
+            loop = dec.loops[key] = CapturedLoop(dec, params, rows, eos_token_id, pad_token_id, capture)
+        return loop.run(params.generator)
     logits = dec.logits  # (B, V)
     B, T, device, R = logits.size(0), params.max_new_tokens, logits.device, rows
     live = torch.arange(B, device=device) < R  # the rows that still run
@@ -91,3 +105,88 @@ def decode_static(
         torch.rand(int(used), generator=gen, device=gen.device)
     tm = None if tool_mask is None else tool_mask[:R]
     return finish_rollout(completion_ids[:R, :Tc], eos_token_id, tools, tm)
+
+
+class CapturedLoop:
+    """`decode_static`'s loop, each step one idempotent function of fixed buffers, captured once and replayed: the
+    step reads slot t of the loop's state (the live rows, the uniforms used, the width so far, the logits) and
+    writes slot t + 1 and column t of the completions, so a warm-up run and the captured run leave what one run
+    leaves. The logits alternate between two buffers (step t samples from one and the model writes the other).
+    One per decoder, sampling parameters and real rows (a graph holds its Python numbers as constants); the
+    uniforms are drawn on the host each rollout, as `decode_static` draws them, and copied into a buffer."""
+
+    def __init__(
+        self,
+        dec: StaticGroupedDecoder,
+        params: SamplingParams,
+        rows: int,
+        eos_token_id: int,
+        pad_token_id: int,
+        capture: Capture,
+    ) -> None:
+        self.dec, self.params, self.R, self.eos, self.pad, self.capture = (
+            dec,
+            params,
+            rows,
+            eos_token_id,
+            pad_token_id,
+            capture,
+        )
+        B, T, device = dec.logits.size(0), params.max_new_tokens, dec.logits.device
+        self.T, self.draws = T, params.temperature != 0 and T > 0
+        with torch.inference_mode():
+            self.stream = torch.zeros(max(rows * T, 1), device=device)
+            self.live = torch.zeros(T + 1, B, dtype=torch.bool, device=device)
+            self.used = torch.zeros(T + 1, dtype=torch.long, device=device)
+            self.width = torch.zeros(T + 1, dtype=torch.long, device=device)
+            self.ids = torch.zeros(B, T, dtype=torch.long, device=device)
+            self.logits = torch.zeros(2, *dec.logits.shape, dtype=dec.logits.dtype, device=device)
+            self.first_live = torch.arange(B, device=device) < rows
+        self.replays: dict[int, Callable[[], None]] = {}
+
+    def step(self, t: int) -> None:
+        """Step t of `decode_static`'s loop (no tools, no penalty), on the buffers."""
+        R, T, live = self.R, self.T, self.live[t]
+        self.width[t + 1].copy_(self.width[t] + live.any().long())
+        uniforms = None
+        if self.draws:
+            rank = live.long().cumsum(0) - 1  # each live row's place among the live rows
+            uniforms = self.stream[(self.used[t] + rank).clamp(0, R * T - 1)][:, None]
+            self.used[t + 1].copy_(self.used[t] + live.sum())
+        nxt = torch.where(live, sample_from_logits(self.logits[t % 2], self.params, uniforms), self.pad)
+        self.ids[:, t].copy_(nxt)
+        self.live[t + 1].copy_(live & (nxt != self.eos))
+        if t < T - 1:
+            self.dec.tokens.copy_(nxt)
+            self.dec.compute(t, out=self.logits[(t + 1) % 2])
+
+    def run(self, gen: torch.Generator | None) -> Rollout:
+        """One rollout from the decoder's prefill: the completions of the first R rows, and the generator where
+        `decode` leaves it."""
+        R, T, dec = self.R, self.T, self.dec
+        if self.draws:
+            if gen is None:
+                if dec.logits.device.type != "cpu":
+                    raise ValueError(
+                        "the static-shape decode samples from a generator: give params.generator"
+                    )
+                gen = torch.default_generator
+            before = gen.get_state()
+            draw = torch.rand(R * T, generator=gen, device=gen.device)
+        with torch.inference_mode():
+            if self.draws:
+                self.stream.copy_(draw)
+            self.live[0].copy_(self.first_live)
+            self.used[0].zero_()
+            self.width[0].zero_()
+            self.logits[0].copy_(dec.logits)  # (the prefill's)
+            for t in range(T):
+                replay = self.replays.get(t)
+                if replay is None:
+                    replay = self.replays[t] = self.capture(lambda t=t: self.step(t))
+                replay()
+        Tc = int(self.width[T])  # (the rollout's host reads: its width, and the uniforms it used)
+        if self.draws:  # the generator as `decode` leaves it: advanced by the uniforms it used
+            gen.set_state(before)
+            torch.rand(int(self.used[T]), generator=gen, device=gen.device)
+        return finish_rollout(self.ids[:R, :Tc].clone(), self.eos, None, None)
