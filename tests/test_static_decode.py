@@ -160,7 +160,9 @@ def test_the_static_decode_reads_nothing_back_per_step(tok):  # noqa: F811
     short, long = (_reads(tok, "grouped", steps, static=True) for steps in (3, 9))
     assert short == long  # what it reads back is per rollout, not per step (prefill and the end)
     short, long = (_reads(tok, "grouped", steps, static=True, capture=Replay()) for steps in (3, 9))
-    assert short == long  # and the captured loop's steps, sampling and bookkeeping included, read nothing back
+    assert (
+        short == long
+    )  # and the captured loop's steps, sampling and bookkeeping included, read nothing back
     eager_short, eager_long = (_reads(tok, "grouped", steps, static=False) for steps in (3, 9))
     assert eager_long - eager_short >= 6  # today's: at least one a step (the counter sees them)
 

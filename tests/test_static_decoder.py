@@ -158,3 +158,33 @@ def test_cuda_graphs_where_they_cannot_run_is_one_error_line(seed_reference, tmp
         err = capsys.readouterr().err
         assert want in err and err.count("error:") == 1, err
         assert not (out / "metrics.jsonl").exists()  # refused before any work
+
+
+def test_one_capture_serves_every_batch_of_its_bucket(tok):  # noqa: F811
+    """5, 7 and 6 prompts all pad to a bucket of 8: one decoder, one captured loop, each batch's completions today's
+    (how many rows are real is a buffer, not a constant of the graphs)."""
+    model = _model(tok, 2).double()
+    capture, backend = RecordingCapture(), GroupedBackend()
+    params = SamplingParams(4, temperature=1.3)
+    for n, seed in ((5, 0), (7, 1), (6, 2)):
+        enc = tok([f"{i}*{i + 3}=" for i in range(n)], padding=True, return_tensors="pt")
+        out = {}
+        for how in ("today", "captured"):
+            gen = torch.Generator().manual_seed(seed)
+            out[how] = sample_completions(
+                model,
+                enc["input_ids"],
+                enc["attention_mask"],
+                3,
+                dataclasses.replace(params, generator=gen),
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+                backend=GroupedBackend() if how == "today" else backend,
+                static=how == "captured",
+                capture=capture if how == "captured" else None,
+            )
+            out[how + "_state"] = gen.get_state()
+        assert out["captured"].completion_ids.shape[0] == 3 * n
+        assert torch.equal(out["captured"].completion_ids, out["today"].completion_ids)
+        assert torch.equal(out["captured_state"], out["today_state"])
+    assert capture.captured == 4 and len(backend._static) == 1

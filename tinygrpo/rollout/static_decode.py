@@ -53,11 +53,11 @@ def decode_static(
     whole step (sampling, bookkeeping and the model) is one capture (`CapturedLoop`); with tools or a repetition
     penalty, the model's step alone is (the decoder's own)."""
     if capture is not None and tools is None and seen is None and isinstance(dec, StaticGroupedDecoder):
-        key = (rows, params.max_new_tokens, params.temperature, params.top_k, params.top_p, params.min_p)
+        key = (params.max_new_tokens, params.temperature, params.top_k, params.top_p, params.min_p)
         loop = dec.loops.get(key)
         if loop is None:
-            loop = dec.loops[key] = CapturedLoop(dec, params, rows, eos_token_id, pad_token_id, capture)
-        return loop.run(params.generator)
+            loop = dec.loops[key] = CapturedLoop(dec, params, eos_token_id, pad_token_id, capture)
+        return loop.run(params.generator, rows)
     logits = dec.logits  # (B, V)
     B, T, device, R = logits.size(0), params.max_new_tokens, logits.device, rows
     live = torch.arange(B, device=device) < R  # the rows that still run
@@ -112,22 +112,22 @@ class CapturedLoop:
     step reads slot t of the loop's state (the live rows, the uniforms used, the width so far, the logits) and
     writes slot t + 1 and column t of the completions, so a warm-up run and the captured run leave what one run
     leaves. The logits alternate between two buffers (step t samples from one and the model writes the other).
-    One per decoder, sampling parameters and real rows (a graph holds its Python numbers as constants); the
-    uniforms are drawn on the host each rollout, as `decode_static` draws them, and copied into a buffer."""
+    One per decoder and sampling parameters (a graph holds its Python numbers as constants); how many of the rows
+    are real is a buffer (the first live rows), and so are the uniforms, drawn on the host each rollout as
+    `decode_static` draws them. A live row's uniform index is below the number drawn; a finished row's is clamped
+    into the buffer and its draw never read, so the clamp's bound need not be the rollout's."""
 
     def __init__(
         self,
         dec: StaticGroupedDecoder,
         params: SamplingParams,
-        rows: int,
         eos_token_id: int,
         pad_token_id: int,
         capture: Capture,
     ) -> None:
-        self.dec, self.params, self.R, self.eos, self.pad, self.capture = (
+        self.dec, self.params, self.eos, self.pad, self.capture = (
             dec,
             params,
-            rows,
             eos_token_id,
             pad_token_id,
             capture,
@@ -135,23 +135,22 @@ class CapturedLoop:
         B, T, device = dec.logits.size(0), params.max_new_tokens, dec.logits.device
         self.T, self.draws = T, params.temperature != 0 and T > 0
         with torch.inference_mode():
-            self.stream = torch.zeros(max(rows * T, 1), device=device)
+            self.stream = torch.zeros(max(B * T, 1), device=device)
             self.live = torch.zeros(T + 1, B, dtype=torch.bool, device=device)
             self.used = torch.zeros(T + 1, dtype=torch.long, device=device)
             self.width = torch.zeros(T + 1, dtype=torch.long, device=device)
             self.ids = torch.zeros(B, T, dtype=torch.long, device=device)
             self.logits = torch.zeros(2, *dec.logits.shape, dtype=dec.logits.dtype, device=device)
-            self.first_live = torch.arange(B, device=device) < rows
         self.replays: dict[int, Callable[[], None]] = {}
 
     def step(self, t: int) -> None:
         """Step t of `decode_static`'s loop (no tools, no penalty), on the buffers."""
-        R, T, live = self.R, self.T, self.live[t]
+        T, live = self.T, self.live[t]
         self.width[t + 1].copy_(self.width[t] + live.any().long())
         uniforms = None
         if self.draws:
             rank = live.long().cumsum(0) - 1  # each live row's place among the live rows
-            uniforms = self.stream[(self.used[t] + rank).clamp(0, R * T - 1)][:, None]
+            uniforms = self.stream[(self.used[t] + rank).clamp(0, self.stream.numel() - 1)][:, None]
             self.used[t + 1].copy_(self.used[t] + live.sum())
         nxt = torch.where(live, sample_from_logits(self.logits[t % 2], self.params, uniforms), self.pad)
         self.ids[:, t].copy_(nxt)
@@ -160,10 +159,10 @@ class CapturedLoop:
             self.dec.tokens.copy_(nxt)
             self.dec.compute(t, out=self.logits[(t + 1) % 2])
 
-    def run(self, gen: torch.Generator | None) -> Rollout:
-        """One rollout from the decoder's prefill: the completions of the first R rows, and the generator where
+    def run(self, gen: torch.Generator | None, rows: int) -> Rollout:
+        """One rollout from the decoder's prefill: the completions of its first `rows` rows, and the generator where
         `decode` leaves it."""
-        R, T, dec = self.R, self.T, self.dec
+        R, T, dec = rows, self.T, self.dec
         if self.draws:
             if gen is None:
                 if dec.logits.device.type != "cpu":
@@ -175,8 +174,8 @@ class CapturedLoop:
             draw = torch.rand(R * T, generator=gen, device=gen.device)
         with torch.inference_mode():
             if self.draws:
-                self.stream.copy_(draw)
-            self.live[0].copy_(self.first_live)
+                self.stream[: R * T].copy_(draw)
+            self.live[0].copy_(torch.arange(self.live.size(1), device=self.live.device) < R)
             self.used[0].zero_()
             self.width[0].zero_()
             self.logits[0].copy_(dec.logits)  # (the prefill's)
