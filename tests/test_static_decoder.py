@@ -188,3 +188,27 @@ def test_one_capture_serves_every_batch_of_its_bucket(tok):  # noqa: F811
         assert torch.equal(out["captured"].completion_ids, out["today"].completion_ids)
         assert torch.equal(out["captured_state"], out["today_state"])
     assert capture.captured == 4 and len(backend._static) == 1
+
+
+def test_a_decoder_the_backend_drops_lets_go_of_its_graphs(tok):  # noqa: F811
+    """A captured graph refers back to its decoder: a dropped decoder releases them (else they would wait for the
+    cycle collector with its buffers)."""
+    model, be = _model(tok, 1), GroupedBackend()
+    ids, mask = _prompts(tok)
+    params = SamplingParams(3, 1.0, generator=torch.Generator().manual_seed(0))
+    sample_completions(
+        model,
+        *_prompts(tok),
+        2,
+        params,
+        eos_token_id=1,
+        pad_token_id=0,
+        backend=be,
+        static=True,
+        capture=RecordingCapture(),
+    )
+    first = be.static_decoder(model, ids, mask, 2, 3, RecordingCapture())
+    assert first.loops  # (the rollout captured its loop on this decoder)
+    for G in range(3, 19):  # 16 more shapes: the cache of 16 is cleared
+        be.static_decoder(model, ids, mask, G, 3)
+    assert not first.loops and not first.replays

@@ -79,6 +79,12 @@ class StaticGroupedDecoder:
         self.replays: dict[int, Callable[[], None]] = {}
         self.loops: dict = {}  # a caller's own captures on these buffers (a whole decode loop's: static_decode.py)
 
+    def release(self) -> None:
+        """Drop the captured graphs (its own and a caller's): they refer back to this decoder, so without this they
+        and its buffers would wait for Python's cycle collector once the decoder itself is dropped."""
+        self.replays.clear()
+        self.loops.clear()
+
     @torch.inference_mode()
     def prefill(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, frames: FrameCache | None = None

@@ -111,7 +111,11 @@ class GroupedBackend:
         key = (id(model), P, Tp, G, T, capture is not None)
         dec = self._static.get(key)
         if dec is None or dec.w is not w:  # (w: this model's weights, not those of an earlier one of its id)
+            if dec is not None:
+                dec.release()
             if len(self._static) >= 16:  # (bounded: a few buckets a run)
+                for old in self._static.values():
+                    old.release()
                 self._static.clear()
             dec = self._static[key] = StaticGroupedDecoder(w, P, Tp, G, T, capture)
         dec.prefill(prompt_ids, prompt_mask, self.frames)

@@ -25,6 +25,7 @@ unless a uniform falls within that rounding of a boundary (the tests compare in 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -54,6 +55,7 @@ def decode_static(
     penalty, the model's step alone is (the decoder's own)."""
     if capture is not None and tools is None and seen is None and isinstance(dec, StaticGroupedDecoder):
         key = (params.max_new_tokens, params.temperature, params.top_k, params.top_p, params.min_p)
+        key += (eos_token_id, pad_token_id)  # (every Python number the graphs hold)
         loop = dec.loops.get(key)
         if loop is None:
             loop = dec.loops[key] = CapturedLoop(dec, params, eos_token_id, pad_token_id, capture)
@@ -125,13 +127,8 @@ class CapturedLoop:
         pad_token_id: int,
         capture: Capture,
     ) -> None:
-        self.dec, self.params, self.eos, self.pad, self.capture = (
-            dec,
-            params,
-            eos_token_id,
-            pad_token_id,
-            capture,
-        )
+        self.dec, self.eos, self.pad, self.capture = dec, eos_token_id, pad_token_id, capture
+        self.params = dataclasses.replace(params, generator=None)  # (each rollout draws from its own: `run`)
         B, T, device = dec.logits.size(0), params.max_new_tokens, dec.logits.device
         self.T, self.draws = T, params.temperature != 0 and T > 0
         with torch.inference_mode():
