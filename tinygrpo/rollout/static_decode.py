@@ -9,8 +9,8 @@ What differs from `decode`, and why no sampled token changes:
   the width with more left padding (masked; positions count real tokens only). Few shapes, whatever the batch.
 - A finished row stays in the batch and is fed <pad>; what it computes is never read. A backend with a decoder of
   fixed buffers (the grouped one: tiny_lm/static_decoder.py) decodes with it, so that every step's shapes depend on
-  the step alone, and each step can be captured once as a CUDA graph and replayed (`capture`): the whole step,
-  sampling and bookkeeping included (`CapturedLoop`), or, with tools or a repetition penalty, the model's step alone.
+  the step alone, and the loop can be captured once as a CUDA graph and replayed (`capture`): every step, sampling
+  and bookkeeping included, as one graph (`CapturedLoop`), or, with tools or a repetition penalty, each model step.
 - The uniforms. `decode` draws, at each step, one uniform per live row, in row order, from the generator. A CPU
   generator yields one stream (draws of a then b values are the first a + b of one draw), so the whole budget is
   drawn at once, and at each step the live row of rank r among the live rows takes uniform `used + r`; `used`
@@ -50,9 +50,9 @@ def decode_static(
 ) -> Rollout:
     """The loop of `sample_completions(..., static=True)`: every step runs all of the decoder's B rows; the first
     `rows` are the real ones (the rest: a bucket's extra prompts, finished from the start), and are returned. See the
-    module docstring for what makes its completions `decode`'s. With `capture` and a decoder of fixed buffers, each
-    whole step (sampling, bookkeeping and the model) is one capture (`CapturedLoop`); with tools or a repetition
-    penalty, the model's step alone is (the decoder's own)."""
+    module docstring for what makes its completions `decode`'s. With `capture` and a decoder of fixed buffers, the
+    whole loop (sampling, bookkeeping and the model, every step) is one capture (`CapturedLoop`); with tools or a
+    repetition penalty, each model step is (the decoder's own)."""
     if capture is not None and tools is None and seen is None and isinstance(dec, StaticGroupedDecoder):
         key = (params.max_new_tokens, params.temperature, params.top_k, params.top_p, params.min_p)
         key += (eos_token_id, pad_token_id)  # (every Python number the graphs hold)
@@ -110,10 +110,11 @@ def decode_static(
 
 
 class CapturedLoop:
-    """`decode_static`'s loop, each step one idempotent function of fixed buffers, captured once and replayed: the
-    step reads slot t of the loop's state (the live rows, the uniforms used, the width so far, the logits) and
-    writes slot t + 1 and column t of the completions, so a warm-up run and the captured run leave what one run
-    leaves. The logits alternate between two buffers (step t samples from one and the model writes the other).
+    """`decode_static`'s whole loop as one idempotent function of fixed buffers, captured once and replayed (one
+    replay a rollout): step t reads slot t of the loop's state (the live rows, the uniforms used, the width so far,
+    the logits) and writes slot t + 1 and column t of the completions, so a warm-up run and the captured run leave
+    what one run leaves. Step t samples from the prefill's logits (t = 0) or one of two buffers, and the model writes
+    the other: the prefill's are never overwritten, so a second run of the whole loop starts where the first did.
     One per decoder and sampling parameters (a graph holds its Python numbers as constants); how many of the rows
     are real is a buffer (the first live rows), and so are the uniforms, drawn on the host each rollout as
     `decode_static` draws them. A live row's uniform index is below the number drawn; a finished row's is clamped
@@ -137,8 +138,9 @@ class CapturedLoop:
             self.used = torch.zeros(T + 1, dtype=torch.long, device=device)
             self.width = torch.zeros(T + 1, dtype=torch.long, device=device)
             self.ids = torch.zeros(B, T, dtype=torch.long, device=device)
-            self.logits = torch.zeros(2, *dec.logits.shape, dtype=dec.logits.dtype, device=device)
-        self.replays: dict[int, Callable[[], None]] = {}
+            # the prefill's logits, then two that steps alternate between: the prefill's are never overwritten
+            self.logits = torch.zeros(3, *dec.logits.shape, dtype=dec.logits.dtype, device=device)
+        self.replay: Callable[[], None] | None = None
 
     def step(self, t: int) -> None:
         """Step t of `decode_static`'s loop (no tools, no penalty), on the buffers."""
@@ -149,12 +151,19 @@ class CapturedLoop:
             rank = live.long().cumsum(0) - 1  # each live row's place among the live rows
             uniforms = self.stream[(self.used[t] + rank).clamp(0, self.stream.numel() - 1)][:, None]
             self.used[t + 1].copy_(self.used[t] + live.sum())
-        nxt = torch.where(live, sample_from_logits(self.logits[t % 2], self.params, uniforms), self.pad)
+        logits = self.logits[0 if t == 0 else 1 + t % 2]
+        nxt = torch.where(live, sample_from_logits(logits, self.params, uniforms), self.pad)
         self.ids[:, t].copy_(nxt)
         self.live[t + 1].copy_(live & (nxt != self.eos))
         if t < T - 1:
             self.dec.tokens.copy_(nxt)
-            self.dec.compute(t, out=self.logits[(t + 1) % 2])
+            self.dec.compute(t, out=self.logits[1 + (t + 1) % 2])
+
+    def steps(self) -> None:
+        """The whole loop: idempotent too (it reads slot 0 and rewrites every later one), so it is captured as one
+        graph, and a rollout is one replay."""
+        for t in range(self.T):
+            self.step(t)
 
     def run(self, gen: torch.Generator | None, rows: int) -> Rollout:
         """One rollout from the decoder's prefill: the completions of its first `rows` rows, and the generator where
@@ -176,11 +185,10 @@ class CapturedLoop:
             self.used[0].zero_()
             self.width[0].zero_()
             self.logits[0].copy_(dec.logits)  # (the prefill's)
-            for t in range(T):
-                replay = self.replays.get(t)
-                if replay is None:
-                    replay = self.replays[t] = self.capture(lambda t=t: self.step(t))
-                replay()
+            if T > 0:
+                if self.replay is None:
+                    self.replay = self.capture(self.steps)
+                self.replay()
         Tc = int(self.width[T])  # (the rollout's host reads: its width, and the uniforms it used)
         if self.draws:  # the generator as `decode` leaves it: advanced by the uniforms it used
             gen.set_state(before)
