@@ -11,7 +11,7 @@
 #    rollout and host reads per decode step, side by side, and the scoring forward, today's and static;
 # 2. the default experiment (`train_grpo.py` with its defaults; on CUDA they decode with static shapes) on the GPU:
 #    held-out accuracy before / after, seconds and peak host memory; then the same with --static_shapes false, and
-#    with --cuda_graphs true (each decode step replayed as a CUDA graph);
+#    with --cuda_graphs true (the decode's whole loop replayed as a CUDA graph);
 # 3. benchmarks/vs_trl.py on the GPU, both starting points, 36x8 and 4x8;
 # 4. benchmarks/time_to_accuracy.py --peer trl,ours_default --seeds $SEEDS (42) on the GPU: held-out accuracy against
 #    training seconds, TRL's GRPOTrainer and our default, 1000 steps each, in fp32 (its TRL peer has no bf16).
@@ -128,7 +128,7 @@ else
     | { grep -Ei "held-out|error" || true; }
 fi
 
-echo "== 2c. the default experiment, each decode step a CUDA graph (--cuda_graphs true)"
+echo "== 2c. the default experiment, the decode a CUDA graph (--cuda_graphs true)"
 if [[ $DEVICE == cpu ]]; then
   echo "(--cpu: skipped; CUDA graphs need CUDA)"
 elif [[ $BF16 == true ]]; then

@@ -55,8 +55,8 @@ def sample_completions(
     after. With `tools` (an environment), a row that ends a tool call is fed the environment's reply before it
     samples again (tinygrpo/rollout/tool_calls.py). `static`: the same completions from a decode of static shapes
     (tinygrpo/rollout/static_decode.py: no row leaves, no host read per step; the CPU twin of a graphed GPU decode).
-    `capture` (with `static`): each decode step of the model's fixed-buffer decoder runs as a captured graph
-    (tiny_lm/static_decoder.py: `CudaGraphs` on a GPU).
+    `capture` (with `static`, on the model's fixed-buffer decoder): the decode loop runs as one captured graph, or,
+    with tools or a repetition penalty, each model step does (static_decode.py; `CudaGraphs` on a GPU).
     """
     backend = backend or select_backend(model)
     switch = model.training and not backend.mode_independent

@@ -148,10 +148,10 @@ class Sampling:
     cuda_graphs: bool = field(
         default=False,
         metadata={
-            "help": "Replay each static-shape decode step as a CUDA graph, captured on its first use per bucket "
-            "(tiny_lm/static_decoder.py; PyTorch's 'Accelerating PyTorch with CUDA Graphs'). Needs a CUDA device "
-            "and static shapes; the same completions. Off by default: not yet measured on a GPU "
-            "(benchmarks/gpu.sh measures it)."
+            "help": "Replay the static-shape decode as a CUDA graph: its whole loop, captured once per bucket and "
+            "sampling settings, one replay a rollout (tinygrpo/rollout/static_decode.py; PyTorch's 'Accelerating "
+            "PyTorch with CUDA Graphs'). Needs a CUDA device and static shapes; the same completions. Off by default: "
+            "not yet measured on a GPU (benchmarks/gpu.sh measures it)."
         },
     )
     mask_truncated_completions: bool = field(
