@@ -364,16 +364,21 @@ def _edges(name: str, bound: Bound) -> list[tuple[object, object]]:
     return [([o], [i]) for o, i in pairs] if is_list else pairs
 
 
+# Fields whose edge value is valid only beside others (the whole-groups rule: 1 x 2 micro-batches holds a group of 2)
+CONTEXT = {"per_device_train_batch_size": {"num_generations": 2, "gradient_accumulation_steps": 2}}
+
+
 @pytest.mark.parametrize("name", list(BOUNDS))
 def test_every_bound_rejects_just_outside_and_accepts_just_inside(name):
     bound = BOUNDS[name]
     edges = _edges(name, bound)
     assert edges, name
+    context = CONTEXT.get(name, {})
     for outside, inside in edges:
         with pytest.raises(ConfigError) as e:
-            GRPOConfig(**{name: outside})
+            GRPOConfig(**{name: outside}, **context)
         assert str(e.value) == f"{name} must be {bound.describe()}, got {outside}"
-        assert getattr(GRPOConfig(**{name: inside}), name) == inside
+        assert getattr(GRPOConfig(**{name: inside}, **context), name) == inside
 
 
 @pytest.mark.parametrize(
@@ -438,6 +443,33 @@ def test_bound_and_rule_messages_are_exact(argv, message):
     with pytest.raises(ConfigError) as e:
         parse_config(argv)
     assert str(e.value) == message
+
+
+# The numeric fields with no single-field bound, each for a reason: every other int or float field is in BOUNDS (a
+# field left out of it once took 0 and negative batch sizes, and crashed the first step).
+UNBOUNDED = {
+    "reward_weights": "any finite weights: a negative one penalises",
+    "entropy_coef": "its sign picks an entropy bonus or a penalty",
+    "entropy_coef_max": "a rule: >= entropy_coef_min",
+    "train_pass_k": "a rule: in [1, num_generations) for pass_at_k, unset otherwise",
+    "delta": "a rule: > 1 + epsilon_high",
+}
+
+
+def _numeric(hint) -> bool:
+    """int or float, alone, optional or in a list."""
+    return hint in (int, float) or any(_numeric(a) for a in typing.get_args(hint))
+
+
+def test_every_numeric_field_is_bounded_or_says_why_not():
+    hints = typing.get_type_hints(GRPOConfig)
+    numeric = {f.name for f in fields(GRPOConfig) if _numeric(hints[f.name])}
+    assert numeric - set(BOUNDS) == set(UNBOUNDED), (
+        "bound the new field in config.BOUNDS, or say why not here"
+    )
+    for argv in (["--per_device_train_batch_size", "0"], ["--per_device_train_batch_size", "-8"]):
+        with pytest.raises(ConfigError, match=r"^per_device_train_batch_size must be >= 1, got -?\d+$"):
+            parse_config(argv)
 
 
 def test_the_tables_name_fields_and_the_defaults_pass_them():

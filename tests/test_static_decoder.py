@@ -152,6 +152,11 @@ def test_cuda_graphs_where_they_cannot_run_is_one_error_line(seed_reference, tmp
             ["--cuda_graphs", "true", "--grouped_forward", "false"],
             "grouped_forward false turns that path off",
         ),
+        # the seed bank's prompts (at most 4 tokens) pad to 8; with 9 more the reference's 16 positions are passed
+        (
+            ["--cuda_graphs", "true", "--max_completion_length", "9"],
+            "error: cuda_graphs: train prompts of up to 4 tokens are padded to 8, and with max_completion_length=9",
+        ),
     ):
         out = tmp_path / "_".join(extra).replace("-", "")
         assert train_grpo.main([*common, "--output_dir", str(out), *extra]) != 0

@@ -71,6 +71,7 @@ BOUNDS: dict[str, Bound] = {
     "num_train_epochs": POSITIVE,
     # counts of tokens, steps and passes, and intervals between events (an interval of 0 would never fire)
     **each(AT_LEAST_1, "max_completion_length max_steps num_iterations logging_steps eval_steps"),
+    "per_device_train_batch_size": AT_LEAST_1,  # (0 or -G would pass the whole-groups rule, and crash the first step)
     # counts where 0 means "none" or "off" (save_steps 0: only at the end; top_k 0: every token; threads 0: auto)
     **each(NON_NEGATIVE, "save_steps warmup_steps eval_pass_k top_k num_completions_to_print"),
     **each(NON_NEGATIVE, "torch_num_threads max_dynamic_sampling_rounds signal_forecast_prompts"),

@@ -14,6 +14,7 @@ from rewards import EOS, check_binary, compute_rewards, rewards_float32
 
 from ..algorithm.advantage_estimators import needs_binary_rewards
 from ..data.progress import chunks, progress
+from ..model.static_shapes import bucket_size
 from ..rollout.environment import get_environment
 from .config import ConfigError, GRPOConfig
 
@@ -140,8 +141,6 @@ def check_inputs(
             + ("bf16 autocasts it" if cfg.bf16 else "grouped_forward false turns that path off")
             + ": set one of them"
         )
-    if cfg.cuda_graphs and device is not None and device.type != "cuda":
-        raise ConfigError(f"cuda_graphs needs a CUDA device; this run is on {device.type}")
     reward_funcs, reward_names, reward_kwargs, reward_weights = (
         rewards.funcs,
         rewards.names,
@@ -188,6 +187,17 @@ def check_inputs(
                 f"{split} prompts of {longest} tokens + max_completion_length={cfg.max_completion_length} "
                 f"exceed the model's context of {n_pos} positions"
             )
+        width = bucket_size(
+            longest
+        )  # (the static decode's padded width: its fixed buffers must fit the context)
+        if cfg.cuda_graphs and split == "train" and n_pos and width + cfg.max_completion_length > n_pos:
+            raise ConfigError(
+                f"cuda_graphs: train prompts of up to {longest} tokens are padded to {width}, and with "
+                f"max_completion_length={cfg.max_completion_length} they pass the model's context of {n_pos} "
+                "positions: the decode would run uncaptured; leave cuda_graphs off"
+            )
+    if cfg.cuda_graphs and device is not None and device.type != "cuda":
+        raise ConfigError(f"cuda_graphs needs a CUDA device; this run is on {device.type}")
     scored = eval_dataset is not None and "answer" in eval_dataset.column_names  # (no answers: no evaluation)
     check_memory(cfg, ModelShape.of(model.config), len(eval_dataset) if scored else 0)
     # Every reward function on every row of the train split, and the verifier on every row of the eval split, with
