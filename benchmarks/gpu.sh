@@ -119,13 +119,19 @@ s = Path(os.environ["OUTDIR"], "summary.json")
 print(json.dumps(json.loads(s.read_text()), indent=1)[:1500] if s.is_file() else "no summary.json")
 PY
 
+# step 2's run again with one option changed, into $OUT/NAME: its held-out line
+default_again() {
+  local name=$1
+  shift
+  rm -rf "${OUT:?}/$name"
+  python train_grpo.py --output_dir "$OUT/$name" --bf16 "$BF16" "$@" "${REF[@]}" | { grep -Ei "held-out|error" || true; }
+}
+
 echo "== 2b. the default experiment, today's decode (--static_shapes false)"
 if [[ $DEVICE == cpu ]]; then
   echo "(--cpu: skipped; it is step 2's command with --static_shapes false, which the CPU runs by default)"
 else
-  rm -rf "$OUT/default_eager"
-  python train_grpo.py --output_dir "$OUT/default_eager" --bf16 "$BF16" --static_shapes false "${REF[@]}" \
-    | { grep -Ei "held-out|error" || true; }
+  default_again default_eager --static_shapes false
 fi
 
 echo "== 2c. the default experiment, the decode a CUDA graph (--cuda_graphs true)"
@@ -134,9 +140,7 @@ if [[ $DEVICE == cpu ]]; then
 elif [[ $BF16 == true ]]; then
   echo "(--bf16: skipped; the graphs capture the float32 decode)"
 else
-  rm -rf "$OUT/default_graphs"
-  python train_grpo.py --output_dir "$OUT/default_graphs" --bf16 "$BF16" --cuda_graphs true "${REF[@]}" \
-    | { grep -Ei "held-out|error" || true; }
+  default_again default_graphs --cuda_graphs true
 fi
 
 echo "== 3. vs_trl.py"

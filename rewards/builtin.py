@@ -85,8 +85,9 @@ def _accuracy(
     for completion, gold_raw in zip(completions, answer, strict=True):
         key = (whole, completion, gold_raw)
         cacheable = type(completion) is str and type(gold_raw) in (str, int)
-        if cacheable and key in seen:
-            scores.append(seen[key])
+        hit = seen.get(key) if cacheable else None
+        if hit is not None:
+            scores.append(hit)
             continue
         gold = _gold(gold_raw)
         if gold is None:

@@ -52,13 +52,16 @@ class Replay:
         return fn
 
 
-def _both(model, prompts, G, params, tok, backend, tools=None, capture=None):  # noqa: F811
-    """today's decode and the static one (through `capture`, if given), each from a fresh generator of the same seed:
-    their rollouts and the generator's state after each."""
+def _both(model, prompts, G, params, tok, backend, tools=None, capture=None, seed=11):  # noqa: F811
+    """today's decode and the static one (through `capture`, if given), each from a fresh generator of `seed`: their
+    rollouts and the generator's state after each. `backend`: a name (a fresh one of it for each), or the backend
+    the static decode keeps across calls (today's gets a fresh one of its kind)."""
     enc = tok(prompts, padding=True, return_tensors="pt")
+    kept = None if isinstance(backend, str) else backend
+    fresh = BACKENDS[backend] if kept is None else type(kept)
     out = []
     for static in (False, True):
-        gen = torch.Generator().manual_seed(11)
+        gen = torch.Generator().manual_seed(seed)
         ro = sample_completions(
             model,
             enc["input_ids"],
@@ -67,7 +70,7 @@ def _both(model, prompts, G, params, tok, backend, tools=None, capture=None):  #
             dataclasses.replace(params, generator=gen),
             eos_token_id=tok.eos_token_id,
             pad_token_id=tok.pad_token_id,
-            backend=BACKENDS[backend](),
+            backend=kept if static and kept is not None else fresh(),
             tools=tools,
             static=static,
             capture=capture if static else None,

@@ -5,10 +5,9 @@ index once across rollouts; one decoder per shape is kept; a run with `cuda_grap
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
+from test_static_decode import _both, _same
 from test_tool_calls import _model, tok  # noqa: F401  (tok: the module's fixture)
 
 from tiny_lm.grouped import GroupedDecoder
@@ -81,45 +80,23 @@ class RecordingCapture:
         return replay
 
 
-def _today_and_captured(model, tok, enc, G, params, seed, backend, capture) -> dict:  # noqa: F811
-    """Today's decode (a fresh backend) and the static one through `backend` and `capture`, each from a generator of
-    `seed`: their rollouts, and the generators' states after them ("today_state", "captured_state")."""
-    out = {}
-    for how in ("today", "captured"):
-        gen = torch.Generator().manual_seed(seed)
-        out[how] = sample_completions(
-            model,
-            enc["input_ids"],
-            enc["attention_mask"],
-            G,
-            dataclasses.replace(params, generator=gen),
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-            backend=GroupedBackend() if how == "today" else backend,
-            static=how == "captured",
-            capture=capture if how == "captured" else None,
-        )
-        out[how + "_state"] = gen.get_state()
-    return out
-
-
 @pytest.mark.parametrize(
     "params",
     [SamplingParams(5, temperature=1.0), SamplingParams(5, 0.8, top_p=0.9), SamplingParams.greedy(5)],
 )
 def test_a_captured_decode_samples_todays_completions(tok, params):  # noqa: F811
     model = _model(tok, 1).double()
-    enc = tok(PROMPTS, padding=True, return_tensors="pt")
     capture, backend = RecordingCapture(), GroupedBackend()
     for rollout in range(2):  # two rollouts of one shape: the second replays what the first captured
         if rollout == 1:  # an update in place between them, as the optimizer makes: the replays read it
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(0.05 * torch.randn_like(p))
-        out = _today_and_captured(model, tok, enc, 4, params, rollout, backend, capture)
-        for f in ("completion_ids", "completion_mask", "is_eos"):
-            assert torch.equal(getattr(out["captured"], f), getattr(out["today"], f)), f
-        assert torch.equal(out["captured_state"], out["today_state"])
+        (today, state), (captured, captured_state) = _both(
+            model, PROMPTS, 4, params, tok, backend, capture=capture, seed=rollout
+        )
+        _same(today, captured)
+        assert torch.equal(captured_state, state)
     # the whole loop (T = 5 steps: sampling, bookkeeping, the model) once, in the first rollout; one replay a rollout
     assert capture.captured == 1
     assert capture.replayed == 2
@@ -181,11 +158,13 @@ def test_one_capture_serves_every_batch_of_its_bucket(tok):  # noqa: F811
     capture, backend = RecordingCapture(), GroupedBackend()
     params = SamplingParams(4, temperature=1.3)
     for n, seed in ((5, 0), (7, 1), (6, 2)):
-        enc = tok([f"{i}*{i + 3}=" for i in range(n)], padding=True, return_tensors="pt")
-        out = _today_and_captured(model, tok, enc, 3, params, seed, backend, capture)
-        assert out["captured"].completion_ids.shape[0] == 3 * n
-        assert torch.equal(out["captured"].completion_ids, out["today"].completion_ids)
-        assert torch.equal(out["captured_state"], out["today_state"])
+        prompts = [f"{i}*{i + 3}=" for i in range(n)]
+        (today, state), (captured, captured_state) = _both(
+            model, prompts, 3, params, tok, backend, capture=capture, seed=seed
+        )
+        assert captured.completion_ids.shape[0] == 3 * n
+        _same(today, captured)
+        assert torch.equal(captured_state, state)
     assert capture.captured == 1 and len(backend._static) == 1
 
 

@@ -67,9 +67,8 @@ def sample_completions(
         if static:
             prompt_ids, prompt_mask = pad_to_buckets(prompt_ids, prompt_mask, pad_token_id)
         dec = None
-        if static and hasattr(
-            backend, "static_decoder"
-        ):  # the model's decoder of fixed buffers, where it has one
+        # the model's decoder of fixed buffers, where it has one
+        if static and hasattr(backend, "static_decoder"):
             dec = backend.static_decoder(
                 model, prompt_ids, prompt_mask, num_generations, params.max_new_tokens, capture
             )

@@ -25,8 +25,8 @@ unless a uniform falls within that rounding of a boundary (the tests compare in 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
@@ -35,6 +35,44 @@ from tiny_lm.static_decoder import Capture, StaticGroupedDecoder
 from ..model.backend import Decoder
 from .sampler import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
 from .tool_calls import ToolCalls
+
+
+def draw_budget(
+    gen: torch.Generator | None, n: int, device: torch.device
+) -> tuple[torch.Generator, torch.Tensor, torch.Tensor]:
+    """A rollout's uniforms, all at once: (the generator, its state before, its next n draws). None: torch's global
+    generator, on the CPU only (a GPU decode is given the trainer's CPU generator)."""
+    if gen is None:
+        if device.type != "cpu":
+            raise ValueError("the static-shape decode samples from a generator: give params.generator")
+        gen = torch.default_generator
+    before = gen.get_state()
+    return gen, before, torch.rand(n, generator=gen, device=gen.device)
+
+
+def rewind(gen: torch.Generator, before: torch.Tensor, used: int) -> None:
+    """The generator as `decode` leaves it: its state before the rollout, advanced by the uniforms it used."""
+    gen.set_state(before)
+    torch.rand(used, generator=gen, device=gen.device)
+
+
+def sample_live(
+    logits: torch.Tensor,
+    live: torch.Tensor,
+    params: SamplingParams,
+    pad_token_id: int,
+    stream: torch.Tensor | None,
+    used: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One step's tokens (pad for a finished row) and the uniforms used after it: the live row of rank r among the
+    live rows takes uniform `used + r` of `stream` (None: greedy, nothing drawn). A finished row's index is clamped
+    into the stream and its draw never read."""
+    uniforms = None
+    if stream is not None:
+        rank = live.long().cumsum(0) - 1  # each live row's place among the live rows
+        uniforms = stream[(used + rank).clamp(0, stream.numel() - 1)][:, None]  # (B, 1)
+        used = used + live.sum()
+    return torch.where(live, sample_from_logits(logits, params, uniforms), pad_token_id), used
 
 
 def decode_static(
@@ -65,31 +103,16 @@ def decode_static(
     live = torch.arange(B, device=device) < R  # the rows that still run
     completion_ids = torch.full((B, T), pad_token_id, dtype=torch.long, device=device)
     tool_mask = None if tools is None else torch.zeros(B, T, dtype=torch.bool, device=device)
-    gen = params.generator
-    draws = params.temperature != 0 and T > 0
-    if draws:
-        if gen is None:
-            if device.type != "cpu":
-                raise ValueError("the static-shape decode samples from a generator: give params.generator")
-            gen = torch.default_generator
-        before = gen.get_state()
-        stream = torch.rand(R * T, generator=gen, device=gen.device).to(
-            device
-        )  # (an upper bound on the draws)
-        used = torch.zeros((), dtype=torch.long, device=device)
+    stream = used = None
+    if params.temperature != 0 and T > 0:
+        gen, before, stream = draw_budget(params.generator, R * T, device)  # (an upper bound on the draws)
+        stream, used = stream.to(device), torch.zeros((), dtype=torch.long, device=device)
     width = torch.zeros((), dtype=torch.long, device=device)  # steps that some row ran: the rollout's width
     for step in range(T):
         width = width + live.any().long()
         if seen is not None:
             logits = penalize_repeats(logits, seen, params.repetition_penalty)
-        uniforms = None
-        if draws:
-            rank = live.long().cumsum(0) - 1  # each live row's place among the live rows
-            uniforms = stream[(used + rank).clamp(0, R * T - 1)][
-                :, None
-            ]  # (B, 1); a finished row's is not read
-            used = used + live.sum()
-        nxt = torch.where(live, sample_from_logits(logits, params, uniforms), pad_token_id)
+        nxt, used = sample_live(logits, live, params, pad_token_id, stream, used)
         if tools is not None:  # a row owed a reply is fed it (host-side: the environment is)
             rows = live.nonzero().squeeze(1)
             fed_tokens, fed = tools.next_tokens(rows, nxt[rows])
@@ -102,9 +125,8 @@ def decode_static(
         if step < T - 1:
             logits = dec.step(nxt)
     Tc = int(width)  # (the rollout's host reads: its width, and the uniforms it used)
-    if draws:  # the generator as `decode` leaves it: advanced by the uniforms it used
-        gen.set_state(before)
-        torch.rand(int(used), generator=gen, device=gen.device)
+    if stream is not None:
+        rewind(gen, before, int(used))
     tm = None if tool_mask is None else tool_mask[:R]
     return finish_rollout(completion_ids[:R, :Tc], eos_token_id, tools, tm)
 
@@ -129,7 +151,7 @@ class CapturedLoop:
         capture: Capture,
     ) -> None:
         self.dec, self.eos, self.pad, self.capture = dec, eos_token_id, pad_token_id, capture
-        self.params = dataclasses.replace(params, generator=None)  # (each rollout draws from its own: `run`)
+        self.params = replace(params, generator=None)  # (each rollout draws from its own: `run`)
         B, T, device = dec.logits.size(0), params.max_new_tokens, dec.logits.device
         self.T, self.draws = T, params.temperature != 0 and T > 0
         with torch.inference_mode():
@@ -146,13 +168,11 @@ class CapturedLoop:
         """Step t of `decode_static`'s loop (no tools, no penalty), on the buffers."""
         T, live = self.T, self.live[t]
         self.width[t + 1].copy_(self.width[t] + live.any().long())
-        uniforms = None
-        if self.draws:
-            rank = live.long().cumsum(0) - 1  # each live row's place among the live rows
-            uniforms = self.stream[(self.used[t] + rank).clamp(0, self.stream.numel() - 1)][:, None]
-            self.used[t + 1].copy_(self.used[t] + live.sum())
         logits = self.logits[0 if t == 0 else 1 + t % 2]
-        nxt = torch.where(live, sample_from_logits(logits, self.params, uniforms), self.pad)
+        stream = self.stream if self.draws else None
+        nxt, used = sample_live(logits, live, self.params, self.pad, stream, self.used[t])
+        if self.draws:
+            self.used[t + 1].copy_(used)
         self.ids[:, t].copy_(nxt)
         self.live[t + 1].copy_(live & (nxt != self.eos))
         if t < T - 1:
@@ -170,14 +190,7 @@ class CapturedLoop:
         `decode` leaves it."""
         R, T, dec = rows, self.T, self.dec
         if self.draws:
-            if gen is None:
-                if dec.logits.device.type != "cpu":
-                    raise ValueError(
-                        "the static-shape decode samples from a generator: give params.generator"
-                    )
-                gen = torch.default_generator
-            before = gen.get_state()
-            draw = torch.rand(R * T, generator=gen, device=gen.device)
+            gen, before, draw = draw_budget(gen, R * T, dec.logits.device)
         with torch.inference_mode():
             if self.draws:
                 self.stream[: R * T].copy_(draw)
@@ -190,7 +203,6 @@ class CapturedLoop:
                     self.replay = self.capture(self.steps)
                 self.replay()
         Tc = int(self.width[T])  # (the rollout's host reads: its width, and the uniforms it used)
-        if self.draws:  # the generator as `decode` leaves it: advanced by the uniforms it used
-            gen.set_state(before)
-            torch.rand(int(self.used[T]), generator=gen, device=gen.device)
+        if self.draws:
+            rewind(gen, before, int(self.used[T]))
         return finish_rollout(self.ids[:R, :Tc].clone(), self.eos, None, None)

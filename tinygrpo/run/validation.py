@@ -187,10 +187,9 @@ def check_inputs(
                 f"{split} prompts of {longest} tokens + max_completion_length={cfg.max_completion_length} "
                 f"exceed the model's context of {n_pos} positions"
             )
-        width = bucket_size(
-            longest
-        )  # (the static decode's padded width: its fixed buffers must fit the context)
-        if cfg.cuda_graphs and split == "train" and n_pos and width + cfg.max_completion_length > n_pos:
+        # the static decode's padded width: its fixed buffers must fit the context
+        width = bucket_size(longest) if cfg.cuda_graphs and split == "train" else 0
+        if width and n_pos and width + cfg.max_completion_length > n_pos:
             raise ConfigError(
                 f"cuda_graphs: train prompts of up to {longest} tokens are padded to {width}, and with "
                 f"max_completion_length={cfg.max_completion_length} they pass the model's context of {n_pos} "
