@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _capture import TracedCapture
 from test_tool_calls import CALC, _model, tok  # noqa: F401  (tok: the module's fixture)
 
 from benchmarks._host_reads import HostReads
@@ -38,18 +39,6 @@ def test_padding_to_buckets_keeps_each_prompt_right_aligned_and_adds_masked_widt
     assert torch.equal(pids[:2, -3:], ids) and torch.equal(pmask[:2, -3:], mask)
     assert not pmask[:, :-3].any()  # the extra width is padding
     assert torch.equal(pids[2:, -3:], ids[:1].expand(6, 3))  # the extra rows: copies of the first prompt
-
-
-class Replay:
-    """A CPU stand-in for CudaGraphs: "captures" fn by running it (the warm-up), replays it by running it again."""
-
-    def __init__(self) -> None:
-        self.captured = 0
-
-    def __call__(self, fn):
-        fn()
-        self.captured += 1
-        return fn
 
 
 def _both(model, prompts, G, params, tok, backend, tools=None, capture=None, seed=11):  # noqa: F811
@@ -103,12 +92,12 @@ def test_the_static_decode_samples_todays_completions_and_leaves_the_generator_a
     params,
     captured,
 ):
-    """`captured`: through a capture (Replay, the CPU twin of CUDA graphs): with the grouped backend, each whole step
+    """`captured`: through a capture (TracedCapture, tests/_capture.py: the CPU twin of CUDA graphs): with the grouped backend, each whole step
     of the loop (tinygrpo/rollout/static_decode.py, CapturedLoop), or the model's step alone with a repetition
     penalty; the generic backend has no decoder of fixed buffers, and decodes as without."""
     model = _model(tok, 1).double()
     prompts = ["12*34=", "7*8=", "3=", "99*99=", "5*6=7"]  # 5 prompts of 3 widths: both buckets pad
-    replay = Replay() if captured else None
+    replay = TracedCapture() if captured else None
     (eager, state_e), (static, state_s) = _both(model, prompts, 6, params, tok, backend, capture=replay)
     _same(eager, static)
     assert torch.equal(state_e, state_s)  # the next draw is the same: the training run goes on as today
@@ -123,7 +112,9 @@ def test_the_static_decode_with_tools_feeds_the_same_replies(tok, backend):  # n
     model = _model(tok, 0).double()
     use = ToolUse(CALC, tok, max_calls=3)
     params = SamplingParams(24, 1.5)
-    replay = Replay()  # (with tools, the model's step alone is captured: the environment answers on the host)
+    replay = (
+        TracedCapture()
+    )  # (with tools, the model's step alone is captured: the environment answers on the host)
     (eager, state_e), (static, state_s) = _both(
         model, ["12*34=", "7*8="], 64, params, tok, backend, tools=use, capture=replay
     )
@@ -160,7 +151,7 @@ def test_the_static_decode_reads_nothing_back_per_step(tok):  # noqa: F811
     backend's, reads its attention mask each step, how often depending on its version: its reads, not the loop's.)"""
     short, long = (_reads(tok, "grouped", steps, static=True) for steps in (3, 9))
     assert short == long  # what it reads back is per rollout, not per step (prefill and the end)
-    short, long = (_reads(tok, "grouped", steps, static=True, capture=Replay()) for steps in (3, 9))
+    short, long = (_reads(tok, "grouped", steps, static=True, capture=TracedCapture()) for steps in (3, 9))
     assert (
         short == long
     )  # and the captured loop's steps, sampling and bookkeeping included, read nothing back

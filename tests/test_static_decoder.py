@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _capture import TracedCapture
 from test_static_decode import _both, _same
 from test_tool_calls import _model, tok  # noqa: F401  (tok: the module's fixture)
 
@@ -61,32 +62,13 @@ def test_a_step_is_idempotent(tok):  # noqa: F811
     assert dec.kc[0][:, :, 1].abs().sum() > 0 and dec.kc[0][:, :, 2].abs().sum() == 0  # column 1 only
 
 
-class RecordingCapture:
-    """A CPU stand-in for `CudaGraphs`: runs fn once (the warm-up), "captures" it, and replays by running it again;
-    counts both."""
-
-    def __init__(self) -> None:
-        self.captured = 0
-        self.replayed = 0
-
-    def __call__(self, fn):
-        fn()
-        self.captured += 1
-
-        def replay():
-            self.replayed += 1
-            fn()
-
-        return replay
-
-
 @pytest.mark.parametrize(
     "params",
     [SamplingParams(5, temperature=1.0), SamplingParams(5, 0.8, top_p=0.9), SamplingParams.greedy(5)],
 )
 def test_a_captured_decode_samples_todays_completions(tok, params):  # noqa: F811
     model = _model(tok, 1).double()
-    capture, backend = RecordingCapture(), GroupedBackend()
+    capture, backend = TracedCapture(), GroupedBackend()
     for rollout in range(2):  # two rollouts of one shape: the second replays what the first captured
         if rollout == 1:  # an update in place between them, as the optimizer makes: the replays read it
             with torch.no_grad():
@@ -155,7 +137,7 @@ def test_one_capture_serves_every_batch_of_its_bucket(tok):  # noqa: F811
     """5, 7 and 6 prompts all pad to a bucket of 8: one decoder, one captured loop, each batch's completions today's
     (how many rows are real is a buffer, not a constant of the graphs)."""
     model = _model(tok, 2).double()
-    capture, backend = RecordingCapture(), GroupedBackend()
+    capture, backend = TracedCapture(), GroupedBackend()
     params = SamplingParams(4, temperature=1.3)
     for n, seed in ((5, 0), (7, 1), (6, 2)):
         prompts = [f"{i}*{i + 3}=" for i in range(n)]
@@ -183,9 +165,9 @@ def test_a_decoder_the_backend_drops_lets_go_of_its_graphs(tok):  # noqa: F811
         pad_token_id=0,
         backend=be,
         static=True,
-        capture=RecordingCapture(),
+        capture=TracedCapture(),
     )
-    first = be.static_decoder(model, ids, mask, 2, 3, RecordingCapture())
+    first = be.static_decoder(model, ids, mask, 2, 3, TracedCapture())
     assert first.loops  # (the rollout captured its loop on this decoder)
     for G in range(3, 19):  # 16 more shapes: the cache of 16 is cleared
         be.static_decoder(model, ids, mask, G, 3)
