@@ -8,10 +8,10 @@
 # 1. host synchronisations of the grouped fast path on the GPU (torch.cuda.set_sync_debug_mode): per scoring
 #    forward and per decode step, against the number of layers (none may grow with the layers);
 # 1b. benchmarks/static_decode.py: today's decode against the static-shape one and the CUDA-graphed one, ms per
-#    rollout and host reads per decode step, side by side, and the scoring forward, today's and static;
+#    rollout and host reads per decode step, side by side, and the scoring forward, today's, static and graphed;
 # 2. the default experiment (`train_grpo.py` with its defaults; on CUDA they decode with static shapes) on the GPU:
 #    held-out accuracy before / after, seconds and peak host memory; then the same with --static_shapes false, and
-#    with --cuda_graphs true (the decode's whole loop replayed as a CUDA graph);
+#    with --cuda_graphs true (the decode's whole loop, and the no-grad scoring forwards, replayed as CUDA graphs);
 # 3. benchmarks/vs_trl.py on the GPU, both starting points, 36x8 and 4x8;
 # 4. benchmarks/time_to_accuracy.py --peer trl,ours_default --seeds $SEEDS (42) on the GPU: held-out accuracy against
 #    training seconds, TRL's GRPOTrainer and our default, 1000 steps each, in fp32 (its TRL peer has no bf16).
@@ -134,7 +134,7 @@ else
   default_again default_eager --static_shapes false
 fi
 
-echo "== 2c. the default experiment, the decode a CUDA graph (--cuda_graphs true)"
+echo "== 2c. the default experiment, the decode and the no-grad scoring CUDA graphs (--cuda_graphs true)"
 if [[ $DEVICE == cpu ]]; then
   echo "(--cpu: skipped; CUDA graphs need CUDA)"
 elif [[ $BF16 == true ]]; then

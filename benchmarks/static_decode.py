@@ -1,6 +1,6 @@
 """Today's decode and scoring against the static-shape ones (tinygrpo/rollout/static_decode.py,
-tinygrpo/model/static_shapes.py) and, on CUDA, the static decode with each step replayed as a CUDA graph
-(tiny_lm/static_decoder.py), side by side in one process: milliseconds per rollout and per scoring forward (medians
+tinygrpo/model/static_shapes.py) and, on CUDA, the static decode's loop and scoring forward replayed as CUDA graphs
+(tinygrpo/rollout/static_decode.py, tinygrpo/model/static_shapes.py), side by side in one process: milliseconds per rollout and per scoring forward (medians
 of --reps, the ways alternating), host reads per decode step, and whether each way samples today's completions.
 
     python benchmarks/static_decode.py                     # CPU, one thread: the default shape and a long one
@@ -57,19 +57,15 @@ BACKENDS: dict = {}  # one backend a way of decoding: a graphed one keeps its de
 
 
 def rollout(
-    model, tok, ids, mask, G, T, static: bool, seed: int, eos: int | None = None, graphs: bool = False
+    model, tok, ids, mask, G, T, static: bool, seed: int, eos: int | None = None, graphed: bool = False
 ):
     import torch
 
-    from tiny_lm.static_decoder import CudaGraphs
     from tinygrpo.model.backend import GroupedBackend
     from tinygrpo.rollout.sampling import SamplingParams, sample_completions
 
     gen = torch.Generator().manual_seed(seed)
-    backend = BACKENDS.setdefault((static, graphs), GroupedBackend())
-    capture = None
-    if graphs:  # one CudaGraphs (its memory pool and stream) for every graph
-        capture = BACKENDS.get("graphs") or BACKENDS.setdefault("graphs", CudaGraphs())
+    backend = BACKENDS.setdefault((static, graphed), GroupedBackend())
     return sample_completions(
         model,
         ids,
@@ -80,19 +76,33 @@ def rollout(
         pad_token_id=tok.pad_token_id,
         backend=backend,
         static=static,
-        capture=capture,
+        capture=graphs() if graphed else None,
     )
 
 
-def score(model, ids, mask, G, ro, static: bool):
-    """One no-grad scoring forward of a rollout (the reference's, or the old policy's): per-token log-probs."""
+def graphs():
+    """One CudaGraphs (its memory pool and stream) for every graph, the decode's and the scoring's."""
+    from tiny_lm.static_decoder import CudaGraphs
+
+    return BACKENDS.get("graphs") or BACKENDS.setdefault("graphs", CudaGraphs())
+
+
+def score(model, ids, mask, G, ro, static: bool, graphed: bool = False):
+    """One no-grad scoring forward of a rollout (the reference's, or the old policy's): per-token log-probs.
+    `graphed`: the static forward replayed from a CUDA graph (captured on the first call of its shape)."""
     import torch
 
     from tinygrpo.algorithm.core import selective_log_softmax
     from tinygrpo.model.backend import GroupedBackend
     from tinygrpo.model.static_shapes import StaticShapeBackend
 
-    be = StaticShapeBackend(GroupedBackend(), ro.completion_ids.size(1)) if static else GroupedBackend()
+    width = ro.completion_ids.size(1)
+    if graphed:  # (kept: its captures serve every call)
+        be = BACKENDS.get(("score", width))
+        if be is None:
+            be = BACKENDS[("score", width)] = StaticShapeBackend(GroupedBackend(), width, graphs())
+    else:
+        be = StaticShapeBackend(GroupedBackend(), width) if static else GroupedBackend()
     with torch.no_grad():
         cmask = ro.completion_mask.float()
         layout = be.layout(model, ids, mask, ro.completion_ids, G, cmask)
@@ -139,6 +149,7 @@ def table(results: dict) -> str:
             {None: "-", True: "yes", False: "NO"}[r.get("same_graphed")],
             f"{r['score_today_ms']:.2f}",
             f"{r['score_static_ms']:.2f}",
+            "-" if r.get("score_graphed_ms") is None else f"{r['score_graphed_ms']:.2f}",
             f"{r['logp_max_diff']:.0e}",
         ]
         for r in results["rows"]
@@ -155,12 +166,14 @@ def table(results: dict) -> str:
         "same",
         "scoring ms, today",
         "static",
+        "CUDA graphs",
         "log-prob max diff",
     ]
     where = f"{m['device']}, {m['threads']} thread(s), {results['model']}; {m['machine']['cpu']}"
     return markdown(head, rows) + (
         f"\n\nMedians of {results['reps']} rollouts and of as many no-grad scoring forwards of one rollout, the "
-        f"ways alternating ({where}); the log-prob difference is fp32's, on the real positions."
+        f"ways alternating ({where}); the log-prob difference is fp32's, on the real positions, the static (and graphed) "
+        "forward's against today's."
     )
 
 
@@ -195,23 +208,30 @@ def main(argv: list[str] | None = None) -> int:
         same = {
             way: torch.equal(
                 ro.completion_ids,
-                rollout(model, tok, ids, mask, G, T, how[0], 1, graphs=how[1]).completion_ids,
+                rollout(model, tok, ids, mask, G, T, how[0], 1, graphed=how[1]).completion_ids,
             )
             for way, how in ways.items()
         }
-        diff = (score(model, ids, mask, G, ro, True) - score(model, ids, mask, G, ro, False)).abs().max()
+        # the scoring forwards: (static, graphed); CUDA graphs only where there is CUDA
+        scorings = {"today": (False, False), "static": (True, False)}
+        if args.device == "cuda":
+            scorings["graphed"] = (True, True)
+        base = score(model, ids, mask, G, ro, False)
+        diff = max(
+            float((score(model, ids, mask, G, ro, *how) - base).abs().max()) for how in scorings.values()
+        )
         times: dict[str, list[float]] = {way: [] for way in ways}
-        scoring: dict[bool, list[float]] = {False: [], True: []}
+        scoring: dict[str, list[float]] = {way: [] for way in scorings}
 
         for rep in range(args.reps + 2):
-            for way, (static, graphs) in ways.items():  # alternating: a drift of the machine hits every way
-                ms = timed(args.device, rollout, model, tok, ids, mask, G, T, static, rep, graphs=graphs)
+            for way, (static, graphed) in ways.items():  # alternating: a drift of the machine hits every way
+                ms = timed(args.device, rollout, model, tok, ids, mask, G, T, static, rep, graphed=graphed)
                 if rep >= 2:  # (two warm-up rounds: the graphs are captured in the first)
                     times[way].append(ms)
-            for static in (False, True):
-                ms = timed(args.device, score, model, ids, mask, G, ro, static)
+            for way, (static, graphed) in scorings.items():
+                ms = timed(args.device, score, model, ids, mask, G, ro, static, graphed)
                 if rep >= 2:
-                    scoring[static].append(ms)
+                    scoring[way].append(ms)
         r_today, r_static = (reads_per_step(model, tok, ids, mask, G, T, s) for s in (False, True))
         rows.append(
             {"P": P, "G": G, "T": T, "today_ms": statistics.median(times["today"])}
@@ -222,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
                 "same_graphed": same.get("graphed"),
             }
             | {
-                "score_today_ms": statistics.median(scoring[False]),
-                "score_static_ms": statistics.median(scoring[True]),
+                "score_today_ms": statistics.median(scoring["today"]),
+                "score_static_ms": statistics.median(scoring["static"]),
+                "score_graphed_ms": statistics.median(scoring["graphed"]) if "graphed" in scoring else None,
             }
             | {"logp_max_diff": float(diff)}
         )
@@ -235,10 +256,15 @@ def main(argv: list[str] | None = None) -> int:
             for p in model.parameters():
                 p.add_(1e-2 * torch.randn_like(p))
         today, graphed = (
-            rollout(model, tok, ids, mask, G, T, s, 7, graphs=s).completion_ids for s in (False, True)
+            rollout(model, tok, ids, mask, G, T, s, 7, graphed=s).completion_ids for s in (False, True)
         )
         after_update = bool(torch.equal(today, graphed))
         print(f"the graphed decode after an update of the weights in place: same completions: {after_update}")
+        drift = (
+            (score(model, ids, mask, G, ro, True, True) - score(model, ids, mask, G, ro, False)).abs().max()
+        )
+        after_update = after_update and float(drift) < 1e-4  # (fp32 against today's forward, as the table's)
+        print(f"the graphed scoring after it: log-prob max diff {float(drift):.0e}")
     command = "python benchmarks/static_decode.py" + (
         f" --device {args.device}" if args.device != "cpu" else ""
     )

@@ -21,11 +21,15 @@ class TracedCapture:
     def __init__(self) -> None:
         self.captured = 0
         self.replayed = 0
+        self.names: list[str] = []  # each captured function's qualified name, in order
 
     def __call__(self, fn: Callable[[], None]) -> Callable[[], None]:
         fn()  # the warm-up
-        graph = make_fx(lambda: fn())()  # (tracing runs fn's ops once more: fn is idempotent, as capturing needs)
+        graph = make_fx(
+            lambda: fn()
+        )()  # (tracing runs fn's ops once more: fn is idempotent, as capturing needs)
         self.captured += 1
+        self.names.append(fn.__qualname__)
 
         def replay() -> None:
             self.replayed += 1

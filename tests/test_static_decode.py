@@ -159,40 +159,81 @@ def test_the_static_decode_reads_nothing_back_per_step(tok):  # noqa: F811
     assert eager_long - eager_short >= 6  # today's: at least one a step (the counter sees them)
 
 
-def test_a_run_with_static_shapes_trains_as_today(seed_reference, tmp_path):
+def test_a_run_with_static_shapes_trains_as_today(seed_reference, tmp_path, monkeypatch):
     """Two steps of a run (float64, explore rounds on: several rounds and temperatures a step): the same completions,
     so the same rewards; the same losses and weights up to float64 rounding (the scoring forward runs on padded
-    shapes too, its sums longer by masked zeros: tinygrpo/model/static_shapes.py)."""
+    shapes too, its sums longer by masked zeros: tinygrpo/model/static_shapes.py). And the same run with
+    `cuda_graphs` as a CPU can run it: CudaGraphs replaced by TracedCapture (tests/_capture.py), and the device
+    check, which refuses it off CUDA, told nothing of the device: the decode's loops and the scoring forwards are
+    captured once and replayed across steps, rounds and updates, with the static run's results."""
     from _runs import run_inproc
     from safetensors.torch import load_file
 
+    import tinygrpo.run.trainer as trainer
     from tinygrpo.run.metrics_io import read_jsonl
 
     common = [
         *"--dataset_test_split none --num_generations 4 --per_device_train_batch_size 40 --max_completion_length 3".split(),
         *"--max_steps 2 --logging_steps 1 --save_steps 0 --dtype float64 --explore_rounds 2".split(),
     ]
+    captures: list[TracedCapture] = []
+    monkeypatch.setattr(trainer, "CudaGraphs", lambda: captures.append(TracedCapture()) or captures[-1])
+    check = trainer.check_inputs
+    monkeypatch.setattr(trainer, "check_inputs", lambda *args: check(*args[:-1], None))  # (no device)
+    variants = {
+        "today": ["--static_shapes", "false"],
+        "static": ["--static_shapes", "true"],
+        "graphed": ["--static_shapes", "true", "--cuda_graphs", "true"],
+    }
     rows, weights = {}, {}
-    for static in ("false", "true"):
-        out = tmp_path / static
-        assert run_inproc(seed_reference, out, *common, "--static_shapes", static) == 0
-        rows[static] = [
+    for name, extra in variants.items():
+        out = tmp_path / name
+        assert run_inproc(seed_reference, out, *common, *extra) == 0
+        rows[name] = [
             {k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))}
             for r in read_jsonl(out / "metrics.jsonl")
         ]
-        weights[static] = load_file(str(out / "final" / "model.safetensors"))
-    assert len(rows["true"]) == len(rows["false"]) == 3
-    for static_row, row in zip(rows["true"], rows["false"], strict=True):
-        assert static_row.keys() == row.keys()
-        for key, value in row.items():
-            if isinstance(value, float):  # float64 sums in another order: ~1e-16 relative, 1e-9 with margin
-                assert static_row[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
-            else:  # counts, steps, the completions' statistics: equal
-                assert static_row[key] == value, key
-    assert rows["true"][-1]["loss"] != 0  # (a step that trained: the comparison has something to compare)
-    for name, w in weights["false"].items():
-        torch.testing.assert_close(weights["true"][name], w, rtol=1e-9, atol=1e-12, msg=name)
+        weights[name] = load_file(str(out / "final" / "model.safetensors"))
+    (graphs,) = captures  # one capture (one memory pool and stream on a GPU) for the decode and the scoring
+    assert 0 < graphs.captured < graphs.replayed  # (captured once per shape, replayed across the steps)
+    assert {name.split(".")[0] for name in graphs.names} == {"CapturedLoop", "CapturedScoring"}, graphs.names
+    for name in ("static", "graphed"):
+        assert len(rows[name]) == len(rows["today"]) == 3
+        for static_row, row in zip(rows[name], rows["today"], strict=True):
+            assert static_row.keys() == row.keys()
+            for key, value in row.items():
+                if isinstance(
+                    value, float
+                ):  # float64 sums in another order: ~1e-16 relative, 1e-9 with margin
+                    assert static_row[key] == pytest.approx(value, rel=1e-9, abs=1e-12), (name, key)
+                else:  # counts, steps, the completions' statistics: equal
+                    assert static_row[key] == value, (name, key)
+        for key, w in weights["today"].items():
+            torch.testing.assert_close(weights[name][key], w, rtol=1e-9, atol=1e-12, msg=(name, key))
+    assert rows["static"][-1]["loss"] != 0  # (a step that trained: the comparison has something to compare)
     assert any(
         not torch.equal(w, load_file(str(Path(seed_reference) / "model.safetensors"))[n])
-        for n, w in weights["false"].items()
+        for n, w in weights["today"].items()
     )
+
+
+def test_the_benchmarks_graphed_ways_decode_and_score_as_today(tok, monkeypatch):  # noqa: F811
+    """benchmarks/static_decode.py's CUDA-only ways (the graphed decode and scoring), run on the CPU through
+    TracedCapture: the code gpu.sh runs on a GPU, checked here for what a CPU can check."""
+    from benchmarks import static_decode as bench
+
+    capture = TracedCapture()
+    monkeypatch.setattr(bench, "BACKENDS", {"graphs": capture})
+    model = _model(tok, 1).double()
+    enc = tok(["12+34=", "7+8=", "3+3="], padding=True, return_tensors="pt")
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    for seed in (0, 1):  # the second rollout and scoring replay the first's captures
+        today = bench.rollout(model, tok, ids, mask, 4, 5, False, seed)
+        graphed = bench.rollout(model, tok, ids, mask, 4, 5, True, seed, graphed=True)
+        _same(today, graphed)
+        want = bench.score(model, ids, mask, 4, today, False)
+        torch.testing.assert_close(
+            bench.score(model, ids, mask, 4, today, True, True), want, rtol=1e-10, atol=1e-10
+        )
+    # the loop and the scoring forward captured once each; every call replays (the first just after capturing)
+    assert capture.captured == 2 and capture.replayed == 4

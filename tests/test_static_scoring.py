@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _capture import TracedCapture
 from test_tool_calls import _model, tok  # noqa: F401  (tok: the module's fixture)
 
 from tinygrpo.algorithm.core import selective_log_softmax
@@ -103,3 +104,34 @@ def test_a_batch_whose_rows_are_not_its_prompts_times_G_is_refused(tok):  # noqa
     prompt_ids, prompt_mask, ids, _ = _batch(tok, 3, 2, 4, seed=0)
     with pytest.raises(ValueError, match="5 completion rows for 3 prompts x 2 samples"):
         StaticShapeBackend(GroupedBackend()).layout(model, prompt_ids, prompt_mask, ids[:5], 2)
+
+
+def test_captured_scoring_gives_the_eager_log_probs_and_captures_once_per_model_and_bucket(tok):  # noqa: F811
+    """With a capture (TracedCapture: fixed Python values, no host read, the same tensors read on each replay), the
+    forwards without gradient replay one capture per model and bucket: batches of 5, 7 and 6 prompts, of other
+    widths and other completions, and weights updated in place between them, all score as the eager forward."""
+    policy, reference = _model(tok, 3).double(), _model(tok, 4).double()
+    capture = TracedCapture()
+    graphed = StaticShapeBackend(GroupedBackend(), max_width=8, capture=capture)
+    eager = StaticShapeBackend(GroupedBackend(), max_width=8)
+    calls = 0
+    for step, (P, Tc) in enumerate(((5, 6), (7, 8), (6, 5), (3, 6))):  # rows bucket 8, widths bucket 8
+        batch = _batch(tok, P, 3, Tc, seed=step)
+        for model in (reference, policy):
+            with torch.inference_mode():
+                got = _logp(model, graphed, batch, 3)
+            want = _logp(model, eager, batch, 3)
+            calls += 1
+            assert got.shape == batch[3].shape
+            # the same ATen calls on the same float64 buffers: equal to rounding, and to today's forward too
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(got, _logp(model, GroupedBackend(), batch, 3), rtol=1e-10, atol=1e-10)
+        with torch.no_grad():  # an optimizer step, in place: the next replay reads it
+            for p in policy.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+    assert capture.captured == 2  # one per model: every batch padded to one bucket
+    assert capture.replayed == calls
+    # with gradients (the policy's forward in the update), the forward runs eagerly, and gradients flow
+    logp = _logp(policy, graphed, batch, 3)
+    logp.sum().backward()
+    assert capture.replayed == calls and policy.transformer.wte.weight.grad.abs().sum() > 0

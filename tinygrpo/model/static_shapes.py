@@ -5,8 +5,10 @@ Graphs"; gpt-fast and transformers' StaticCache pad the same way). Decoding tiny
 - `bucket_size`: the least 8 x 2^k that holds n: at most twice n, and few shapes (10 up to 4096).
 - `pad_to_buckets`: prompts to bucket(P) rows and bucket(Tp) columns (the decode's and the scoring's padding).
 - `StaticShapeBackend`: another backend's scoring forward over the batch padded to buckets (rows, prompt width and
-  completion width, the last capped at the longest completion), every completion position computed (no shape depends on where a row ends), the real rows and
-  positions sliced back out. The decode's static loop is tinygrpo/rollout/static_decode.py.
+  completion width, the last capped at the longest completion), every completion position computed (no shape
+  depends on where a row ends), the real rows and positions sliced back out. With a `capture` (CUDA graphs), the
+  forwards without gradient (the reference's and the old policy's log-probs) are captured once per model and
+  bucket and replayed (`CapturedScoring`). The decode's static loop is tinygrpo/rollout/static_decode.py.
 
 What a pad costs in exactness: nothing. A padded prompt column is masked (its attention weight is exactly zero and
 positions count real tokens only), an extra prompt row is a copy of the first prompt, an extra completion column
@@ -17,13 +19,16 @@ compare in float64 (tests/test_static_scoring.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from .backend import Backend, Decoder
+from tiny_lm.static_decoder import Capture
+
+from .backend import Backend, Decoder, GroupedBackend
 
 SMALLEST_BUCKET = 8
 
@@ -75,13 +80,16 @@ class StaticShapeBackend:
     returns the real (P * G, Tc) part. Decoding is the inner backend's (sample_completions(static=True) pads the
     prompts itself). Gradients flow through the slice to the real positions only."""
 
-    def __init__(self, inner: Backend, max_width: int | None = None) -> None:
+    def __init__(self, inner: Backend, max_width: int | None = None, capture: Capture | None = None) -> None:
         """`max_width`: the widest completion there can be (max_completion_length): the width's bucket is capped
         there, so that a padded position never passes the positions the decode itself reaches (a model's
-        n_positions)."""
-        self.inner, self.max_width = inner, max_width
+        n_positions). `capture` (CudaGraphs): the grouped backend's forwards without gradient are replayed from a
+        capture per model and bucket; the decode's loop uses the same one (one memory pool, one stream)."""
+        self.inner, self.max_width, self.capture = inner, max_width, capture
         self.name = f"{inner.name}+static"
         self.mode_independent = inner.mode_independent
+        graphed = capture is not None and isinstance(inner, GroupedBackend)
+        self.captured = CapturedScoring(inner, capture) if graphed else None
 
     def decoder(
         self, model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, G: int
@@ -117,4 +125,71 @@ class StaticShapeBackend:
         return StaticLayout(self.inner.layout(model, ids, mask, padded, G), B, Tc)
 
     def logits(self, model: nn.Module, layout: StaticLayout) -> torch.Tensor:
+        if self.captured is not None and not torch.is_grad_enabled():
+            return self.captured.logits(model, layout.inner)[: layout.rows, : layout.width]
         return self.inner.logits(model, layout.inner)[: layout.rows, : layout.width]
+
+
+@dataclass
+class _Captured:
+    model: nn.Module  # (held, so that the id in the key stays this model's)
+    layout: Any  # the layout with every tensor a buffer, refilled each call
+    out: torch.Tensor  # the logits buffer the replay writes
+    replay: Callable[[], None]
+
+
+class CapturedScoring:
+    """A backend's scoring forward, without gradient, captured once per model and layout shape and replayed: the
+    reference's and the old policy's log-probs, two forwards a step of hundreds of small kernels each on a GPU.
+
+    A layout of one bucket has the same shapes and Python values whatever the batch (StaticShapeBackend pads it and
+    computes every position); only its tensors' values differ. So each call copies the layout's tensors into
+    buffers the graph reads, replays, and returns a copy of the logits buffer (the next replay overwrites it). The
+    weights are read where they live: an optimizer step or a reference update, made in place, is read by the next
+    replay. Bounded: past `maxsize` shapes and models, all are dropped and captured again as needed.
+    """
+
+    def __init__(self, inner: Backend, capture: Capture, maxsize: int = 16) -> None:
+        self.inner, self.capture, self.maxsize = inner, capture, maxsize
+        self.graphs: dict[tuple, _Captured] = {}
+
+    def logits(self, model: nn.Module, layout: Any) -> torch.Tensor:
+        key = (id(model), *_shape_of(layout))
+        entry = self.graphs.get(key)
+        if entry is None or entry.model is not model:
+            entry = self._capture(model, layout, key)
+        else:
+            for f in fields(layout):
+                value = getattr(layout, f.name)
+                if isinstance(value, torch.Tensor):
+                    getattr(entry.layout, f.name).copy_(value)
+        entry.replay()
+        return entry.out.clone()
+
+    def _capture(self, model: nn.Module, layout: Any, key: tuple) -> _Captured:
+        if len(self.graphs) >= self.maxsize:
+            self.graphs.clear()
+        # plain buffers (refilled under no_grad and inference_mode alike), and an eager run for the output's shape
+        with torch.inference_mode(False), torch.no_grad():
+            buffers = {
+                f.name: getattr(layout, f.name).clone()
+                for f in fields(layout)
+                if isinstance(getattr(layout, f.name), torch.Tensor)
+            }
+            fixed = replace(layout, **buffers)
+            out = torch.empty_like(self.inner.logits(model, fixed))
+        inner = self.inner
+
+        def forward() -> None:
+            out.copy_(inner.logits(model, fixed))
+
+        entry = self.graphs[key] = _Captured(model, fixed, out, self.capture(forward))
+        return entry
+
+
+def _shape_of(layout: Any) -> tuple:
+    """What a captured forward of `layout` fixes: every tensor's shape, dtype and device, every other field's value."""
+    return tuple(
+        (v.shape, v.dtype, v.device) if isinstance(v, torch.Tensor) else v
+        for v in (getattr(layout, f.name) for f in fields(layout))
+    )

@@ -19,7 +19,6 @@ class RolloutConfig:
     min_p: float
     repetition_penalty: float
     static_shapes: bool | None  # None: on for CUDA
-    cuda_graphs: bool
     mask_truncated_completions: bool
     beta: float  # (the KL in the reward, with use_kl_in_reward)
     advantage_mode: str

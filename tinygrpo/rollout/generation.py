@@ -22,7 +22,6 @@ import torch
 import torch.nn as nn
 
 from rewards import RewardError
-from tiny_lm.static_decoder import CudaGraphs
 
 from ..algorithm.advantage_estimators import (
     ADV_ESTIMATORS,
@@ -87,7 +86,9 @@ class BatchGenerator:
         binary_for = f"advantage_mode {cfg.advantage_mode}" if needs_binary_rewards(cfg) else None
         self.scorer = Scorer(rewards, prompts, tokenizer, binary_for)
         self.refill = Refill(self)
-        self.graphs = CudaGraphs() if cfg.cuda_graphs else None  # (the decode's steps, captured once each)
+        # the static backend's capture (cuda_graphs: CudaGraphs), so that the decode's loop shares its memory
+        # pool and stream
+        self.graphs = getattr(backend, "capture", None)
 
     @property
     def prompts(self) -> PromptSource:

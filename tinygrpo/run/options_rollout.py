@@ -148,10 +148,11 @@ class Sampling:
     cuda_graphs: bool = field(
         default=False,
         metadata={
-            "help": "Replay the static-shape decode as a CUDA graph: its whole loop, captured once per bucket and "
-            "sampling settings, one replay a rollout (tinygrpo/rollout/static_decode.py; PyTorch's 'Accelerating "
-            "PyTorch with CUDA Graphs'). Needs a CUDA device and static shapes; the same completions. Off by default: "
-            "not yet measured on a GPU (benchmarks/gpu.sh measures it)."
+            "help": "Replay the static-shape decode and scoring as CUDA graphs: the decode's whole loop, captured "
+            "once per bucket and sampling settings, one replay a rollout, and the reference's and old policy's "
+            "forwards, once per model and bucket (tinygrpo/rollout/static_decode.py, tinygrpo/model/static_shapes.py; "
+            "PyTorch's 'Accelerating PyTorch with CUDA Graphs'). Needs a CUDA device and static shapes; the same "
+            "completions. Off by default: not yet measured on a GPU (benchmarks/gpu.sh measures it)."
         },
     )
     mask_truncated_completions: bool = field(

@@ -29,6 +29,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, set_seed
 
 from rewards import RewardError, resolve_rewards
+from tiny_lm.static_decoder import CudaGraphs
 
 from ..model.backend import AutocastBackend, PolicyForward, select_backend
 from ..model.static_shapes import StaticShapeBackend, static_shapes_on
@@ -117,7 +118,8 @@ class GRPOTrainer(Checkpoints):
         fsdp = self.acc.distributed_type == DistributedType.FSDP
         self.backend = select_backend(model, self.ref_model, prefer_grouped=cfg.grouped_forward and not fsdp)
         if static_shapes_on(cfg.static_shapes, self.acc.device):  # scoring too: every forward on a few shapes
-            self.backend = StaticShapeBackend(self.backend, cfg.max_completion_length)
+            graphs = CudaGraphs() if cfg.cuda_graphs else None  # (the decode's loop and the scoring forwards)
+            self.backend = StaticShapeBackend(self.backend, cfg.max_completion_length, graphs)
         if cfg.bf16:
             self.backend = AutocastBackend(self.backend, self.acc.device.type)
         rows = eval_dataset.to_dict() if eval_dataset is not None else None
