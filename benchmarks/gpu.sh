@@ -10,11 +10,14 @@
 # 1b. benchmarks/static_decode.py: today's decode against the static-shape one and the CUDA-graphed one, ms per
 #    rollout and host reads per decode step, side by side, and the scoring forward, today's, static and graphed;
 # 2. the default experiment (`train_grpo.py` with its defaults; on CUDA they decode with static shapes) on the GPU:
-#    held-out accuracy before / after, seconds and peak host memory; then the same with --static_shapes false, and
-#    with --cuda_graphs true (the decode's whole loop, and the no-grad scoring forwards, replayed as CUDA graphs);
+#    held-out accuracy before / after, seconds and peak host memory; then the same with --static_shapes false;
 # 3. benchmarks/vs_trl.py on the GPU, both starting points, 36x8 and 4x8;
 # 4. benchmarks/time_to_accuracy.py --peer trl,ours_default --seeds $SEEDS (42) on the GPU: held-out accuracy against
-#    training seconds, TRL's GRPOTrainer and our default, 1000 steps each, in fp32 (its TRL peer has no bf16).
+#    training seconds, TRL's GRPOTrainer and our default, 1000 steps each, in fp32 (its TRL peer has no bf16);
+# 4b. the same for our default with --cuda_graphs true (the decode's whole loop, and the no-grad scoring forwards,
+#    replayed as CUDA graphs);
+# 5. benchmarks/gpu_goals.py: the goals read from steps 4 and 4b (1000 steps, seconds to 99 %, TRL's seconds to 90 %
+#    over ours), OUT/goals.json.
 # Steps 3 and 4 print where each trainer ran, a line like `device: ours cuda, trl cuda`.
 # Output: $OUT (default runs/gpu): gpu.log and what each step writes, results files included (nothing goes to
 # docs/results), and the benchmark's own models in $OUT/bench. REFERENCE=DIR: the initial policy of steps 2 and 4
@@ -119,28 +122,13 @@ s = Path(os.environ["OUTDIR"], "summary.json")
 print(json.dumps(json.loads(s.read_text()), indent=1)[:1500] if s.is_file() else "no summary.json")
 PY
 
-# step 2's run again with one option changed, into $OUT/NAME: its held-out line
-default_again() {
-  local name=$1
-  shift
-  rm -rf "${OUT:?}/$name"
-  python train_grpo.py --output_dir "$OUT/$name" --bf16 "$BF16" "$@" "${REF[@]}" | { grep -Ei "held-out|error" || true; }
-}
-
 echo "== 2b. the default experiment, today's decode (--static_shapes false)"
 if [[ $DEVICE == cpu ]]; then
   echo "(--cpu: skipped; it is step 2's command with --static_shapes false, which the CPU runs by default)"
 else
-  default_again default_eager --static_shapes false
-fi
-
-echo "== 2c. the default experiment, the decode and the no-grad scoring CUDA graphs (--cuda_graphs true)"
-if [[ $DEVICE == cpu ]]; then
-  echo "(--cpu: skipped; CUDA graphs need CUDA)"
-elif [[ $BF16 == true ]]; then
-  echo "(--bf16: skipped; the graphs capture the float32 decode)"
-else
-  default_again default_graphs --cuda_graphs true
+  rm -rf "$OUT/default_eager"
+  python train_grpo.py --output_dir "$OUT/default_eager" --bf16 "$BF16" --static_shapes false "${REF[@]}" \
+    | { grep -Ei "held-out|error" || true; }
 fi
 
 echo "== 3. vs_trl.py"
@@ -155,4 +143,18 @@ fi
 echo "== 4. time_to_accuracy.py"
 python benchmarks/time_to_accuracy.py --threads 1 --peer trl,ours_default --seeds "$SEEDS" "${REF[@]}" "${TTA[@]}" \
   --output_dir "$OUT/time_to_accuracy" --results "$OUT/time_to_accuracy_results.json"
+
+echo "== 4b. time_to_accuracy.py, our default with the decode and the no-grad scoring CUDA graphs (--cuda_graphs true)"
+if [[ $DEVICE == cpu ]]; then
+  echo "(--cpu: skipped; CUDA graphs need CUDA)"
+elif [[ $BF16 == true ]]; then
+  echo "(--bf16: skipped; the graphs capture the float32 decode)"
+else
+  python benchmarks/time_to_accuracy.py --threads 1 --peer ours_default --seeds "$SEEDS" "${REF[@]}" \
+    --output_dir "$OUT/time_to_accuracy_graphs" --results "$OUT/time_to_accuracy_graphs_results.json" \
+    -- --cuda_graphs true
+fi
+
+echo "== 5. the goals (1000 steps <= 15 s, 99 % within 10 s, >= 15x TRL to 90 %)"
+python benchmarks/gpu_goals.py "$OUT"
 echo "== done: $OUT/gpu.log"

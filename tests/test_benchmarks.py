@@ -758,3 +758,32 @@ def test_trl_runs_on_the_device_ours_runs_on(monkeypatch):
     assert trl_settings(cfg, "out")["use_cpu"] is (not torch.cuda.is_available())
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert trl_settings(cfg, "out")["use_cpu"] is False
+
+
+def test_the_gpu_goals_are_read_from_time_to_accuracys_results(tmp_path, capsys):
+    """benchmarks/gpu_goals.py on hand-made results: medians over the seeds' runs, TRL's seconds to 90 % over ours,
+    each figure against its goal; a threshold not reached is None, a run not measured is left out."""
+    goals = _bench("gpu_goals")
+
+    def peer(name, to_90, to_99, train_s):
+        runs = [{"train_s": t} for t in train_s]
+        return {"peer": name, "first_s": {"0.9": to_90, "0.99": to_99}, "runs": runs}
+
+    results = {
+        "peers": [peer("trl", 40.0, None, [100.0]), peer("ours_default", 8.0, 20.0, [30.0, 10.0, 20.0])]
+    }
+    (tmp_path / "time_to_accuracy_results.json").write_text(json.dumps(results))
+    assert goals.main([str(tmp_path)]) == 0
+    got = json.loads((tmp_path / "goals.json").read_text())
+    assert list(got["runs"]) == ["default"]  # (no graphed run: not measured, not shown)
+    default = got["runs"]["default"]
+    assert default["figures"] == {"1000 steps s": 20.0, "to 99 % s": 20.0, "TRL to 90 % / ours": 5.0}
+    assert default["met"] == {"1000 steps s": False, "to 99 % s": False, "TRL to 90 % / ours": False}
+    graphed = {"peers": [peer("ours_default", 2.0, None, [12.0])]}
+    (tmp_path / "time_to_accuracy_graphs_results.json").write_text(json.dumps(graphed))
+    assert goals.main([str(tmp_path)]) == 0
+    row = json.loads((tmp_path / "goals.json").read_text())["runs"]["cuda_graphs"]
+    assert row["figures"] == {"1000 steps s": 12.0, "to 99 % s": None, "TRL to 90 % / ours": 20.0}
+    assert row["met"] == {"1000 steps s": True, "to 99 % s": None, "TRL to 90 % / ours": True}
+    assert "| cuda_graphs | 1 | 12.0 (met) | not reached | 20.0 (met) |" in capsys.readouterr().out
+    assert goals.main([str(tmp_path / "missing")]) == 2

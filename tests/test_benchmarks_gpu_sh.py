@@ -32,7 +32,18 @@ def test_gpu_sh_on_the_cpu_runs_every_step(seed_reference, tmp_path):
     log = (out / "gpu.log").read_text() if (out / "gpu.log").is_file() else proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
     steps = [line for line in log.splitlines() if line.startswith("== ")]
-    assert [s.split()[1] for s in steps] == ["device", "1.", "1b.", "2.", "2b.", "2c.", "3.", "4.", "done:"]
+    assert [s.split()[1] for s in steps] == [
+        "device",
+        "1.",
+        "1b.",
+        "2.",
+        "2b.",
+        "3.",
+        "4.",
+        "4b.",
+        "5.",
+        "done:",
+    ]
     # step 1b: both decodes, each shape's completions the same; no CUDA graphs on the CPU
     table = [line for line in log.splitlines() if re.match(r"\| \d+ x \d+, \d+ \|", line)]
     assert len(table) == 1, table  # (--quick: one shape)
@@ -51,6 +62,11 @@ def test_gpu_sh_on_the_cpu_runs_every_step(seed_reference, tmp_path):
     assert [(p["peer"], p["seeds"]) for p in peers] == [("trl", [42]), ("ours_default", [42])]
     runs = json.loads((out / "time_to_accuracy" / "time_to_accuracy.json").read_text())["runs"]
     assert all(len(r["points"]) > 1 for r in runs)
+    # step 5: the goals read from step 4's results (4b, the CUDA graphs, is skipped on the CPU)
+    goals = json.loads((out / "goals.json").read_text())
+    assert list(goals["runs"]) == ["default"] and goals["runs"]["default"]["seeds"] == 1
+    assert goals["runs"]["default"]["figures"]["1000 steps s"] == peers[1]["runs"][0]["train_s"] > 0
+    assert "| default | 1 |" in log
     # every results file this run wrote is under OUT (none in docs/results)
     wrote = re.findall(r"^wrote (\S+?);", log, re.M)
     assert len(wrote) == 3 and all(Path(w).resolve().is_relative_to(out.resolve()) for w in wrote)
