@@ -74,3 +74,54 @@ def test_gpu_sh_on_the_cpu_runs_every_step(seed_reference, tmp_path):
     printed = printed_devices(log)
     assert [list(d) for d in printed] == [["ours", "trl"], ["trl", "ours_default"]]
     assert all(_one_device(d) == "cpu" for d in printed)
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "want_steps", "want_errors"),
+    [
+        # a step that fails is said, and the next ones run: one GPU session measures all it can
+        ("static_decode.py", ["device", "1.", "1b.", "2.", "2b.", "3.", "4.", "4b.", "5.", "done:"], ["1b"]),
+        (
+            "--cuda_graphs true",
+            ["device", "1.", "1b.", "2.", "2b.", "3.", "4.", "4b.", "5.", "done:"],
+            ["4b"],
+        ),
+        ("gpu_goals.py", ["device", "1.", "1b.", "2.", "2b.", "3.", "4.", "4b.", "5.", "done:"], ["5"]),
+        # no GPU: nothing else runs
+        ("is_available", ["device"], []),
+    ],
+)
+def test_gpu_sh_says_a_failed_step_and_runs_the_next(tmp_path, fail_on, want_steps, want_errors):
+    """Fault injection with a stand-in `python` that fails (exit 3) where its arguments or its script contain
+    `fail_on`: every step's header still prints (the GPU path, as on one), each failure is one error line, and the
+    script exits non-zero; a missing GPU stops it at once."""
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'script=""; [[ "${1:-}" == - ]] && script=$(cat)\n'
+        '[[ "$* $script" == *"$FAIL_ON"* ]] && exit 3\n'
+        "exit 0\n"
+    )
+    fake.chmod(0o755)
+    env = dict(
+        os.environ, OUT=str(tmp_path / "gpu"), FAIL_ON=fail_on, PATH=f"{fake.parent}{os.pathsep}/usr/bin:/bin"
+    )
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu.sh")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0, log
+    steps = [line.split()[1] for line in log.splitlines() if line.startswith("== ")]
+    if want_errors:
+        want_steps = want_steps[:-1]  # ("done" only when every step passed)
+    assert steps == want_steps, log
+    said = [line.split()[2] for line in log.splitlines() if line.startswith("error: step ")]
+    assert said == want_errors, log
+    if want_errors:
+        assert f"error: steps {' '.join(want_errors)} failed" in log

@@ -217,7 +217,7 @@ def test_a_run_with_static_shapes_trains_as_today(seed_reference, tmp_path, monk
     )
 
 
-def test_the_benchmarks_graphed_ways_decode_and_score_as_today(tok, monkeypatch):  # noqa: F811
+def test_the_benchmarks_graphed_ways_decode_and_score_as_today(tok, monkeypatch, capsys):  # noqa: F811
     """benchmarks/static_decode.py's CUDA-only ways (the graphed decode and scoring), run on the CPU through
     TracedCapture: the code gpu.sh runs on a GPU, checked here for what a CPU can check."""
     from benchmarks import static_decode as bench
@@ -237,3 +237,15 @@ def test_the_benchmarks_graphed_ways_decode_and_score_as_today(tok, monkeypatch)
         )
     # the loop and the scoring forward captured once each; every call replays (the first just after capturing)
     assert capture.captured == 2 and capture.replayed == 4
+    # a capture that fails (as a GPU may refuse one): said in one line, the shape noted, the other ways go on
+    monkeypatch.setattr(bench, "FAILED", [])
+    assert bench.graphs_work(model, tok, ids, mask, 4, 5, today)
+
+    def refuse(fn):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(bench, "BACKENDS", {"graphs": refuse})
+    assert not bench.graphs_work(model, tok, ids, mask, 4, 5, today)
+    assert bench.FAILED == ["3 x 4, 5"]
+    err = capsys.readouterr().err
+    assert "error: CUDA graphs failed at 3 x 4, 5: RuntimeError: operation not permitted" in err
