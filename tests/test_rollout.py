@@ -9,9 +9,11 @@ import pytest
 import torch
 from _lm import encode
 from _numerics import assert_same_math
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tinygrpo.model.backend import GenericBackend, GroupedBackend, select_backend
-from tinygrpo.model.text import decode_completions
+from tinygrpo.model.text import decode_completions, decode_rows
 from tinygrpo.rollout.sampling import (
     SamplingParams,
     completion_logits,
@@ -280,6 +282,17 @@ def test_decode_completions(tok):
     assert len(cache) == 4 and cache[(10, 7, 1)] == "85<eos>"
     cache[(10, 7, 1)] = "from the cache"
     assert decode_completions(tok, c, m, cache)[0] == "from the cache"
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(0, 13), max_size=6), max_size=8), cached=st.booleans())
+def test_decode_rows_drops_every_pad_wherever_it_is(tok, rows, cached):
+    """Rows with the pad id anywhere (a cut row has none, a tool's row may): each row's text is the tokenizer's own
+    decoding of its other ids, with a cache or without, on a first call and on a second from the cache."""
+    want = [tok.decode([t for t in row if t != tok.pad_token_id], skip_special_tokens=False) for row in rows]
+    cache = {} if cached else None
+    assert decode_rows(tok, rows, cache) == want
+    assert decode_rows(tok, rows, cache) == want
 
 
 def _random_gpt2():

@@ -21,7 +21,8 @@ def decode_completions(
 def decode_rows(tokenizer, ids: list[list[int]], cache: dict | None = None) -> list[str]:
     """`decode_completions` on token-id lists: <eos> kept, padding ids dropped, `cache` as there."""
     pad = tokenizer.pad_token_id
-    rows = [tuple(t for t in row if t != pad) for row in ids]
+    # (a row cut at its length holds no pad: checked at C speed, filtered only where it does)
+    rows = [tuple(row) if pad not in row else tuple(t for t in row if t != pad) for row in ids]
     if cache is None:
         return tokenizer.batch_decode([list(r) for r in rows], skip_special_tokens=False)
     if len(cache) > 1 << 16:  # bounded: start over rather than grow without limit
