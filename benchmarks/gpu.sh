@@ -17,7 +17,8 @@
 # 4b. the same for our default with --cuda_graphs true (the decode's whole loop, and the no-grad scoring forwards,
 #    replayed as CUDA graphs);
 # 5. benchmarks/gpu_goals.py: the goals read from steps 4 and 4b (1000 steps, seconds to 99 %, TRL's seconds to 90 %
-#    over ours), OUT/goals.json.
+#    over ours), and the step split of our runs of steps 2, 2b, 4 and 4b (median ms of generate, reward, reference
+#    and old log-probs, optimize), OUT/goals.json.
 # Steps 3 and 4 print where each trainer ran, a line like `device: ours cuda, trl cuda`.
 # Output: $OUT (default runs/gpu): gpu.log and what each step writes, results files included (nothing goes to
 # docs/results), and the benchmark's own models in $OUT/bench. REFERENCE=DIR: the initial policy of steps 2 and 4

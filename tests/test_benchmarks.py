@@ -787,3 +787,17 @@ def test_the_gpu_goals_are_read_from_time_to_accuracys_results(tmp_path, capsys)
     assert row["met"] == {"1000 steps s": True, "to 99 % s": None, "TRL to 90 % / ours": True}
     assert "| cuda_graphs | 1 | 12.0 (met) | not reached | 20.0 (met) |" in capsys.readouterr().out
     assert goals.main([str(tmp_path / "missing")]) == 2
+    # the step split: medians from step 10 on, a seed's steps with another's, parts a run lacks at 0
+    for seed, times in ((42, (1.0, 3.0)), (1, (2.0, 99.0))):
+        run = tmp_path / "time_to_accuracy_graphs" / f"ours_default_s{seed}"
+        run.mkdir(parents=True)
+        rows = [{"step": 9, "time/step": 50.0}] + [
+            {"step": 10 + i, "time/step": t} for i, t in enumerate(times)
+        ]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert goals.main([str(tmp_path)]) == 0
+    split = json.loads((tmp_path / "goals.json").read_text())["step_split_ms"]
+    assert split == {
+        "cuda_graphs": {"step": 2500.0, "generate": 0.0, "reward": 0.0, "ref_old_logps": 0.0, "optimize": 0.0}
+    }
+    assert "| cuda_graphs | 2500.00 | 0.00 |" in capsys.readouterr().out

@@ -66,7 +66,7 @@ def test_gpu_sh_on_the_cpu_runs_every_step(seed_reference, tmp_path):
     goals = json.loads((out / "goals.json").read_text())
     assert list(goals["runs"]) == ["default"] and goals["runs"]["default"]["seeds"] == 1
     assert goals["runs"]["default"]["figures"]["1000 steps s"] == peers[1]["runs"][0]["train_s"] > 0
-    assert "| default | 1 |" in log
+    assert "| default | 1 |" in log and "The step split" in log
     # every results file this run wrote is under OUT (none in docs/results)
     wrote = re.findall(r"^wrote (\S+?);", log, re.M)
     assert len(wrote) == 3 and all(Path(w).resolve().is_relative_to(out.resolve()) for w in wrote)
