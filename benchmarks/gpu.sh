@@ -26,7 +26,7 @@
 # (its figures mean nothing): 2 training steps in step 2, one 2x4 block of one step and a 20-step seed reference in
 # step 3, one step evaluated on 50 problems in step 4.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 # A failed step is said and the next ones run (one GPU session measures all it can); the exit status says whether
 # any failed. Only a missing GPU stops the script.
 FAILED=()
@@ -54,7 +54,7 @@ OUT=${OUT:-runs/gpu}
 SEEDS=${SEEDS:-42}
 BENCH=$OUT/bench
 REF=() && [[ -n ${REFERENCE:-} ]] && REF=(--model_name_or_path "$REFERENCE")
-mkdir -p "$OUT"
+mkdir -p "$OUT" || exit 1
 exec > >(tee "$OUT/gpu.log") 2>&1
 export TOKENIZERS_PARALLELISM=false
 # train_grpo.py and time_to_accuracy.py take a GPU wherever there is one: --cpu hides it from every step

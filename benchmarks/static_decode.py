@@ -94,7 +94,7 @@ def score(model, ids, mask, G, ro, static: bool, graphed: bool = False):
 
     from tinygrpo.algorithm.core import selective_log_softmax
     from tinygrpo.model.backend import GroupedBackend
-    from tinygrpo.model.static_shapes import StaticShapeBackend
+    from tinygrpo.model.static_shapes import StaticShapeBackend, replayed
 
     width = ro.completion_ids.size(1)
     if graphed:  # (kept: its captures serve every call)
@@ -103,7 +103,7 @@ def score(model, ids, mask, G, ro, static: bool, graphed: bool = False):
             be = BACKENDS[("score", width)] = StaticShapeBackend(GroupedBackend(), width, graphs())
     else:
         be = StaticShapeBackend(GroupedBackend(), width) if static else GroupedBackend()
-    with torch.no_grad():
+    with torch.no_grad(), replayed(be):  # (as a training step asks for the reference's)
         cmask = ro.completion_mask.float()
         layout = be.layout(model, ids, mask, ro.completion_ids, G, cmask)
         return selective_log_softmax(be.logits(model, layout), ro.completion_ids) * cmask

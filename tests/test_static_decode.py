@@ -175,6 +175,7 @@ def test_a_run_with_static_shapes_trains_as_today(seed_reference, tmp_path, monk
     common = [
         *"--dataset_test_split none --num_generations 4 --per_device_train_batch_size 40 --max_completion_length 3".split(),
         *"--max_steps 2 --logging_steps 1 --save_steps 0 --dtype float64 --explore_rounds 2".split(),
+        *"--beta 0.04".split(),  # (a reference forward a step: the scoring a step replays)
     ]
     captures: list[TracedCapture] = []
     monkeypatch.setattr(trainer, "CudaGraphs", lambda: captures.append(TracedCapture()) or captures[-1])

@@ -11,7 +11,7 @@ from test_tool_calls import _model, tok  # noqa: F401  (tok: the module's fixtur
 
 from tinygrpo.algorithm.core import selective_log_softmax
 from tinygrpo.model.backend import GenericBackend, GroupedBackend
-from tinygrpo.model.static_shapes import StaticShapeBackend, bucket_size
+from tinygrpo.model.static_shapes import StaticShapeBackend, bucket_size, replayed
 
 BACKENDS = {"grouped": GroupedBackend, "generic": GenericBackend}
 
@@ -108,8 +108,9 @@ def test_a_batch_whose_rows_are_not_its_prompts_times_G_is_refused(tok):  # noqa
 
 def test_captured_scoring_gives_the_eager_log_probs_and_captures_once_per_model_and_bucket(tok):  # noqa: F811
     """With a capture (TracedCapture: fixed Python values, no host read, the same tensors read on each replay), the
-    forwards without gradient replay one capture per model and bucket: batches of 5, 7 and 6 prompts, of other
-    widths and other completions, and weights updated in place between them, all score as the eager forward."""
+    forwards without gradient that a step asks to be `replayed` replay one capture per model and bucket: batches of
+    5, 7 and 6 prompts, of other widths and other completions, and weights updated in place between them, all score
+    as the eager forward. Forwards not asked to be replayed (an evaluation's), or with gradients, run eagerly."""
     policy, reference = _model(tok, 3).double(), _model(tok, 4).double()
     capture = TracedCapture()
     graphed = StaticShapeBackend(GroupedBackend(), max_width=8, capture=capture)
@@ -118,7 +119,7 @@ def test_captured_scoring_gives_the_eager_log_probs_and_captures_once_per_model_
     for step, (P, Tc) in enumerate(((5, 6), (7, 8), (6, 5), (3, 6))):  # rows bucket 8, widths bucket 8
         batch = _batch(tok, P, 3, Tc, seed=step)
         for model in (reference, policy):
-            with torch.inference_mode():
+            with torch.inference_mode(), replayed(graphed):
                 got = _logp(model, graphed, batch, 3)
             want = _logp(model, eager, batch, 3)
             calls += 1
@@ -131,7 +132,14 @@ def test_captured_scoring_gives_the_eager_log_probs_and_captures_once_per_model_
                 p.add_(0.05 * torch.randn_like(p))
     assert capture.captured == 2  # one per model: every batch padded to one bucket
     assert capture.replayed == calls
+    other = _batch(tok, 20, 3, 8, seed=9)  # (a bucket of 32 prompts: a capture would be new)
+    with (
+        torch.inference_mode()
+    ):  # not within `replayed`: the eager forward itself, and nothing captured for it
+        assert torch.equal(_logp(policy, graphed, other, 3), _logp(policy, eager, other, 3))
+    assert (capture.captured, capture.replayed) == (2, calls)
     # with gradients (the policy's forward in the update), the forward runs eagerly, and gradients flow
-    logp = _logp(policy, graphed, batch, 3)
+    with replayed(graphed):
+        logp = _logp(policy, graphed, batch, 3)
     logp.sum().backward()
     assert capture.replayed == calls and policy.transformer.wte.weight.grad.abs().sum() > 0

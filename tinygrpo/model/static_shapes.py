@@ -7,8 +7,9 @@ Graphs"; gpt-fast and transformers' StaticCache pad the same way). Decoding tiny
 - `StaticShapeBackend`: another backend's scoring forward over the batch padded to buckets (rows, prompt width and
   completion width, the last capped at the longest completion), every completion position computed (no shape
   depends on where a row ends), the real rows and positions sliced back out. With a `capture` (CUDA graphs), the
-  forwards without gradient (the reference's and the old policy's log-probs) are captured once per model and
-  bucket and replayed (`CapturedScoring`). The decode's static loop is tinygrpo/rollout/static_decode.py.
+  forwards without gradient that a step makes on its batch (the reference's and the old policy's log-probs: called
+  `replayed`) are captured once per model and bucket and replayed (`CapturedScoring`). The decode's static loop is
+  tinygrpo/rollout/static_decode.py.
 
 What a pad costs in exactness: nothing. A padded prompt column is masked (its attention weight is exactly zero and
 positions count real tokens only), an extra prompt row is a copy of the first prompt, an extra completion column
@@ -19,7 +20,8 @@ compare in float64 (tests/test_static_scoring.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -125,7 +127,7 @@ class StaticShapeBackend:
         return StaticLayout(self.inner.layout(model, ids, mask, padded, G), B, Tc)
 
     def logits(self, model: nn.Module, layout: StaticLayout) -> torch.Tensor:
-        if self.captured is not None and not torch.is_grad_enabled():
+        if self.captured is not None and self.captured.on and not torch.is_grad_enabled():
             return self.captured.logits(model, layout.inner)[: layout.rows, : layout.width]
         return self.inner.logits(model, layout.inner)[: layout.rows, : layout.width]
 
@@ -138,20 +140,39 @@ class _Captured:
     replay: Callable[[], None]
 
 
+@contextmanager
+def replayed(backend: Any) -> Iterator[None]:
+    """Within: a StaticShapeBackend with a capture replays its forwards without gradient (a step's reference and old
+    log-probs: every step, on a few shapes). Elsewhere (an evaluation's or a log's forwards: other shapes, now and
+    then) they run eagerly, so that no graph holds their memory for the rest of the run. Any other backend: as
+    without."""
+    captured = getattr(backend, "captured", None)
+    if captured is None:
+        yield
+        return
+    before, captured.on = captured.on, True
+    try:
+        yield
+    finally:
+        captured.on = before
+
+
 class CapturedScoring:
     """A backend's scoring forward, without gradient, captured once per model and layout shape and replayed: the
-    reference's and the old policy's log-probs, two forwards a step of hundreds of small kernels each on a GPU.
+    reference's and the old policy's log-probs, two forwards a step of hundreds of small kernels each on a GPU
+    (within `replayed`).
 
     A layout of one bucket has the same shapes and Python values whatever the batch (StaticShapeBackend pads it and
     computes every position); only its tensors' values differ. So each call copies the layout's tensors into
     buffers the graph reads, replays, and returns a copy of the logits buffer (the next replay overwrites it). The
     weights are read where they live: an optimizer step or a reference update, made in place, is read by the next
-    replay. Bounded: past `maxsize` shapes and models, all are dropped and captured again as needed.
+    replay. Bounded: past `maxsize` shapes and models, the oldest capture is dropped.
     """
 
     def __init__(self, inner: Backend, capture: Capture, maxsize: int = 16) -> None:
         self.inner, self.capture, self.maxsize = inner, capture, maxsize
         self.graphs: dict[tuple, _Captured] = {}
+        self.on = False  # (set within `replayed`)
 
     def logits(self, model: nn.Module, layout: Any) -> torch.Tensor:
         key = (id(model), *_shape_of(layout))
@@ -168,7 +189,7 @@ class CapturedScoring:
 
     def _capture(self, model: nn.Module, layout: Any, key: tuple) -> _Captured:
         if len(self.graphs) >= self.maxsize:
-            self.graphs.clear()
+            del self.graphs[next(iter(self.graphs))]
         # plain buffers (refilled under no_grad and inference_mode alike), and an eager run for the output's shape
         with torch.inference_mode(False), torch.no_grad():
             buffers = {

@@ -34,7 +34,7 @@ from ..algorithm.core import selective_log_softmax
 from ..algorithm.forecast import SignalForecast, forecast_signal
 from ..algorithm.group_sizes import sized_advantages
 from ..model.backend import Backend
-from ..model.static_shapes import static_shapes_on
+from ..model.static_shapes import replayed, static_shapes_on
 from .config import RolloutConfig
 from .distributed import Processes
 from .prompt_stats import PromptStats
@@ -287,8 +287,9 @@ class BatchGenerator:
         an unbiased estimate of the sequence KL(pi || pi_ref) (use_kl_in_reward)."""
         layout = self.backend.layout(self.model, prompt_ids, prompt_mask, ids, self.unit, mask)
         t = self.cfg.temperature
-        logp = selective_log_softmax(self.backend.logits(self.model, layout), ids, t)
-        ref = selective_log_softmax(self.backend.logits(self.ref_model, layout), ids, t)
+        with replayed(self.backend):  # (cuda_graphs: each a captured forward, replayed)
+            logp = selective_log_softmax(self.backend.logits(self.model, layout), ids, t)
+            ref = selective_log_softmax(self.backend.logits(self.ref_model, layout), ids, t)
         # On the CPU beside the rewards; a copy, so that it leaves inference mode.
         return ((logp - ref) * mask).sum(1).to("cpu", copy=True)
 

@@ -168,9 +168,7 @@ class GRPOTrainer(Checkpoints):
         return self.state.step
 
     args = property(lambda self: self.cfg, doc="The run's GRPOConfig (TRL's trainer.args).")
-    processing_class = property(
-        lambda self: self.tokenizer, doc="The tokenizer (TRL's trainer.processing_class)."
-    )
+    processing_class = property(lambda self: self.tokenizer, doc="The tokenizer (TRL's processing_class).")
 
     # ------------------------------------------------------------------ one step
     def training_step(self) -> StepOutput:

@@ -21,6 +21,7 @@ from ..algorithm.core import at_least_float32, selective_log_softmax
 from ..algorithm.loss_config import LossConfig
 from ..algorithm.policy_losses import POLICY_LOSSES
 from ..model.backend import Backend
+from ..model.static_shapes import replayed
 from ..rollout.batch import Batch
 from ..rollout.distributed import Processes
 from .loss import EntropyCoefficient, LossInputs, LossStats, grpo_loss
@@ -248,14 +249,15 @@ class PolicyUpdate:
         ref_logps = ref_logits = old_logps = None
         if layout is None:
             return ref_logps, ref_logits, old_logps
-        if self.ref_model is not None:
-            logits = self.backend.logits(self.ref_model, layout)
-            ref_logps = selective_log_softmax(logits, train.completion_ids, cfg.temperature)
-            if cfg.kl_estimator == "full":
-                ref_logits = at_least_float32(logits)  # (a float64 run's stay float64)
-        if cfg.needs_old_logps:
-            logits = self.backend.logits(self.model, layout)
-            old_logps = selective_log_softmax(logits, train.completion_ids, cfg.temperature)
+        with replayed(self.backend):  # (cuda_graphs: each a captured forward, replayed)
+            if self.ref_model is not None:
+                logits = self.backend.logits(self.ref_model, layout)
+                ref_logps = selective_log_softmax(logits, train.completion_ids, cfg.temperature)
+                if cfg.kl_estimator == "full":
+                    ref_logits = at_least_float32(logits)  # (a float64 run's stay float64)
+            if cfg.needs_old_logps:
+                logits = self.backend.logits(self.model, layout)
+                old_logps = selective_log_softmax(logits, train.completion_ids, cfg.temperature)
         return ref_logps, ref_logits, old_logps
 
     def _dapo_normaliser(self, inputs: LossInputs) -> torch.Tensor | None:
