@@ -109,6 +109,39 @@ def score(model, ids, mask, G, ro, static: bool, graphed: bool = False):
         return selective_log_softmax(be.logits(model, layout), ro.completion_ids) * cmask
 
 
+def train(model, ids, mask, G, ro, graphed: bool) -> list:
+    """One static-shape forward with gradient and its backward (the policy's, in an update): a fixed weighting of
+    the per-token log-probs, summed; the parameters' gradients. `graphed`: both replayed from CUDA graphs
+    (torch.cuda.make_graphed_callables, made on the first call of its shape)."""
+    import functools
+
+    import torch
+
+    from tinygrpo.algorithm.core import selective_log_softmax
+    from tinygrpo.model.backend import GroupedBackend
+    from tinygrpo.model.static_shapes import StaticShapeBackend
+
+    width = ro.completion_ids.size(1)
+    be = BACKENDS.get(("train", width, graphed))
+    if be is None:
+        how = (
+            functools.partial(torch.cuda.make_graphed_callables, allow_unused_input=True) if graphed else None
+        )
+        be = BACKENDS[("train", width, graphed)] = StaticShapeBackend(
+            GroupedBackend(), width, graph_training=how
+        )
+    cids, cmask = (
+        ro.completion_ids.clone(),
+        ro.completion_mask.float(),
+    )  # (plain tensors: autograd saves them)
+    for p in model.parameters():
+        p.grad = None
+    layout = be.layout(model, ids, mask, cids, G, cmask)
+    logp = selective_log_softmax(be.logits(model, layout), cids) * cmask
+    (logp * torch.linspace(-1, 1, logp.numel(), device=logp.device).view_as(logp)).sum().backward()
+    return [p.grad for p in model.parameters()]
+
+
 FAILED: list[str] = []  # the shapes whose CUDA graphs failed (the other ways are still measured)
 
 
@@ -118,6 +151,7 @@ def graphs_work(model, tok, ids, mask, G, T, ro) -> bool:
     try:
         rollout(model, tok, ids, mask, G, T, True, 1, graphed=True)
         score(model, ids, mask, G, ro, True, True)
+        train(model, ids, mask, G, ro, True)
         return True
     except Exception as e:  # (a capture this GPU refuses: the eager figures are still worth having)
         FAILED.append(f"{ids.size(0)} x {G}, {T}")
@@ -167,6 +201,8 @@ def table(results: dict) -> str:
             f"{r['score_static_ms']:.2f}",
             "-" if r.get("score_graphed_ms") is None else f"{r['score_graphed_ms']:.2f}",
             f"{r['logp_max_diff']:.0e}",
+            f"{r['train_static_ms']:.2f}",
+            "-" if r.get("train_graphed_ms") is None else f"{r['train_graphed_ms']:.2f}",
         ]
         for r in results["rows"]
     ]
@@ -184,12 +220,15 @@ def table(results: dict) -> str:
         "static",
         "CUDA graphs",
         "log-prob max diff",
+        "forward + backward ms, static",
+        "CUDA graphs",
     ]
     where = f"{m['device']}, {m['threads']} thread(s), {results['model']}; {m['machine']['cpu']}"
     return markdown(head, rows) + (
         f"\n\nMedians of {results['reps']} rollouts and of as many no-grad scoring forwards of one rollout, the "
         f"ways alternating ({where}); the log-prob difference is fp32's, on the real positions, the static (and graphed) "
-        "forward's against today's."
+        "forward's against today's; forward + backward: the policy's forward with gradient and its backward, as an "
+        "update runs them."
     )
 
 
@@ -236,8 +275,19 @@ def main(argv: list[str] | None = None) -> int:
         diff = max(
             float((score(model, ids, mask, G, ro, *how) - base).abs().max()) for how in scorings.values()
         )
+        trainings = {"static": False} | ({"graphed": True} if "graphed" in ways else {})
+        eager_grads = [g.clone() for g in train(model, ids, mask, G, ro, False)]
+        grad_diff = (
+            max(
+                float((a - b).abs().max())
+                for a, b in zip(train(model, ids, mask, G, ro, True), eager_grads, strict=True)
+            )
+            if "graphed" in ways
+            else None
+        )
         times: dict[str, list[float]] = {way: [] for way in ways}
         scoring: dict[str, list[float]] = {way: [] for way in scorings}
+        training: dict[str, list[float]] = {way: [] for way in trainings}
 
         for rep in range(args.reps + 2):
             for way, (static, graphed) in ways.items():  # alternating: a drift of the machine hits every way
@@ -248,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
                 ms = timed(args.device, score, model, ids, mask, G, ro, static, graphed)
                 if rep >= 2:
                     scoring[way].append(ms)
+            for way, graphed in trainings.items():
+                ms = timed(args.device, train, model, ids, mask, G, ro, graphed)
+                if rep >= 2:
+                    training[way].append(ms)
         r_today, r_static = (reads_per_step(model, tok, ids, mask, G, T, s) for s in (False, True))
         rows.append(
             {"P": P, "G": G, "T": T, "today_ms": statistics.median(times["today"])}
@@ -263,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
                 "score_graphed_ms": statistics.median(scoring["graphed"]) if "graphed" in scoring else None,
             }
             | {"logp_max_diff": float(diff)}
+            | {
+                "train_static_ms": statistics.median(training["static"]),
+                "train_graphed_ms": statistics.median(training["graphed"]) if "graphed" in training else None,
+                "grad_max_diff_graphed": grad_diff,
+            }
         )
     after_update = None
     if (
@@ -279,8 +338,17 @@ def main(argv: list[str] | None = None) -> int:
         drift = (
             (score(model, ids, mask, G, ro, True, True) - score(model, ids, mask, G, ro, False)).abs().max()
         )
-        after_update = after_update and float(drift) < 1e-4  # (fp32 against today's forward, as the table's)
-        print(f"the graphed scoring after it: log-prob max diff {float(drift):.0e}")
+        eager_grads = [g.clone() for g in train(model, ids, mask, G, ro, False)]
+        grad_drift = max(
+            float((a - b).abs().max())
+            for a, b in zip(train(model, ids, mask, G, ro, True), eager_grads, strict=True)
+        )
+        scale = max(float(g.abs().max()) for g in eager_grads)
+        # (fp32 against today's forward, as the table's; the gradients against the eager ones, relative to their size)
+        after_update = after_update and float(drift) < 1e-4 and grad_drift <= 1e-4 * max(scale, 1.0)
+        print(
+            f"the graphed scoring after it: log-prob max diff {float(drift):.0e}; gradients {grad_drift:.0e}"
+        )
     command = "python benchmarks/static_decode.py" + (
         f" --device {args.device}" if args.device != "cpu" else ""
     )

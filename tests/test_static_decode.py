@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _capture import TracedCapture
+from _capture import TracedCapture, TracedTraining
 from test_tool_calls import CALC, _model, tok  # noqa: F401  (tok: the module's fixture)
 
 from benchmarks._host_reads import HostReads
@@ -167,12 +167,14 @@ def test_a_run_with_static_shapes_trains_as_today(seed_reference, tmp_path, monk
     """Two steps of a run (float64, explore rounds on: several rounds and temperatures a step): the same completions,
     so the same rewards; the same losses and weights up to float64 rounding (the scoring forward runs on padded
     shapes too, its sums longer by masked zeros: tinygrpo/model/static_shapes.py). And the same run with
-    `cuda_graphs` as a CPU can run it: CudaGraphs replaced by TracedCapture (tests/_capture.py), and the device
-    check, which refuses it off CUDA, told nothing of the device: the decode's loops and the scoring forwards are
-    captured once and replayed across steps, rounds and updates, with the static run's results."""
+    `cuda_graphs` as a CPU can run it: CudaGraphs replaced by TracedCapture and make_graphed_callables by
+    TracedTraining (tests/_capture.py), and the device check, which refuses it off CUDA, told nothing of the device:
+    the decode's loops, the scoring forwards and the update's forward and backward are captured once and replayed
+    across steps, rounds and updates, with the static run's results."""
     from _runs import run_inproc
     from safetensors.torch import load_file
 
+    import tiny_lm.static_decoder as static_decoder
     import tinygrpo.run.trainer as trainer
     from tinygrpo.run.metrics_io import read_jsonl
 
@@ -182,7 +184,11 @@ def test_a_run_with_static_shapes_trains_as_today(seed_reference, tmp_path, monk
         *"--beta 0.04".split(),  # (a reference forward a step: the scoring a step replays)
     ]
     captures: list[TracedCapture] = []
-    monkeypatch.setattr(trainer, "CudaGraphs", lambda: captures.append(TracedCapture()) or captures[-1])
+    monkeypatch.setattr(
+        static_decoder, "CudaGraphs", lambda: captures.append(TracedCapture()) or captures[-1]
+    )
+    training = TracedTraining()
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", training)
     check = trainer.check_inputs
     monkeypatch.setattr(trainer, "check_inputs", lambda *args: check(*args[:-1], None))  # (no device)
     variants = {
@@ -202,6 +208,7 @@ def test_a_run_with_static_shapes_trains_as_today(seed_reference, tmp_path, monk
     (graphs,) = captures  # one capture (one memory pool and stream on a GPU) for the decode and the scoring
     assert 0 < graphs.captured < graphs.replayed  # (captured once per shape, replayed across the steps)
     assert {name.split(".")[0] for name in graphs.names} == {"CapturedLoop", "CapturedScoring"}, graphs.names
+    assert 0 < training.graphed < training.calls  # the policy's forward and backward in the update
     for name in ("static", "graphed"):
         assert len(rows[name]) == len(rows["today"]) == 3
         for static_row, row in zip(rows[name], rows["today"], strict=True):
@@ -223,12 +230,14 @@ def test_a_run_with_static_shapes_trains_as_today(seed_reference, tmp_path, monk
 
 
 def test_the_benchmarks_graphed_ways_decode_and_score_as_today(tok, monkeypatch, capsys):  # noqa: F811
-    """benchmarks/static_decode.py's CUDA-only ways (the graphed decode and scoring), run on the CPU through
-    TracedCapture: the code gpu.sh runs on a GPU, checked here for what a CPU can check."""
+    """benchmarks/static_decode.py's CUDA-only ways (the graphed decode, scoring, and forward and backward), run on
+    the CPU through TracedCapture and TracedTraining: the code gpu.sh runs on a GPU, checked here for what a CPU can
+    check."""
     from benchmarks import static_decode as bench
 
-    capture = TracedCapture()
+    capture, training = TracedCapture(), TracedTraining()
     monkeypatch.setattr(bench, "BACKENDS", {"graphs": capture})
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", training)
     model = _model(tok, 1).double()
     enc = tok(["12+34=", "7+8=", "3+3="], padding=True, return_tensors="pt")
     ids, mask = enc["input_ids"], enc["attention_mask"]
@@ -240,8 +249,15 @@ def test_the_benchmarks_graphed_ways_decode_and_score_as_today(tok, monkeypatch,
         torch.testing.assert_close(
             bench.score(model, ids, mask, 4, today, True, True), want, rtol=1e-10, atol=1e-10
         )
+        grads = bench.train(model, ids, mask, 4, today, True)
+        for got, want in zip(grads, bench.train(model, ids, mask, 4, today, False), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
     # the loop and the scoring forward captured once each; every call replays (the first just after capturing)
     assert capture.captured == 2 and capture.replayed == 4
+    assert (training.graphed, training.calls) == (
+        1,
+        2,
+    )  # the forward and backward: graphed once, called twice
     # a capture that fails (as a GPU may refuse one): said in one line, the shape noted, the other ways go on
     monkeypatch.setattr(bench, "FAILED", [])
     assert bench.graphs_work(model, tok, ids, mask, 4, 5, today)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _capture import TracedCapture
+from _capture import TracedCapture, TracedTraining
 from test_tool_calls import _model, tok  # noqa: F401  (tok: the module's fixture)
 
 from tinygrpo.algorithm.core import selective_log_softmax
@@ -143,3 +143,36 @@ def test_captured_scoring_gives_the_eager_log_probs_and_captures_once_per_model_
         logp = _logp(policy, graphed, batch, 3)
     logp.sum().backward()
     assert capture.replayed == calls and policy.transformer.wte.weight.grad.abs().sum() > 0
+
+
+def test_the_graphed_training_forward_gives_the_eager_log_probs_and_gradients(tok):  # noqa: F811
+    """With `graph_training` (make_graphed_callables; here TracedTraining, which traces the forward and backward as
+    a capture would), the forwards with gradient run through one graphed module per model and bucket: batches of 5,
+    7, 6 and 3 prompts, weights updated in place between them, give the eager forward's log-probs and gradients.
+    Forwards without gradient do not use it."""
+    policy = _model(tok, 3).double()
+    graph = TracedTraining()
+    graphed = StaticShapeBackend(GroupedBackend(), max_width=8, graph_training=graph)
+    eager = StaticShapeBackend(GroupedBackend(), max_width=8)
+    for step, (P, Tc) in enumerate(((5, 6), (7, 8), (6, 5), (3, 6))):  # rows bucket 8, widths bucket 8
+        batch = _batch(tok, P, 3, Tc, seed=step)
+        weights = torch.randn(
+            batch[3].shape, generator=torch.Generator().manual_seed(step), dtype=torch.float64
+        )
+        results = []
+        for be in (graphed, eager):
+            policy.zero_grad()
+            logp = _logp(policy, be, batch, 3)
+            (logp * weights).sum().backward()
+            results.append((logp.detach(), {n: p.grad.clone() for n, p in policy.named_parameters()}))
+        (got, got_grads), (want, want_grads) = results
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)  # (one computation, run twice)
+        for name, grad in want_grads.items():
+            torch.testing.assert_close(got_grads[name], grad, rtol=1e-12, atol=1e-12, msg=name)
+        with torch.no_grad():  # an optimizer step, in place
+            for p in policy.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+    assert (graph.graphed, graph.calls) == (1, 4)  # one graphed module: every batch padded to one bucket
+    with torch.no_grad():
+        _logp(policy, graphed, batch, 3)
+    assert graph.calls == 4

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -60,6 +61,21 @@ def pad_to_buckets(
     return ids, mask
 
 
+def static_backend(
+    inner: Backend, max_width: int | None, cuda_graphs: bool, one_process: bool
+) -> StaticShapeBackend:
+    """A run's static-shape backend. With `cuda_graphs`, replayed from CUDA graphs: the decode's loop and the scoring
+    forwards without gradient from one CudaGraphs (one memory pool and stream), and, on one process, the policy's
+    forward and backward in the update from torch.cuda.make_graphed_callables (under DDP its gradients' all-reduce
+    hooks would wait on a backward that a graph replays: not tried, so eager there)."""
+    if not cuda_graphs:
+        return StaticShapeBackend(inner, max_width)
+    from tiny_lm.static_decoder import CudaGraphs
+
+    training = partial(torch.cuda.make_graphed_callables, allow_unused_input=True) if one_process else None
+    return StaticShapeBackend(inner, max_width, CudaGraphs(), training)
+
+
 def static_shapes_on(option: bool | None, device: torch.device) -> bool:
     """The `static_shapes` option as it applies on `device`: None is on for CUDA (launch-bound: the static form is
     the one a graph can replay), off on the CPU (where the dynamic loop, which drops finished rows, is faster:
@@ -82,16 +98,27 @@ class StaticShapeBackend:
     returns the real (P * G, Tc) part. Decoding is the inner backend's (sample_completions(static=True) pads the
     prompts itself). Gradients flow through the slice to the real positions only."""
 
-    def __init__(self, inner: Backend, max_width: int | None = None, capture: Capture | None = None) -> None:
+    def __init__(
+        self,
+        inner: Backend,
+        max_width: int | None = None,
+        capture: Capture | None = None,
+        graph_training: GraphTraining | None = None,
+    ) -> None:
         """`max_width`: the widest completion there can be (max_completion_length): the width's bucket is capped
         there, so that a padded position never passes the positions the decode itself reaches (a model's
         n_positions). `capture` (CudaGraphs): the grouped backend's forwards without gradient are replayed from a
-        capture per model and bucket; the decode's loop uses the same one (one memory pool, one stream)."""
+        capture per model and bucket; the decode's loop uses the same one (one memory pool, one stream).
+        `graph_training` (torch.cuda.make_graphed_callables): the grouped backend's forwards with gradient, and
+        their backward, are replayed from one graphed module per model and bucket (`GraphedScoring`)."""
         self.inner, self.max_width, self.capture = inner, max_width, capture
         self.name = f"{inner.name}+static"
         self.mode_independent = inner.mode_independent
-        graphed = capture is not None and isinstance(inner, GroupedBackend)
-        self.captured = CapturedScoring(inner, capture) if graphed else None
+        grouped = isinstance(inner, GroupedBackend)
+        self.captured = CapturedScoring(inner, capture) if capture is not None and grouped else None
+        self.graphed = (
+            GraphedScoring(inner, graph_training) if graph_training is not None and grouped else None
+        )
 
     def decoder(
         self, model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, G: int
@@ -127,8 +154,11 @@ class StaticShapeBackend:
         return StaticLayout(self.inner.layout(model, ids, mask, padded, G), B, Tc)
 
     def logits(self, model: nn.Module, layout: StaticLayout) -> torch.Tensor:
-        if self.captured is not None and self.captured.on and not torch.is_grad_enabled():
-            return self.captured.logits(model, layout.inner)[: layout.rows, : layout.width]
+        if not torch.is_grad_enabled():
+            if self.captured is not None and self.captured.on:
+                return self.captured.logits(model, layout.inner)[: layout.rows, : layout.width]
+        elif self.graphed is not None:
+            return self.graphed.logits(model, layout.inner)[: layout.rows, : layout.width]
         return self.inner.logits(model, layout.inner)[: layout.rows, : layout.width]
 
 
@@ -206,6 +236,50 @@ class CapturedScoring:
 
         entry = self.graphs[key] = _Captured(model, fixed, out, self.capture(forward))
         return entry
+
+
+# make_graphed_callables(module, sample_args) -> a module of the same call whose forward and backward replay CUDA
+# graphs (torch.cuda.make_graphed_callables; the tests' CPU stand-in traces both instead)
+GraphTraining = Callable[[nn.Module, tuple[torch.Tensor, ...]], Callable[..., torch.Tensor]]
+
+
+class _TensorsToLogits(nn.Module):
+    """The inner backend's scoring forward as a module of tensors alone (what make_graphed_callables takes): the
+    layout's tensor fields in, the logits out; the layout's other fields, fixed, from `template`. Its parameters are
+    the model's, so that the graphed backward gives theirs."""
+
+    def __init__(self, model: nn.Module, inner: Backend, template: Any, names: list[str]) -> None:
+        super().__init__()
+        self.model, self.inner, self.template, self.names = model, inner, template, names
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return self.inner.logits(
+            self.model, replace(self.template, **dict(zip(self.names, tensors, strict=True)))
+        )
+
+
+class GraphedScoring:
+    """A backend's scoring forward with gradient (the policy's, in the update) and its backward, replayed from graphs
+    made once per model and layout shape by `graph` (torch.cuda.make_graphed_callables: its own static inputs,
+    which each call fills, and its own backward graph; the parameters are read in place, and their gradients
+    reach `.grad` through autograd as the eager backward's do). PyTorch's "Accelerating PyTorch with CUDA Graphs",
+    partial-network capture. Bounded as CapturedScoring."""
+
+    def __init__(self, inner: Backend, graph: GraphTraining, maxsize: int = 16) -> None:
+        self.inner, self.graph, self.maxsize = inner, graph, maxsize
+        self.graphs: dict[tuple, tuple[nn.Module, list[str], Callable[..., torch.Tensor]]] = {}
+
+    def logits(self, model: nn.Module, layout: Any) -> torch.Tensor:
+        key = (id(model), *_shape_of(layout))
+        entry = self.graphs.get(key)
+        if entry is None or entry[0] is not model:
+            if len(self.graphs) >= self.maxsize:
+                del self.graphs[next(iter(self.graphs))]
+            names = [f.name for f in fields(layout) if isinstance(getattr(layout, f.name), torch.Tensor)]
+            module = _TensorsToLogits(model, self.inner, layout, names)
+            sample = tuple(getattr(layout, n).clone() for n in names)  # (its static inputs)
+            entry = self.graphs[key] = (model, names, self.graph(module, sample))
+        return entry[2](*(getattr(layout, n) for n in entry[1]))
 
 
 def _shape_of(layout: Any) -> tuple:

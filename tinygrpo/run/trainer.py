@@ -29,10 +29,9 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, set_seed
 
 from rewards import RewardError, resolve_rewards
-from tiny_lm.static_decoder import CudaGraphs
 
 from ..model.backend import AutocastBackend, PolicyForward, select_backend
-from ..model.static_shapes import StaticShapeBackend, static_shapes_on
+from ..model.static_shapes import static_backend, static_shapes_on
 from ..rollout.config import RolloutConfig
 from ..rollout.distributed import Processes
 from ..rollout.generation import BatchGenerator, RewardFailure, ScoredBatch, reward_spec
@@ -118,8 +117,8 @@ class GRPOTrainer(Checkpoints):
         fsdp = self.acc.distributed_type == DistributedType.FSDP
         self.backend = select_backend(model, self.ref_model, prefer_grouped=cfg.grouped_forward and not fsdp)
         if static_shapes_on(cfg.static_shapes, self.acc.device):  # scoring too: every forward on a few shapes
-            graphs = CudaGraphs() if cfg.cuda_graphs else None  # (the decode's loop and the scoring forwards)
-            self.backend = StaticShapeBackend(self.backend, cfg.max_completion_length, graphs)
+            one = procs.num == 1
+            self.backend = static_backend(self.backend, cfg.max_completion_length, cfg.cuda_graphs, one)
         if cfg.bf16:
             self.backend = AutocastBackend(self.backend, self.acc.device.type)
         rows = eval_dataset.to_dict() if eval_dataset is not None else None
