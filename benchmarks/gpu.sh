@@ -8,14 +8,15 @@
 # 1. host synchronisations of the grouped fast path on the GPU (torch.cuda.set_sync_debug_mode): per scoring
 #    forward and per decode step, against the number of layers (none may grow with the layers);
 # 1b. benchmarks/static_decode.py: today's decode against the static-shape one and the CUDA-graphed one, ms per
-#    rollout and host reads per decode step, side by side, and the scoring forward, today's, static and graphed;
+#    rollout and host reads per decode step, side by side; the scoring forward, today's, static and graphed; the
+#    update's forward and backward, static and graphed;
 # 2. the default experiment (`train_grpo.py` with its defaults; on CUDA they decode with static shapes) on the GPU:
 #    held-out accuracy before / after, seconds and peak host memory; then the same with --static_shapes false;
 # 3. benchmarks/vs_trl.py on the GPU, both starting points, 36x8 and 4x8;
 # 4. benchmarks/time_to_accuracy.py --peer trl,ours_default --seeds $SEEDS (42) on the GPU: held-out accuracy against
 #    training seconds, TRL's GRPOTrainer and our default, 1000 steps each, in fp32 (its TRL peer has no bf16);
-# 4b. the same for our default with --cuda_graphs true (the decode's whole loop, and the no-grad scoring forwards,
-#    replayed as CUDA graphs);
+# 4b. the same for our default with --cuda_graphs true (the decode's whole loop, the no-grad scoring forwards, and
+#    the update's forward and backward, replayed as CUDA graphs);
 # 5. benchmarks/gpu_goals.py: the goals read from steps 4 and 4b (1000 steps, seconds to 99 %, TRL's seconds to 90 %
 #    over ours), and the step split of our runs of steps 2, 2b, 4 and 4b (median ms of generate, reward, reference
 #    and old log-probs, optimize), OUT/goals.json.
@@ -152,7 +153,7 @@ echo "== 4. time_to_accuracy.py"
 python benchmarks/time_to_accuracy.py --threads 1 --peer trl,ours_default --seeds "$SEEDS" "${REF[@]}" "${TTA[@]}" \
   --output_dir "$OUT/time_to_accuracy" --results "$OUT/time_to_accuracy_results.json" || failed 4 $?
 
-echo "== 4b. time_to_accuracy.py, our default with the decode and the no-grad scoring CUDA graphs (--cuda_graphs true)"
+echo "== 4b. time_to_accuracy.py, our default with CUDA graphs (--cuda_graphs true)"
 if [[ $DEVICE == cpu ]]; then
   echo "(--cpu: skipped; CUDA graphs need CUDA)"
 elif [[ $BF16 == true ]]; then

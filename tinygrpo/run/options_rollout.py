@@ -148,9 +148,10 @@ class Sampling:
     cuda_graphs: bool = field(
         default=False,
         metadata={
-            "help": "Replay the static-shape decode and scoring as CUDA graphs: the decode's whole loop, captured "
-            "once per bucket and sampling settings, one replay a rollout, and the reference's and old policy's "
-            "forwards, once per model and bucket (tinygrpo/rollout/static_decode.py, tinygrpo/model/static_shapes.py; "
+            "help": "Replay the static-shape decode, scoring and update as CUDA graphs: the decode's whole loop, "
+            "captured once per bucket and sampling settings, one replay a rollout; the reference's and old policy's "
+            "forwards, once per model and bucket; on one process, the policy's forward and backward in the update "
+            "(torch.cuda.make_graphed_callables) (tinygrpo/rollout/static_decode.py, tinygrpo/model/static_shapes.py; "
             "PyTorch's 'Accelerating PyTorch with CUDA Graphs'). Needs a CUDA device and static shapes; the same "
             "completions. Off by default: not yet measured on a GPU (benchmarks/gpu.sh measures it)."
         },
