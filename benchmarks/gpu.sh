@@ -4,6 +4,7 @@
 #   bash benchmarks/gpu.sh            # fp32
 #   bash benchmarks/gpu.sh --bf16     # steps 1-3 under bf16 autocast (--bf16 true in both trainers)
 #   bash benchmarks/gpu.sh --cpu      # the same steps on the CPU, shortened: checks the script itself
+#   STEPS=1b,4,4b,5 bash benchmarks/gpu.sh   # those steps alone (the goals' first, where one call may not hold all)
 #
 # 1. host synchronisations of the grouped fast path on the GPU (torch.cuda.set_sync_debug_mode): per scoring
 #    forward and per decode step, against the number of layers (none may grow with the layers);
@@ -34,6 +35,13 @@ FAILED=()
 failed() {
   FAILED+=("$1")
   echo "error: step $1 exited with $2; the next steps run" >&2
+}
+# STEPS=1b,4,4b,5 runs those steps alone (one GPU call may not hold them all); every step by default
+step() {
+  echo "== $1. $2"
+  [[ -z ${STEPS:-} || ",$STEPS," == *",$1,"* ]] && return 0
+  echo "(skipped: not in STEPS=$STEPS)"
+  return 1
 }
 DEVICE=cuda BF16=false QUICK=() VS_TRL=() TTA=() STATIC=()
 for arg in "$@"; do
@@ -72,8 +80,8 @@ else:
     print("cpu (--cpu: a check of this script, not a GPU figure) | torch", torch.__version__)
 PY
 
-echo "== 1. host synchronisations of the grouped fast path"
-DEVICE=$DEVICE BF16=$BF16 BENCH=$BENCH python - <<'PY' || failed 1 $?
+if step 1 "host synchronisations of the grouped fast path"; then
+  DEVICE=$DEVICE BF16=$BF16 BENCH=$BENCH python - <<'PY' || failed 1 $?
 import os, sys, warnings
 sys.path.insert(0, "benchmarks")
 import torch
@@ -107,65 +115,73 @@ for n_layer in (2,) if dev == "cpu" else (2, 8):  # (--cpu: the script's check, 
     note = "" if dev == "cuda" else " (CPU: not counted)"
     print(f"n_layer {n_layer} on {dev_t.type}: host syncs per call: {counts}{note}")
 PY
-
-echo "== 1b. static-shape decode"
-python benchmarks/static_decode.py --device "$DEVICE" "${STATIC[@]}" --results "$OUT/static_decode.json" \
-  || failed 1b $?
-
-echo "== 2. the default experiment"
-rm -rf "$OUT/default"
-# (GNU time's peak memory where it is installed; the run alone otherwise)
-TIME=() && [[ -x /usr/bin/time ]] && TIME=(/usr/bin/time -v)
-status=0
-"${TIME[@]}" python train_grpo.py --output_dir "$OUT/default" --bf16 "$BF16" "${REF[@]}" "${QUICK[@]}" \
-  2>"$OUT/default.time" | { grep -Ei "held-out|accuracy|error|note" || true; } || status=$?
-if ((status)); then
-  sed '/Command being timed:/,$d' "$OUT/default.time" | tail -n 30  # its error (GNU time's report cut)
-  failed 2 "$status"
 fi
-grep -E "Elapsed|Maximum resident" "$OUT/default.time" || true
-DEVICE=$DEVICE OUTDIR="$OUT/default" python - <<'PY' || failed 2 $?
+
+if step 1b "static-shape decode"; then
+  python benchmarks/static_decode.py --device "$DEVICE" "${STATIC[@]}" --results "$OUT/static_decode.json" \
+    || failed 1b $?
+fi
+
+if step 2 "the default experiment"; then
+  rm -rf "$OUT/default"
+  # (GNU time's peak memory where it is installed; the run alone otherwise)
+  TIME=() && [[ -x /usr/bin/time ]] && TIME=(/usr/bin/time -v)
+  status=0
+  "${TIME[@]}" python train_grpo.py --output_dir "$OUT/default" --bf16 "$BF16" "${REF[@]}" "${QUICK[@]}" \
+    2>"$OUT/default.time" | { grep -Ei "held-out|accuracy|error|note" || true; } || status=$?
+  if ((status)); then
+    sed '/Command being timed:/,$d' "$OUT/default.time" | tail -n 30  # its error (GNU time's report cut)
+    failed 2 "$status"
+  fi
+  grep -E "Elapsed|Maximum resident" "$OUT/default.time" || true
+  DEVICE=$DEVICE OUTDIR="$OUT/default" python - <<'PY' || failed 2 $?
 import json, os
 from pathlib import Path
 s = Path(os.environ["OUTDIR"], "summary.json")
 print(json.dumps(json.loads(s.read_text()), indent=1)[:1500] if s.is_file() else "no summary.json")
 PY
-
-echo "== 2b. the default experiment, today's decode (--static_shapes false)"
-if [[ $DEVICE == cpu ]]; then
-  echo "(--cpu: skipped; it is step 2's command with --static_shapes false, which the CPU runs by default)"
-else
-  rm -rf "$OUT/default_eager"
-  python train_grpo.py --output_dir "$OUT/default_eager" --bf16 "$BF16" --static_shapes false "${REF[@]}" \
-    | { grep -Ei "held-out|error" || true; } || failed 2b $?
 fi
 
-echo "== 3. vs_trl.py"
-if [[ $DEVICE == cpu ]]; then
-  python benchmarks/vs_trl.py --threads 1 --device cpu --bf16 "$BF16" --bench_dir "$BENCH" "${VS_TRL[@]}" \
-    --results "$OUT/vs_trl_results.json" || failed 3 $?
-else
-  python benchmarks/vs_trl.py --threads 1 --device cuda --bf16 "$BF16" --bench_dir "$BENCH" \
-    --json "$OUT/vs_trl.json" --results "$OUT/vs_trl_results.json" || failed 3 $?
+if step 2b "the default experiment, today's decode (--static_shapes false)"; then
+  if [[ $DEVICE == cpu ]]; then
+    echo "(--cpu: skipped; it is step 2's command with --static_shapes false, which the CPU runs by default)"
+  else
+    rm -rf "$OUT/default_eager"
+    python train_grpo.py --output_dir "$OUT/default_eager" --bf16 "$BF16" --static_shapes false "${REF[@]}" \
+      | { grep -Ei "held-out|error" || true; } || failed 2b $?
+  fi
 fi
 
-echo "== 4. time_to_accuracy.py"
-python benchmarks/time_to_accuracy.py --threads 1 --peer trl,ours_default --seeds "$SEEDS" "${REF[@]}" "${TTA[@]}" \
-  --output_dir "$OUT/time_to_accuracy" --results "$OUT/time_to_accuracy_results.json" || failed 4 $?
-
-echo "== 4b. time_to_accuracy.py, our default with CUDA graphs (--cuda_graphs true)"
-if [[ $DEVICE == cpu ]]; then
-  echo "(--cpu: skipped; CUDA graphs need CUDA)"
-elif [[ $BF16 == true ]]; then
-  echo "(--bf16: skipped; the graphs capture the float32 decode)"
-else
-  python benchmarks/time_to_accuracy.py --threads 1 --peer ours_default --seeds "$SEEDS" "${REF[@]}" \
-    --output_dir "$OUT/time_to_accuracy_graphs" --results "$OUT/time_to_accuracy_graphs_results.json" \
-    -- --cuda_graphs true || failed 4b $?
+if step 3 "vs_trl.py"; then
+  if [[ $DEVICE == cpu ]]; then
+    python benchmarks/vs_trl.py --threads 1 --device cpu --bf16 "$BF16" --bench_dir "$BENCH" "${VS_TRL[@]}" \
+      --results "$OUT/vs_trl_results.json" || failed 3 $?
+  else
+    python benchmarks/vs_trl.py --threads 1 --device cuda --bf16 "$BF16" --bench_dir "$BENCH" \
+      --json "$OUT/vs_trl.json" --results "$OUT/vs_trl_results.json" || failed 3 $?
+  fi
 fi
 
-echo "== 5. the goals (1000 steps <= 15 s, 99 % within 10 s, >= 15x TRL to 90 %)"
-python benchmarks/gpu_goals.py "$OUT" || failed 5 $?
+if step 4 "time_to_accuracy.py"; then
+  python benchmarks/time_to_accuracy.py --threads 1 --peer trl,ours_default --seeds "$SEEDS" "${REF[@]}" "${TTA[@]}" \
+    --output_dir "$OUT/time_to_accuracy" --results "$OUT/time_to_accuracy_results.json" || failed 4 $?
+fi
+
+if step 4b "time_to_accuracy.py, our default with CUDA graphs (--cuda_graphs true)"; then
+  if [[ $DEVICE == cpu ]]; then
+    echo "(--cpu: skipped; CUDA graphs need CUDA)"
+  elif [[ $BF16 == true ]]; then
+    echo "(--bf16: skipped; the graphs capture the float32 decode)"
+  else
+    python benchmarks/time_to_accuracy.py --threads 1 --peer ours_default --seeds "$SEEDS" "${REF[@]}" \
+      --output_dir "$OUT/time_to_accuracy_graphs" --results "$OUT/time_to_accuracy_graphs_results.json" \
+      -- --cuda_graphs true || failed 4b $?
+  fi
+fi
+
+if step 5 "the goals (1000 steps <= 15 s, 99 % within 10 s, >= 15x TRL to 90 %)"; then
+  python benchmarks/gpu_goals.py "$OUT" || failed 5 $?
+fi
 if ((${#FAILED[@]})); then
   echo "error: steps ${FAILED[*]} failed (their errors are above): $OUT/gpu.log" >&2
   exit 1

@@ -76,6 +76,37 @@ def test_gpu_sh_on_the_cpu_runs_every_step(seed_reference, tmp_path):
     assert all(_one_device(d) == "cpu" for d in printed)
 
 
+def _fake_python(tmp_path: Path) -> Path:
+    """A stand-in `python` that fails (exit 3) where its arguments or its script contain $FAIL_ON, else says how it
+    was called and exits 0."""
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'script=""; [[ "${1:-}" == - ]] && script=$(cat)\n'
+        '[[ -n ${FAIL_ON:-} && "$* $script" == *"$FAIL_ON"* ]] && exit 3\n'
+        'echo "python $*"\n'
+        "exit 0\n"
+    )
+    fake.chmod(0o755)
+    return fake.parent
+
+
+def test_gpu_sh_runs_the_steps_it_is_asked_for(tmp_path):
+    """STEPS=4,5: every step's header, the others said skipped; only steps 4 and 5 run a command."""
+    path = f"{_fake_python(tmp_path)}{os.pathsep}/usr/bin:/bin"
+    env = dict(os.environ, OUT=str(tmp_path / "gpu"), STEPS="4,5", PATH=path)
+    cmd = ["bash", str(ROOT / "benchmarks" / "gpu.sh")]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log
+    steps = [line.split()[1] for line in log.splitlines() if line.startswith("== ")]
+    assert steps == ["device", "1.", "1b.", "2.", "2b.", "3.", "4.", "4b.", "5.", "done:"], log
+    assert log.count("(skipped: not in STEPS=4,5)") == 6
+    ran = [line.split()[1] for line in log.splitlines() if line.startswith("python ") and ".py" in line]
+    assert ran == ["benchmarks/time_to_accuracy.py", "benchmarks/gpu_goals.py"], log
+
+
 @pytest.mark.parametrize(
     ("fail_on", "want_steps", "want_errors"),
     [
@@ -92,20 +123,12 @@ def test_gpu_sh_on_the_cpu_runs_every_step(seed_reference, tmp_path):
     ],
 )
 def test_gpu_sh_says_a_failed_step_and_runs_the_next(tmp_path, fail_on, want_steps, want_errors):
-    """Fault injection with a stand-in `python` that fails (exit 3) where its arguments or its script contain
+    """Fault injection with a stand-in `python` (_fake_python) that fails where its arguments or its script contain
     `fail_on`: every step's header still prints (the GPU path, as on one), each failure is one error line, and the
     script exits non-zero; a missing GPU stops it at once."""
-    fake = tmp_path / "bin" / "python"
-    fake.parent.mkdir()
-    fake.write_text(
-        "#!/usr/bin/env bash\n"
-        'script=""; [[ "${1:-}" == - ]] && script=$(cat)\n'
-        '[[ "$* $script" == *"$FAIL_ON"* ]] && exit 3\n'
-        "exit 0\n"
-    )
-    fake.chmod(0o755)
+    bin_dir = _fake_python(tmp_path)
     env = dict(
-        os.environ, OUT=str(tmp_path / "gpu"), FAIL_ON=fail_on, PATH=f"{fake.parent}{os.pathsep}/usr/bin:/bin"
+        os.environ, OUT=str(tmp_path / "gpu"), FAIL_ON=fail_on, PATH=f"{bin_dir}{os.pathsep}/usr/bin:/bin"
     )
     proc = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "gpu.sh")],
