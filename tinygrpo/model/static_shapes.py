@@ -20,6 +20,7 @@ compare in float64 (tests/test_static_scoring.py).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
@@ -263,7 +264,12 @@ class GraphedScoring:
     made once per model and layout shape by `graph` (torch.cuda.make_graphed_callables: its own static inputs,
     which each call fills, and its own backward graph; the parameters are read in place, and their gradients
     reach `.grad` through autograd as the eager backward's do). PyTorch's "Accelerating PyTorch with CUDA Graphs",
-    partial-network capture. Bounded as CapturedScoring."""
+    partial-network capture. Bounded as CapturedScoring.
+
+    Two things a caller must hold to (the update does: tinygrpo/update/policy_update.py): the logits returned are
+    the graph's output buffer, so each is done with (its loss backpropagated) before the next forward of its shape;
+    and each backward starts from `.grad` None (zero_grad sets it so), because the graphed backward hands `.grad`
+    its own gradient buffer, which a second backward onto it would add to itself and the next replay overwrite."""
 
     def __init__(self, inner: Backend, graph: GraphTraining, maxsize: int = 16) -> None:
         self.inner, self.graph, self.maxsize = inner, graph, maxsize
@@ -275,8 +281,12 @@ class GraphedScoring:
         if entry is None or entry[0] is not model:
             if len(self.graphs) >= self.maxsize:
                 del self.graphs[next(iter(self.graphs))]
+                gc.collect()  # (a graphed module refers to itself: its memory pool goes with the cycle collector)
             names = [f.name for f in fields(layout) if isinstance(getattr(layout, f.name), torch.Tensor)]
-            module = _TensorsToLogits(model, self.inner, layout, names)
+            template = replace(
+                layout, **dict.fromkeys(names)
+            )  # (its other fields; no tensor of this batch held)
+            module = _TensorsToLogits(model, self.inner, template, names)
             sample = tuple(getattr(layout, n).clone() for n in names)  # (its static inputs)
             entry = self.graphs[key] = (model, names, self.graph(module, sample))
         return entry[2](*(getattr(layout, n) for n in entry[1]))

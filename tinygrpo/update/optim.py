@@ -112,7 +112,9 @@ class OptimizerStep:
 
     def zero_grad(self) -> None:
         if self.plain:
-            for p in self.params:  # what zero_grad(set_to_none=True) does, without its per-call profiling
+            # what zero_grad(set_to_none=True) does, without its per-call profiling. None, not zeros: under
+            # cuda_graphs the graphed backward hands .grad its own buffer (tinygrpo/model/static_shapes.py)
+            for p in self.params:
                 p.grad = None
         else:
             self.optimizer.zero_grad(set_to_none=True)
