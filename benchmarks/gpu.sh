@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU readiness, on one NVIDIA GPU (CI runs only --cpu, in tests/test_benchmarks_smoke.py):
+# GPU readiness, on one NVIDIA GPU (CI runs only --cpu, in tests/test_benchmarks_gpu_sh.py):
 #
 #   bash benchmarks/gpu.sh            # fp32
 #   bash benchmarks/gpu.sh --bf16     # steps 1-3 under bf16 autocast (--bf16 true in both trainers)
