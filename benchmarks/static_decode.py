@@ -142,6 +142,14 @@ def train(model, ids, mask, G, ro, graphed: bool) -> list:
     return [p.grad for p in model.parameters()]
 
 
+def graphed_grad_diff(model, ids, mask, G, ro) -> tuple[float, float]:
+    """The graphed gradients' largest difference from the eager ones, and the largest eager gradient."""
+    eager = [g.clone() for g in train(model, ids, mask, G, ro, False)]
+    graphed = train(model, ids, mask, G, ro, True)
+    diff = max(float((a - b).abs().max()) for a, b in zip(graphed, eager, strict=True))
+    return diff, max(float(g.abs().max()) for g in eager)
+
+
 FAILED: list[str] = []  # the shapes whose CUDA graphs failed (the other ways are still measured)
 
 
@@ -276,15 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             float((score(model, ids, mask, G, ro, *how) - base).abs().max()) for how in scorings.values()
         )
         trainings = {"static": False} | ({"graphed": True} if "graphed" in ways else {})
-        eager_grads = [g.clone() for g in train(model, ids, mask, G, ro, False)]
-        grad_diff = (
-            max(
-                float((a - b).abs().max())
-                for a, b in zip(train(model, ids, mask, G, ro, True), eager_grads, strict=True)
-            )
-            if "graphed" in ways
-            else None
-        )
+        grad_diff = graphed_grad_diff(model, ids, mask, G, ro)[0] if "graphed" in ways else None
         times: dict[str, list[float]] = {way: [] for way in ways}
         scoring: dict[str, list[float]] = {way: [] for way in scorings}
         training: dict[str, list[float]] = {way: [] for way in trainings}
@@ -338,12 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         drift = (
             (score(model, ids, mask, G, ro, True, True) - score(model, ids, mask, G, ro, False)).abs().max()
         )
-        eager_grads = [g.clone() for g in train(model, ids, mask, G, ro, False)]
-        grad_drift = max(
-            float((a - b).abs().max())
-            for a, b in zip(train(model, ids, mask, G, ro, True), eager_grads, strict=True)
-        )
-        scale = max(float(g.abs().max()) for g in eager_grads)
+        grad_drift, scale = graphed_grad_diff(model, ids, mask, G, ro)
         # (fp32 against today's forward, as the table's; the gradients against the eager ones, relative to their size)
         after_update = after_update and float(drift) < 1e-4 and grad_drift <= 1e-4 * max(scale, 1.0)
         print(

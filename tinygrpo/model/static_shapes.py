@@ -166,9 +166,38 @@ class StaticShapeBackend:
 @dataclass
 class _Captured:
     model: nn.Module  # (held, so that the id in the key stays this model's)
+    names: list[str]  # the layout's tensor fields
     layout: Any  # the layout with every tensor a buffer, refilled each call
     out: torch.Tensor  # the logits buffer the replay writes
     replay: Callable[[], None]
+
+
+@dataclass
+class _Graphed:
+    model: nn.Module  # (as _Captured's)
+    names: list[str]  # the layout's tensor fields, in the order the graphed module takes them
+    call: Callable[..., torch.Tensor]
+
+
+class _PerShape:
+    """Entries per model and layout shape (`_shape_of`), bounded: past `maxsize`, the oldest is dropped (and the
+    cycle collector run: a graph may refer back to itself, and its memory pool goes with it)."""
+
+    def __init__(self, maxsize: int = 16) -> None:
+        self.maxsize = maxsize
+        self.entries: dict[tuple, Any] = {}
+
+    def get(self, model: nn.Module, layout: Any, make: Callable[[], Any]) -> Any:
+        """The entry of (model, layout's shape), made by `make` if there is none of this model (an entry's `model`
+        is held, so that an id reused by another model is not mistaken for it)."""
+        key = (id(model), *_shape_of(layout))
+        entry = self.entries.get(key)
+        if entry is None or entry.model is not model:
+            if key not in self.entries and len(self.entries) >= self.maxsize:
+                del self.entries[next(iter(self.entries))]
+                gc.collect()
+            entry = self.entries[key] = make()
+        return entry
 
 
 @contextmanager
@@ -201,42 +230,29 @@ class CapturedScoring:
     """
 
     def __init__(self, inner: Backend, capture: Capture, maxsize: int = 16) -> None:
-        self.inner, self.capture, self.maxsize = inner, capture, maxsize
-        self.graphs: dict[tuple, _Captured] = {}
+        self.inner, self.capture = inner, capture
+        self.graphs = _PerShape(maxsize)
         self.on = False  # (set within `replayed`)
 
     def logits(self, model: nn.Module, layout: Any) -> torch.Tensor:
-        key = (id(model), *_shape_of(layout))
-        entry = self.graphs.get(key)
-        if entry is None or entry.model is not model:
-            entry = self._capture(model, layout, key)
-        else:
-            for f in fields(layout):
-                value = getattr(layout, f.name)
-                if isinstance(value, torch.Tensor):
-                    getattr(entry.layout, f.name).copy_(value)
+        entry = self.graphs.get(model, layout, lambda: self._capture(model, layout))
+        for name in entry.names:  # (just captured: the same values, copied onto themselves)
+            getattr(entry.layout, name).copy_(getattr(layout, name))
         entry.replay()
         return entry.out.clone()
 
-    def _capture(self, model: nn.Module, layout: Any, key: tuple) -> _Captured:
-        if len(self.graphs) >= self.maxsize:
-            del self.graphs[next(iter(self.graphs))]
+    def _capture(self, model: nn.Module, layout: Any) -> _Captured:
+        names = _tensor_names(layout)
         # plain buffers (refilled under no_grad and inference_mode alike), and an eager run for the output's shape
         with torch.inference_mode(False), torch.no_grad():
-            buffers = {
-                f.name: getattr(layout, f.name).clone()
-                for f in fields(layout)
-                if isinstance(getattr(layout, f.name), torch.Tensor)
-            }
-            fixed = replace(layout, **buffers)
+            fixed = replace(layout, **{n: getattr(layout, n).clone() for n in names})
             out = torch.empty_like(self.inner.logits(model, fixed))
         inner = self.inner
 
         def forward() -> None:
             out.copy_(inner.logits(model, fixed))
 
-        entry = self.graphs[key] = _Captured(model, fixed, out, self.capture(forward))
-        return entry
+        return _Captured(model, names, fixed, out, self.capture(forward))
 
 
 # make_graphed_callables(module, sample_args) -> a module of the same call whose forward and backward replay CUDA
@@ -264,7 +280,7 @@ class GraphedScoring:
     made once per model and layout shape by `graph` (torch.cuda.make_graphed_callables: its own static inputs,
     which each call fills, and its own backward graph; the parameters are read in place, and their gradients
     reach `.grad` through autograd as the eager backward's do). PyTorch's "Accelerating PyTorch with CUDA Graphs",
-    partial-network capture. Bounded as CapturedScoring.
+    partial-network capture. Bounded as CapturedScoring (`_PerShape`).
 
     Two things a caller must hold to (the update does: tinygrpo/update/policy_update.py): the logits returned are
     the graph's output buffer, so each is done with (its loss backpropagated) before the next forward of its shape;
@@ -272,24 +288,23 @@ class GraphedScoring:
     its own gradient buffer, which a second backward onto it would add to itself and the next replay overwrite."""
 
     def __init__(self, inner: Backend, graph: GraphTraining, maxsize: int = 16) -> None:
-        self.inner, self.graph, self.maxsize = inner, graph, maxsize
-        self.graphs: dict[tuple, tuple[nn.Module, list[str], Callable[..., torch.Tensor]]] = {}
+        self.inner, self.graph = inner, graph
+        self.graphs = _PerShape(maxsize)
 
     def logits(self, model: nn.Module, layout: Any) -> torch.Tensor:
-        key = (id(model), *_shape_of(layout))
-        entry = self.graphs.get(key)
-        if entry is None or entry[0] is not model:
-            if len(self.graphs) >= self.maxsize:
-                del self.graphs[next(iter(self.graphs))]
-                gc.collect()  # (a graphed module refers to itself: its memory pool goes with the cycle collector)
-            names = [f.name for f in fields(layout) if isinstance(getattr(layout, f.name), torch.Tensor)]
-            template = replace(
-                layout, **dict.fromkeys(names)
-            )  # (its other fields; no tensor of this batch held)
-            module = _TensorsToLogits(model, self.inner, template, names)
-            sample = tuple(getattr(layout, n).clone() for n in names)  # (its static inputs)
-            entry = self.graphs[key] = (model, names, self.graph(module, sample))
-        return entry[2](*(getattr(layout, n) for n in entry[1]))
+        entry = self.graphs.get(model, layout, lambda: self._graph(model, layout))
+        return entry.call(*(getattr(layout, n) for n in entry.names))
+
+    def _graph(self, model: nn.Module, layout: Any) -> _Graphed:
+        names = _tensor_names(layout)
+        template = replace(layout, **dict.fromkeys(names))  # (its other fields; no tensor of this batch held)
+        module = _TensorsToLogits(model, self.inner, template, names)
+        sample = tuple(getattr(layout, n).clone() for n in names)  # (its static inputs)
+        return _Graphed(model, names, self.graph(module, sample))
+
+
+def _tensor_names(layout: Any) -> list[str]:
+    return [f.name for f in fields(layout) if isinstance(getattr(layout, f.name), torch.Tensor)]
 
 
 def _shape_of(layout: Any) -> tuple:
