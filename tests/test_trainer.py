@@ -789,7 +789,8 @@ def test_no_signal_means_no_update(seed_reference, tmp_path, dynamic_sampling):
 def test_pass_at_k_with_near_zero_temperature_equals_greedy_accuracy(seed_reference):
     # At temperature -> 0 every sample is the greedy answer, so pass@k must equal greedy accuracy; at temperature 1
     # pass@k can only be as good as "any of k", which is in [0, 1].
-    from tinygrpo.run.evaluation import accuracy_rate, held_out_metrics
+    from rewards import accuracy
+    from tinygrpo.run.evaluation import held_out_metrics
 
     model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
     rows = load_split("seed_bank", "train").to_dict()
@@ -800,7 +801,8 @@ def test_pass_at_k_with_near_zero_temperature_equals_greedy_accuracy(seed_refere
         params = SamplingParams(3, temperature, generator=torch.Generator().manual_seed(0))
         held = held_out_metrics(*batch, params, pass_k=pass_k)
         # The greedy completions come back with the metrics computed from them.
-        assert held.metrics["eval/accuracy"] == accuracy_rate(held.completions, rows["answer"])
+        right = accuracy(completions=held.completions, answer=rows["answer"])
+        assert held.metrics["eval/accuracy"] == sum(right) / len(right)
         return held.metrics
 
     cold = evaluate(3, 1e-4)

@@ -273,14 +273,6 @@ def fsync_tree(path: Path) -> None:
                 os.fsync(f.fileno())
 
 
-def generator_state_to_list(gen: torch.Generator) -> list[int]:
-    return gen.get_state().tolist()
-
-
-def generator_state_from_list(gen: torch.Generator, state: list[int]) -> None:
-    gen.set_state(torch.tensor(state, dtype=torch.uint8))
-
-
 def write_json_atomic(path: Path, obj: dict) -> None:
     write_atomic(path, json.dumps(obj))
 

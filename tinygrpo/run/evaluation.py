@@ -100,11 +100,6 @@ def format_metrics(prefix: str, formats: Formats, counts: torch.Tensor) -> dict[
     return m
 
 
-def accuracy_rate(completions: list[str], answers: list) -> float:
-    """Fraction of completions the strict verifier accepts (the answer as an integer, then <eos>)."""
-    return sum(accuracy(completions=completions, answer=answers)) / max(1, len(answers))
-
-
 @torch.inference_mode()
 def greedy_completions(
     model: torch.nn.Module,
