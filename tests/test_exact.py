@@ -20,14 +20,9 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from rewards import accuracy
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tinygrpo.algorithm.bandit import TablePolicy
+from tinygrpo.algorithm.completion_space import completion_count, completion_space, enumerate_completions
 from tinygrpo.algorithm.core import selective_log_softmax
-from tinygrpo.algorithm.exact import (
-    completion_count,
-    completion_space,
-    enumerate_completions,
-    exact_objective,
-    score_completions,
-)
+from tinygrpo.algorithm.exact import exact_objective, score_completions
 from tinygrpo.model.backend import GenericBackend, GroupedBackend
 from tinygrpo.rollout.sampling import SamplingParams, completion_logits, sample_completions
 

@@ -16,7 +16,8 @@ from torch import Tensor
 from .variants import MAX_COMPLETION_LENGTH, VARIANTS
 
 if TYPE_CHECKING:
-    from tinygrpo.algorithm.exact import CompletionSpace, ExactResult
+    from tinygrpo.algorithm.completion_space import CompletionSpace
+    from tinygrpo.algorithm.exact import ExactResult
     from tinygrpo.rollout.distributed import Processes
     from tinygrpo.run.config import GRPOConfig
 

@@ -34,8 +34,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import fast
-from .core import GROUP_MODES, group_advantages
+from tinygrpo.algorithm import fast
+from tinygrpo.algorithm.core import GROUP_MODES, group_advantages
 
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 WHITEN_EPS = 1e-8  # verl's masked_whiten

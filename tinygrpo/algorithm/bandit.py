@@ -26,8 +26,14 @@ import torch.nn as nn
 from torch import Tensor
 from torch.distributions import Categorical
 
-from ..data.tasks import seed_bank
-from .core import aggregate_loss, clipped_surrogate, full_kl, group_advantages, selective_log_softmax
+from tinygrpo.algorithm.core import (
+    aggregate_loss,
+    clipped_surrogate,
+    full_kl,
+    group_advantages,
+    selective_log_softmax,
+)
+from tinygrpo.data.tasks import seed_bank
 
 # ---- the seed demo's constants (000: demo.py) ----
 N_A, N_B = 6, 6

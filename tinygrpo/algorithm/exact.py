@@ -43,18 +43,14 @@ import torch.nn as nn
 from torch import Tensor
 
 from rewards import EOS, combine_rewards, compute_rewards, resolve_rewards
-
-from ..model.backend import Backend, GenericBackend
-from ..model.text import decode_rows
-from .completion_space import (  # noqa: F401  (the oracle's names, importable from here as before)
+from tinygrpo.algorithm.completion_space import (
     CompletionSpace,
-    completion_count,
-    completion_space,
-    enumerate_completions,
     expected_position_sum,
     sequence_logprobs,
 )
-from .core import full_kl
+from tinygrpo.algorithm.core import full_kl
+from tinygrpo.model.backend import Backend, GenericBackend
+from tinygrpo.model.text import decode_rows
 
 
 def _chunks(space: CompletionSpace, chunk_rows: int) -> list[tuple[int, int]]:

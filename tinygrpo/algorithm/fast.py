@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import core
+from tinygrpo.algorithm import core
 
 
 def on_policy_applies(old_logp: Tensor | None, importance_sampling_level: str, delta: float | None) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .core import group_advantages
+from tinygrpo.algorithm.core import group_advantages
 
 # What usually helps when few groups carry signal, most direct first.
 ADVICE = (

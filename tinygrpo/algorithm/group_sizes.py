@@ -21,7 +21,12 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from .advantage_estimators import ADV_ESTIMATORS, AdvantageConfig, AdvantageInputs, compute_advantages
+from tinygrpo.algorithm.advantage_estimators import (
+    ADV_ESTIMATORS,
+    AdvantageConfig,
+    AdvantageInputs,
+    compute_advantages,
+)
 
 
 def uniform(sizes: Sequence[int] | None) -> bool:

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .core import AGGREGATIONS, clipped_surrogate, log_importance_weights
-from .fast import on_policy_applies, on_policy_surrogate
-from .loss_config import LossConfig
+from tinygrpo.algorithm.core import AGGREGATIONS, clipped_surrogate, log_importance_weights
+from tinygrpo.algorithm.fast import on_policy_applies, on_policy_surrogate
+from tinygrpo.algorithm.loss_config import LossConfig
 
 PolicyLossFn = Callable[[Tensor, Tensor | None, Tensor, Tensor, LossConfig], tuple[Tensor, dict[str, Tensor]]]
 

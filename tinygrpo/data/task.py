@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import problems
-from .problems import DATA_DIR, MANIFEST, write_problem_set
+from tinygrpo.data import problems
+from tinygrpo.data.problems import DATA_DIR, MANIFEST, write_problem_set
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 # The reference recipes whose results (docs/tasks.md, reasoning.md, tools.md) were measured on references trained on

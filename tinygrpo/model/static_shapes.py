@@ -31,8 +31,7 @@ import torch
 import torch.nn as nn
 
 from tiny_lm.static_decoder import Capture
-
-from .backend import Backend, Decoder, GroupedBackend
+from tinygrpo.model.backend import Backend, Decoder, GroupedBackend
 
 SMALLEST_BUCKET = 8
 

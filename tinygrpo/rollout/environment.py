@@ -167,7 +167,7 @@ class Environment:
     def call_many(self, texts: list[str]) -> list[Reply]:
         """The replies to several calls, in order: answered in the environment's worker process, each within
         timeout_s (tinygrpo/rollout/tool_worker.py)."""
-        from .tool_worker import worker_of
+        from tinygrpo.rollout.tool_worker import worker_of
 
         return worker_of(self).answer(texts) if texts else []
 
@@ -175,7 +175,7 @@ class Environment:
         """An environment over turns: operations on episodes whose instances live in the worker, answered in order
         (tinygrpo/rollout/tool_worker.py: ("reset", key, row), ("step", key, text), ("collect", key),
         ("transcript", row, text)), each within timeout_s."""
-        from .tool_worker import worker_of
+        from tinygrpo.rollout.tool_worker import worker_of
 
         return worker_of(self).answer(ops) if ops else []
 

@@ -22,29 +22,28 @@ import torch
 import torch.nn as nn
 
 from rewards import RewardError
-
-from ..algorithm.advantage_estimators import (
+from tinygrpo.algorithm.advantage_estimators import (
     ADV_ESTIMATORS,
     AdvantageConfig,
     AdvantageInputs,
     needs_binary_rewards,
 )
-from ..algorithm.allocation import knapsack_units, pass_rate_estimates
-from ..algorithm.core import selective_log_softmax
-from ..algorithm.forecast import SignalForecast, forecast_signal
-from ..algorithm.group_sizes import sized_advantages
-from ..model.backend import Backend
-from ..model.static_shapes import replayed, static_shapes_on
-from .config import RolloutConfig
-from .distributed import Processes
-from .prompt_stats import PromptStats
-from .prompts import PromptSource
-from .refill import Refill
-from .round import Round, ScoredBatch
-from .sampling import Rollout, SamplingParams, sample_completions
-from .sampling_passes import screen, until_signal
-from .scoring import RewardFailure, RewardSpec, Scorer, no_reward_applies, reward_spec
-from .tool_calls import ToolUse, policy_mask
+from tinygrpo.algorithm.allocation import knapsack_units, pass_rate_estimates
+from tinygrpo.algorithm.core import selective_log_softmax
+from tinygrpo.algorithm.forecast import SignalForecast, forecast_signal
+from tinygrpo.algorithm.group_sizes import sized_advantages
+from tinygrpo.model.backend import Backend
+from tinygrpo.model.static_shapes import replayed, static_shapes_on
+from tinygrpo.rollout.config import RolloutConfig
+from tinygrpo.rollout.distributed import Processes
+from tinygrpo.rollout.prompt_stats import PromptStats
+from tinygrpo.rollout.prompts import PromptSource
+from tinygrpo.rollout.refill import Refill
+from tinygrpo.rollout.round import Round, ScoredBatch
+from tinygrpo.rollout.sampling import Rollout, SamplingParams, sample_completions
+from tinygrpo.rollout.sampling_passes import screen, until_signal
+from tinygrpo.rollout.scoring import RewardFailure, RewardSpec, Scorer, no_reward_applies, reward_spec
+from tinygrpo.rollout.tool_calls import ToolUse, policy_mask
 
 __all__ = ["BatchGenerator", "RewardFailure", "RewardSpec", "ScoredBatch", "reward_spec"]
 

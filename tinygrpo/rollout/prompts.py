@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..data.progress import chunks, progress
-from .prompt_stats import PromptStats, selection_weights
+from tinygrpo.data.progress import chunks, progress
+from tinygrpo.rollout.prompt_stats import PromptStats, selection_weights
 
 
 class PromptSource:

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..algorithm.group_sizes import group_reduce, group_starts, rows_of
-from .batch import Batch, concat_batches
-from .round import Round, ScoredBatch
+from tinygrpo.algorithm.group_sizes import group_reduce, group_starts, rows_of
+from tinygrpo.rollout.batch import Batch, concat_batches
+from tinygrpo.rollout.round import Round, ScoredBatch
 
 if TYPE_CHECKING:
-    from .generation import BatchGenerator
+    from tinygrpo.rollout.generation import BatchGenerator
 
 
 class Refill:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .batch import Batch
+from tinygrpo.rollout.batch import Batch
 
 
 @dataclass

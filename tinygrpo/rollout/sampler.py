@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .tool_calls import ToolCalls
+from tinygrpo.rollout.tool_calls import ToolCalls
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,17 @@ from __future__ import annotations
 import torch
 
 from tiny_lm.static_decoder import Capture
-
-from ..model.backend import Backend, Decoder, select_backend
-from ..model.static_shapes import pad_to_buckets
-from .sampler import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
-from .static_decode import decode_static
-from .tool_calls import ToolCalls, ToolUse
+from tinygrpo.model.backend import Backend, Decoder, select_backend
+from tinygrpo.model.static_shapes import pad_to_buckets
+from tinygrpo.rollout.sampler import (
+    Rollout,
+    SamplingParams,
+    finish_rollout,
+    penalize_repeats,
+    sample_from_logits,
+)
+from tinygrpo.rollout.static_decode import decode_static
+from tinygrpo.rollout.tool_calls import ToolCalls, ToolUse
 
 __all__ = [
     "Rollout",

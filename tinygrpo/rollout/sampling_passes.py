@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import torch
 
-from .config import RolloutConfig
-from .round import Round, merged
+from tinygrpo.rollout.config import RolloutConfig
+from tinygrpo.rollout.round import Round, merged
 
 Sample = Callable[[list[int], list[int] | None], Round]
 

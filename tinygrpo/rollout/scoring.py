@@ -9,9 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from rewards import EOS, RewardError, check_binary, compute_rewards, rewards_float32
-
-from ..model.text import decode_rows
-from .prompts import PromptSource
+from tinygrpo.model.text import decode_rows
+from tinygrpo.rollout.prompts import PromptSource
 
 
 class RewardFailure(RewardError):

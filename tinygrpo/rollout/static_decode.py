@@ -31,10 +31,15 @@ from dataclasses import replace
 import torch
 
 from tiny_lm.static_decoder import Capture, StaticGroupedDecoder
-
-from ..model.backend import Decoder
-from .sampler import Rollout, SamplingParams, finish_rollout, penalize_repeats, sample_from_logits
-from .tool_calls import ToolCalls
+from tinygrpo.model.backend import Decoder
+from tinygrpo.rollout.sampler import (
+    Rollout,
+    SamplingParams,
+    finish_rollout,
+    penalize_repeats,
+    sample_from_logits,
+)
+from tinygrpo.rollout.tool_calls import ToolCalls
 
 
 def draw_budget(

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .environment import Environment
+from tinygrpo.rollout.environment import Environment
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def tool_use(cfg, tokenizer) -> ToolUse | None:
     without one."""
     if cfg.environment is None:
         return None
-    from .environment import get_environment
+    from tinygrpo.rollout.environment import get_environment
 
     env = get_environment(cfg.environment)
     cap = env.max_calls if cfg.max_tool_calling_iterations is None else cfg.max_tool_calling_iterations

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .environment import Environment, Reply
+    from tinygrpo.rollout.environment import Environment, Reply
 
 READY = "ready"  # the worker's first message: it can take calls
 STARTUP_S = 60.0  # a worker not up by then is taken for dead

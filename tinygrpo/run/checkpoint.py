@@ -30,8 +30,8 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from ..data.writes import as_write_error, named_save_errors, write_atomic, writing
-from .config import ConfigError
+from tinygrpo.data.writes import as_write_error, named_save_errors, write_atomic, writing
+from tinygrpo.run.config import ConfigError
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"

@@ -16,18 +16,18 @@ from typing import ClassVar
 
 import torch
 
-from ..algorithm.advantage_estimators import (
+from tinygrpo.algorithm.advantage_estimators import (
     ADV_ESTIMATORS,
     MULTI_OBJECTIVE_AGGREGATIONS,
     needs_binary_rewards,
 )
-from ..algorithm.allocation import SAMPLE_ALLOCATIONS
-from ..algorithm.core import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, SCALE_REWARDS
-from ..algorithm.policy_losses import POLICY_LOSSES, ppo_clip_loss
-from ..rollout.prompt_stats import PROMPT_SAMPLERS
-from . import trl_names
-from .callbacks import report_trackers
-from .checks import (
+from tinygrpo.algorithm.allocation import SAMPLE_ALLOCATIONS
+from tinygrpo.algorithm.core import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, SCALE_REWARDS
+from tinygrpo.algorithm.policy_losses import POLICY_LOSSES, ppo_clip_loss
+from tinygrpo.rollout.prompt_stats import PROMPT_SAMPLERS
+from tinygrpo.run import trl_names
+from tinygrpo.run.callbacks import report_trackers
+from tinygrpo.run.checks import (
     AT_LEAST_1,
     NON_NEGATIVE,
     POSITIVE,
@@ -38,16 +38,16 @@ from .checks import (
     check_threads,
     each,
 )
-from .options_rollout import (
+from tinygrpo.run.options_rollout import (
     DEFAULT_EXPLORE_TEMPERATURES,
     Exploration,
     ModelAndData,
     RewardsAndAdvantages,
     Sampling,
 )
-from .options_run import BatchesAndSteps, Checks, SeedAndThreads
-from .options_update import KLAndEntropy, LoggingAndSaving, Loss, Optimizer
-from .recipe import parse_args
+from tinygrpo.run.options_run import BatchesAndSteps, Checks, SeedAndThreads
+from tinygrpo.run.options_update import KLAndEntropy, LoggingAndSaving, Loss, Optimizer
+from tinygrpo.run.recipe import parse_args
 
 __all__ = [
     "BOUNDS",
@@ -271,7 +271,7 @@ class GRPOConfig(
         if self.environment in ("", "None", "none", "null"):
             self.environment = None
         if self.environment is not None:
-            from ..rollout.environment import get_environment
+            from tinygrpo.rollout.environment import get_environment
 
             try:
                 get_environment(self.environment)
@@ -291,8 +291,8 @@ class GRPOConfig(
         group (groups then differ in size: tinygrpo/algorithm/group_sizes.py)."""
         if self.sample_allocation == "fixed":
             return
-        from ..algorithm.advantage_estimators import AdvantageConfig
-        from ..algorithm.group_sizes import per_group_estimator
+        from tinygrpo.algorithm.advantage_estimators import AdvantageConfig
+        from tinygrpo.algorithm.group_sizes import per_group_estimator
 
         what = f"sample_allocation {self.sample_allocation}"
         G, U, cap = self.num_generations, self.allocation_unit, self.max_num_generations
@@ -353,7 +353,7 @@ def flag_value(argv: list[str], flag: str) -> str | None:
 def task_defaults(spec: str) -> tuple[list[str], dict[str, object]]:
     """What `--task SPEC` sets: its GRPO recipe file (if it has one), then its inline recipe, its dataset and its
     reference (`tinygrpo/data/task.py`)."""
-    from ..data.task import get_task
+    from tinygrpo.data.task import get_task
 
     try:
         task = get_task(spec)

@@ -12,13 +12,12 @@ import numpy as np
 import torch
 
 from rewards import accuracy, compute_rewards, resolve_reward
-
-from ..data.task import Formats
-from ..model.backend import Backend
-from ..model.text import decode_completions
-from ..rollout.prompts import left_pad
-from ..rollout.sampling import SamplingParams, completion_logits, sample_completions
-from ..rollout.tool_calls import ToolUse
+from tinygrpo.data.task import Formats
+from tinygrpo.model.backend import Backend
+from tinygrpo.model.text import decode_completions
+from tinygrpo.rollout.prompts import left_pad
+from tinygrpo.rollout.sampling import SamplingParams, completion_logits, sample_completions
+from tinygrpo.rollout.tool_calls import ToolUse
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class Verifier:
         the `correct` reward of the task named (a run's `task`: formats of one problem set may be read by different
         verifiers) or of the dataset's task, else the strict integer rule (`accuracy`) for data no task names.
         Kinds, formats and the target column are the task's either way."""
-        from ..data.task import get_task, task_of_dataset
+        from tinygrpo.data.task import get_task, task_of_dataset
 
         named = get_task(task) if task else task_of_dataset(dataset)
         kinds, formats = (named.kinds, named.formats) if named is not None else (None, None)

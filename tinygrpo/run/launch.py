@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 from tqdm.auto import tqdm
 
-from ..data.writes import writing
-from . import checkpoint as ckpt
-from .config import ConfigError, GRPOConfig
+from tinygrpo.data.writes import writing
+from tinygrpo.run import checkpoint as ckpt
+from tinygrpo.run.config import ConfigError, GRPOConfig
 
 RUN_FILES = (
     "metrics.jsonl",
@@ -91,8 +91,7 @@ class Input(NamedTuple):
 def grpo_inputs(cfg: GRPOConfig, recipe: str | None) -> list[Input]:
     """What a GRPO run reads from disk."""
     from rewards.registry import reward_file
-
-    from ..data.problems import dataset_dir
+    from tinygrpo.data.problems import dataset_dir
 
     found = [Input("model_name_or_path", cfg.model_name_or_path, Path(cfg.model_name_or_path), True)]
     if cfg.beta > 0 and cfg.ref_model_name_or_path:  # (with beta == 0 no reference is read)
@@ -300,7 +299,7 @@ def build_accelerator(cfg: GRPOConfig):
     import torch
     from accelerate import Accelerator
 
-    from .callbacks import report_trackers
+    from tinygrpo.run.callbacks import report_trackers
 
     return Accelerator(
         cpu=not torch.cuda.is_available(),

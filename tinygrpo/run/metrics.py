@@ -12,12 +12,11 @@ from dataclasses import dataclass
 import torch
 
 from rewards import reward_metrics
-
-from ..data.task import Formats
-from ..rollout.distributed import Processes
-from ..rollout.round import Round, ScoredBatch
-from ..update.policy_update import UpdateStats
-from .evaluation import format_counts, format_metrics
+from tinygrpo.data.task import Formats
+from tinygrpo.rollout.distributed import Processes
+from tinygrpo.rollout.round import Round, ScoredBatch
+from tinygrpo.run.evaluation import format_counts, format_metrics
+from tinygrpo.update.policy_update import UpdateStats
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..data.writes import append_whole, write_atomic, writing
-from .config import ConfigError
+from tinygrpo.data.writes import append_whole, write_atomic, writing
+from tinygrpo.run.config import ConfigError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..algorithm.advantage_estimators import ADVANTAGE_MODES, MULTI_OBJECTIVE_AGGREGATIONS
-from ..algorithm.allocation import SAMPLE_ALLOCATIONS
-from ..algorithm.core import SCALE_REWARDS
-from ..rollout.prompt_stats import PROMPT_SAMPLERS
+from tinygrpo.algorithm.advantage_estimators import ADVANTAGE_MODES, MULTI_OBJECTIVE_AGGREGATIONS
+from tinygrpo.algorithm.allocation import SAMPLE_ALLOCATIONS
+from tinygrpo.algorithm.core import SCALE_REWARDS
+from tinygrpo.rollout.prompt_stats import PROMPT_SAMPLERS
 
 DEFAULT_EXPLORE_TEMPERATURES = [2.0, 3.0, 4.0]
 

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .checks import ConfigError
+from tinygrpo.run.checks import ConfigError
 
 # The run's length when no option gives it: optimizer steps (rounded up to whole generations).
 DEFAULT_MAX_STEPS = 1000

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..algorithm.core import KL_ESTIMATORS
-from ..algorithm.policy_losses import LOSS_TYPES
+from tinygrpo.algorithm.core import KL_ESTIMATORS
+from tinygrpo.algorithm.policy_losses import LOSS_TYPES
 
 
 @dataclass

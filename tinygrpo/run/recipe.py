@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
-from .checks import ConfigError
+from tinygrpo.run.checks import ConfigError
 
 
 class CompactHelp(argparse.ArgumentDefaultsHelpFormatter):
@@ -237,7 +237,7 @@ def parse_args(
     cfg, *rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     remaining = rest[-1]
     if remaining:
-        from .trl_names import unknown_line
+        from tinygrpo.run.trl_names import unknown_line
 
         raise ConfigError(unknown_line(remaining, getattr(cls, "TRL_HINTS", {})))
     return cfg

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import torch.nn as nn
 
-from ..data.writes import save_model_files, write_atomic
-from ..update.policy_update import NonFiniteError
-from . import checkpoint as ckpt
-from .metrics_io import plot_metrics
-from .report import write_report
+from tinygrpo.data.writes import save_model_files, write_atomic
+from tinygrpo.run import checkpoint as ckpt
+from tinygrpo.run.metrics_io import plot_metrics
+from tinygrpo.run.report import write_report
+from tinygrpo.update.policy_update import NonFiniteError
 
 
 def write_run_end(

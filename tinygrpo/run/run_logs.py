@@ -18,12 +18,12 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from ..algorithm.core import entropy_from_logits, selective_log_softmax
-from ..algorithm.group_sizes import unit_group
-from ..model.backend import Backend
-from ..rollout.round import Round, ScoredBatch
-from ..rollout.sampling import completion_logits
-from .metrics_io import JsonlWriter, truncate_after_step
+from tinygrpo.algorithm.core import entropy_from_logits, selective_log_softmax
+from tinygrpo.algorithm.group_sizes import unit_group
+from tinygrpo.model.backend import Backend
+from tinygrpo.rollout.round import Round, ScoredBatch
+from tinygrpo.rollout.sampling import completion_logits
+from tinygrpo.run.metrics_io import JsonlWriter, truncate_after_step
 
 DETAIL_FILES = ("prompt_stats", "eval_failures", "beliefs")  # <name>.jsonl, written at every evaluation
 MAX_BELIEF_PROMPTS, MAX_BELIEF_ANSWERS = 64, 32  # beliefs are logged for problem sets this small

@@ -25,23 +25,17 @@ import torch.nn.functional as F
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer, check_text
 from tiny_lm.tokenization_tiny_lm import vocabulary_chars
-
-from ..data.problems import MANIFEST, dataset_dir, first_row_columns, load_split
-from ..data.writes import save_model_files
-from ..rollout.environment import get_environment
-from ..rollout.tool_calls import ToolUse
-from ..update.policy_update import NonFiniteError, nonfinite_weight
-from .checks import ConfigError
-from .evaluation import Verifier, format_counts, format_metrics, greedy_accuracy
-from .launch import Input, check_apart
-from .sft_config import SFTConfig  # (importable from here too, as before)
-from .sft_targets import (  # (importable from here too, as before)
-    encode_examples,
-    missing_columns,
-    target_replies,
-    training_targets,
-)
-from .validation import ModelShape, check_held_out, gigabytes, memory_budget
+from tinygrpo.data.problems import MANIFEST, dataset_dir, first_row_columns, load_split
+from tinygrpo.data.writes import save_model_files
+from tinygrpo.rollout.environment import get_environment
+from tinygrpo.rollout.tool_calls import ToolUse
+from tinygrpo.run.checks import ConfigError
+from tinygrpo.run.evaluation import Verifier, format_counts, format_metrics, greedy_accuracy
+from tinygrpo.run.launch import Input, check_apart
+from tinygrpo.run.sft_config import SFTConfig
+from tinygrpo.run.sft_targets import encode_examples, missing_columns, target_replies, training_targets
+from tinygrpo.run.validation import ModelShape, check_held_out, gigabytes, memory_budget
+from tinygrpo.update.policy_update import NonFiniteError, nonfinite_weight
 
 
 def check_memory(cfg: SFTConfig, vocab: int, tokens: int) -> None:
@@ -83,7 +77,7 @@ def on_portable_kernels() -> bool:
 def visible_to_a_child(task: str) -> bool:
     """Whether a fresh process finds the task `task` names: a built-in one, a family of a built-in module, a task
     file, or a module's (module:NAME); not one registered at run time by this process's own code."""
-    from ..data.task import TASK_FAMILIES, TASKS, get_task
+    from tinygrpo.data.task import TASK_FAMILIES, TASKS, get_task
 
     head, _, tail = task.partition(":")
     if head.endswith(".py") or (tail and head not in TASK_FAMILIES and head not in TASKS):
@@ -137,7 +131,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     torch.manual_seed(cfg.seed)
     tokenizer = build_tokenizer(cfg.chars)
     if cfg.task:
-        from ..data.task import get_task
+        from tinygrpo.data.task import get_task
 
         task = get_task(cfg.task)
         if not (task.data_dir / MANIFEST).is_file():
@@ -300,7 +294,7 @@ def child_main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # a full disk, a read-only place: the file, the cause, and that nothing was saved
-        from ..data.writes import describe_write_error
+        from tinygrpo.data.writes import describe_write_error
 
         where = json.loads(argv[0])["output_dir"]
         print(f"error: {describe_write_error(e, f'no model was saved in {where}')}", file=sys.stderr)

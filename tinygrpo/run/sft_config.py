@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from tiny_lm.tokenization_tiny_lm import DEFAULT_CHARS
-
-from ..rollout.environment import get_environment
-from . import trl_names
-from .checks import Bound, ConfigError, check_fields, check_threads
-from .config import BOUNDS
+from tinygrpo.rollout.environment import get_environment
+from tinygrpo.run import trl_names
+from tinygrpo.run.checks import Bound, ConfigError, check_fields, check_threads
+from tinygrpo.run.config import BOUNDS
 
 
 @dataclass
@@ -197,7 +196,7 @@ class SFTConfig:
 
 def task_recipe(name: str) -> dict:
     """The SFTConfig fields of task `name`'s reference recipe; a ValueError for an unknown task or one without."""
-    from ..data.task import get_task
+    from tinygrpo.data.task import get_task
 
     task = get_task(name)
     if task.reference is None:

@@ -9,10 +9,9 @@ import random
 import torch
 
 from tiny_lm.tokenization_tiny_lm import EOS_TOKEN
-
-from ..data.progress import chunks, progress
-from ..rollout.tool_calls import written_calls
-from .sft_config import SFTConfig
+from tinygrpo.data.progress import chunks, progress
+from tinygrpo.rollout.tool_calls import written_calls
+from tinygrpo.run.sft_config import SFTConfig
 
 
 def encode_examples(

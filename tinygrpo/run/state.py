@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..rollout.round import ScoredBatch
-from .run_logs import StepTokens
+from tinygrpo.rollout.round import ScoredBatch
+from tinygrpo.run.run_logs import StepTokens
 
 
 @dataclass

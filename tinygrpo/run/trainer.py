@@ -29,26 +29,23 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, set_seed
 
 from rewards import RewardError, resolve_rewards
-
-from ..model.backend import AutocastBackend, PolicyForward, select_backend
-from ..model.static_shapes import static_backend, static_shapes_on
-from ..rollout.config import RolloutConfig
-from ..rollout.distributed import Processes
-from ..rollout.generation import BatchGenerator, RewardFailure, ScoredBatch, reward_spec
-from ..rollout.prompt_stats import PromptStats
-from ..rollout.prompts import PromptSource
-from ..rollout.tool_calls import tool_use
-from ..update.optim import OptimizerConfig, OptimizerStep, build_optimizer
-from ..update.policy_update import NonFiniteError, PolicyUpdate, UpdateConfig, mix_reference
-from . import checkpoint as ckpt
-from . import launch
-from .callbacks import Callbacks
-from .checkpoint import SaveError
-from .config import GRPOConfig
-from .evaluation import HeldOutEvaluator
-from .metrics import StepTimes, answer_metrics, step_metrics
-from .run_end import say_skipped_steps, write_run_end
-from .run_logs import (
+from tinygrpo.model.backend import AutocastBackend, PolicyForward, select_backend
+from tinygrpo.model.static_shapes import static_backend, static_shapes_on
+from tinygrpo.rollout.config import RolloutConfig
+from tinygrpo.rollout.distributed import Processes
+from tinygrpo.rollout.generation import BatchGenerator, RewardFailure, ScoredBatch, reward_spec
+from tinygrpo.rollout.prompt_stats import PromptStats
+from tinygrpo.rollout.prompts import PromptSource
+from tinygrpo.rollout.tool_calls import tool_use
+from tinygrpo.run import checkpoint as ckpt
+from tinygrpo.run import launch
+from tinygrpo.run.callbacks import Callbacks
+from tinygrpo.run.checkpoint import SaveError
+from tinygrpo.run.config import GRPOConfig
+from tinygrpo.run.evaluation import HeldOutEvaluator
+from tinygrpo.run.metrics import StepTimes, answer_metrics, step_metrics
+from tinygrpo.run.run_end import say_skipped_steps, write_run_end
+from tinygrpo.run.run_logs import (
     ProgressBar,
     RunLogs,
     StepTokens,
@@ -57,10 +54,12 @@ from .run_logs import (
     token_probs,
     token_texts,
 )
-from .state import StepOutput, TrainerState, crossed
-from .trainer_checkpoints import Checkpoints
-from .validation import check_inputs
-from .watch import LearningWatch, forecast_before_training, target_lengths
+from tinygrpo.run.state import StepOutput, TrainerState, crossed
+from tinygrpo.run.trainer_checkpoints import Checkpoints
+from tinygrpo.run.validation import check_inputs
+from tinygrpo.run.watch import LearningWatch, forecast_before_training, target_lengths
+from tinygrpo.update.optim import OptimizerConfig, OptimizerStep, build_optimizer
+from tinygrpo.update.policy_update import NonFiniteError, PolicyUpdate, UpdateConfig, mix_reference
 
 __all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerState"]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from ..update.policy_update import NonFiniteError, nonfinite_weight
-from . import checkpoint as ckpt
-from . import launch
+from tinygrpo.run import checkpoint as ckpt
+from tinygrpo.run import launch
+from tinygrpo.update.policy_update import NonFiniteError, nonfinite_weight
 
 
 class Checkpoints:

@@ -11,15 +11,14 @@ import torch
 import torch.nn as nn
 
 from rewards import EOS, check_binary, compute_rewards, rewards_float32
-
-from ..algorithm.advantage_estimators import needs_binary_rewards
-from ..data.progress import chunks, progress
-from ..model.static_shapes import bucket_size
-from ..rollout.environment import get_environment
-from .config import ConfigError, GRPOConfig
+from tinygrpo.algorithm.advantage_estimators import needs_binary_rewards
+from tinygrpo.data.progress import chunks, progress
+from tinygrpo.model.static_shapes import bucket_size
+from tinygrpo.rollout.environment import get_environment
+from tinygrpo.run.config import ConfigError, GRPOConfig
 
 if TYPE_CHECKING:  # (generation.py imports the model side; the checks need only the type)
-    from ..rollout.scoring import RewardSpec
+    from tinygrpo.rollout.scoring import RewardSpec
 
 # ------------------------------------------------------------------------------------------------ memory at once
 # A size that multiplies memory (pass@k's samples, the step's batch, the completion length) is refused at start-up
@@ -206,7 +205,7 @@ def check_inputs(
     binary = f"advantage_mode {cfg.advantage_mode}" if needs_binary_rewards(cfg) else None
     where = f"{cfg.dataset}/{cfg.train_split}"
     probe(reward_funcs, reward_names, train_dataset, where, reward_kwargs, weights, binary)
-    from .evaluation import Verifier
+    from tinygrpo.run.evaluation import Verifier
 
     verifier = Verifier.of(cfg.dataset, cfg.eval_reward, cfg.task)  # the rule held-out accuracy is decided by
     check_held_out(verifier, train_dataset, eval_dataset if scored else None, cfg, reward_kwargs)

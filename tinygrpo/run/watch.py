@@ -93,7 +93,7 @@ def forecast_before_training(
 def target_lengths(columns: dict[str, list], cfg) -> tuple[str, tuple[int, int] | None]:
     """The column a right completion reads like, the run's task's target (`answer`, or a worked task's own
     column), and its shortest and longest text: what the truncation warning compares max_completion_length with."""
-    from ..data.task import get_task, task_of_dataset
+    from tinygrpo.data.task import get_task, task_of_dataset
 
     task = get_task(cfg.task) if getattr(cfg, "task", None) else task_of_dataset(cfg.dataset)
     column = task.target if task is not None and task.target in columns else "answer"

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..algorithm.core import aggregate_loss, entropy_from_logits, masked_mean, selective_log_softmax
-from ..algorithm.loss_config import LossConfig
-from ..algorithm.policy_losses import POLICY_LOSSES
-from ..rollout.batch import Batch
-from .loss_terms import TOKEN_TERMS, Tokens, kl_terms
-from .loss_terms import explore_weights as explore_weights  # (importable from here, as before)
+from tinygrpo.algorithm.core import aggregate_loss, entropy_from_logits, masked_mean, selective_log_softmax
+from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.algorithm.policy_losses import POLICY_LOSSES
+from tinygrpo.rollout.batch import Batch
+from tinygrpo.update.loss_terms import TOKEN_TERMS, Tokens, kl_terms
+from tinygrpo.update.loss_terms import explore_weights as explore_weights  # (importable from here, as before)
 
 # The per-token statistics a loss reports, as masked sums ("tokens" first: divide by it for means).
 STAT_NAMES = ("tokens", "entropy", "ratio", "clip_ratio/low", "clip_ratio/high", "clip_ratio/region")

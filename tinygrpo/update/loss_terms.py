@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..algorithm.core import full_kl, kl_estimate, log_importance_weights, selective_log_softmax
-from ..algorithm.loss_config import LossConfig
-from ..algorithm.policy_losses import entropy_threshold, high_entropy_mask, off_policy_mask
-from ..rollout.batch import Batch
+from tinygrpo.algorithm.core import full_kl, kl_estimate, log_importance_weights, selective_log_softmax
+from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.algorithm.policy_losses import entropy_threshold, high_entropy_mask, off_policy_mask
+from tinygrpo.rollout.batch import Batch
 
 Gather = Callable[[Tensor], Tensor] | None  # concatenates a 1-D tensor over processes (None: this one only)
 

@@ -17,15 +17,15 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..algorithm.core import at_least_float32, selective_log_softmax
-from ..algorithm.loss_config import LossConfig
-from ..algorithm.policy_losses import POLICY_LOSSES
-from ..model.backend import Backend
-from ..model.static_shapes import replayed
-from ..rollout.batch import Batch
-from ..rollout.distributed import Processes
-from .loss import EntropyCoefficient, LossInputs, LossStats, grpo_loss
-from .optim import OptimizerStep
+from tinygrpo.algorithm.core import at_least_float32, selective_log_softmax
+from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.algorithm.policy_losses import POLICY_LOSSES
+from tinygrpo.model.backend import Backend
+from tinygrpo.model.static_shapes import replayed
+from tinygrpo.rollout.batch import Batch
+from tinygrpo.rollout.distributed import Processes
+from tinygrpo.update.loss import EntropyCoefficient, LossInputs, LossStats, grpo_loss
+from tinygrpo.update.optim import OptimizerStep
 
 
 @dataclass(frozen=True)

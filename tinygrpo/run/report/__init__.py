@@ -27,13 +27,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ...data.writes import write_atomic
-from ..metrics_io import JsonlError
-from .groups import section_groups, section_tokens
-from .html import STYLE, _e
-from .logs import LOGS, REPORT_FILE, _read_json, read_log
-from .prompts import section_beliefs, section_prompts
-from .run import has_curves, section_curves, section_run
+from tinygrpo.data.writes import write_atomic
+from tinygrpo.run.metrics_io import JsonlError
+from tinygrpo.run.report.groups import section_groups, section_tokens
+from tinygrpo.run.report.html import STYLE, _e
+from tinygrpo.run.report.logs import LOGS, REPORT_FILE, _read_json, read_log
+from tinygrpo.run.report.prompts import section_beliefs, section_prompts
+from tinygrpo.run.report.run import has_curves, section_curves, section_run
 
 __all__ = ["LOGS", "REPORT_FILE", "build_report", "main", "read_log", "unrecorded", "write_report"]
 

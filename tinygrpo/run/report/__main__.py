@@ -2,6 +2,6 @@
 
 import sys
 
-from . import main
+from tinygrpo.run.report import main
 
 sys.exit(main())

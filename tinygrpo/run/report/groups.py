@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from .html import _colour, _diverging, _e
-from .logs import (
-    MAX_GROUP_STEPS,
-    MAX_TOKEN_GROUPS,
-    MAX_TOKEN_STEPS,
-    TOKEN_NUMBERS,
-)
+from tinygrpo.run.report.html import _colour, _diverging, _e
+from tinygrpo.run.report.logs import MAX_GROUP_STEPS, MAX_TOKEN_GROUPS, MAX_TOKEN_STEPS, TOKEN_NUMBERS
 
 
 def section_groups(completions: list[dict]) -> str:

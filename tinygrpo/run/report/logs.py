@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..metrics_io import (
+from tinygrpo.run.metrics_io import (
     FORMAT_PREFIXES,
     INT,
     NUM,

@@ -5,11 +5,9 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from ..metrics_io import PROMPT_GROUPS
-from .html import NO_FIGURE, _e, _pct, _png
-from .logs import (
-    MAX_HEATMAP_ROWS,
-)
+from tinygrpo.run.metrics_io import PROMPT_GROUPS
+from tinygrpo.run.report.html import NO_FIGURE, _e, _pct, _png
+from tinygrpo.run.report.logs import MAX_HEATMAP_ROWS
 
 if TYPE_CHECKING:
     import numpy as np

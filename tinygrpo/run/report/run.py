@@ -6,11 +6,8 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..metrics_io import (
-    CURVES_DPI,
-    curves_figure,
-)
-from .html import NO_FIGURE, _e, _pct, _png
+from tinygrpo.run.metrics_io import CURVES_DPI, curves_figure
+from tinygrpo.run.report.html import NO_FIGURE, _e, _pct, _png
 
 
 def reproduce_command(config: dict) -> str:
@@ -18,7 +15,7 @@ def reproduce_command(config: dict) -> str:
     config holds that this version does not know is passed as it is)."""
     from dataclasses import asdict
 
-    from ..config import GRPOConfig
+    from tinygrpo.run.config import GRPOConfig
 
     defaults = asdict(GRPOConfig())  # (as resolved: max_steps is 1000 when no option gives the run's length)
     argv = []
