@@ -250,6 +250,72 @@ def test_zero_variance_groups_are_exactly_zero():
                         assert adv.dtype == dtype and (adv[G:] != 0).all()
 
 
+@pytest.mark.parametrize("mode", core.GROUP_MODES)
+@pytest.mark.parametrize("scale_rewards", core.SCALE_REWARDS)
+def test_group_advantages_without_nan_take_the_unmasked_branch_and_equal_the_masked_one(mode, scale_rewards):
+    """Rewards without NaN (the usual case) skip the masks; the same groups beside a group of NaN (which sends every
+    group through the masked form, and adds nothing to any statistic, the batch std included) give the same advantages
+    and zero_std, bit for bit: ties, all-equal groups, binary and continuous rewards, G from 2 to 9, float32 and
+    float64, both std conventions."""
+    g = torch.Generator().manual_seed(11)
+    cases = 0
+    for G in (2, 3, 4, 7, 8, 9):
+        for dtype in (torch.float32, torch.float64):
+            for kind in ("binary", "ties", "continuous"):
+                P = 6
+                if kind == "binary":
+                    r = (torch.rand(P * G, generator=g) < 0.5).to(dtype)
+                elif kind == "ties":
+                    r = torch.randint(0, 3, (P * G,), generator=g).to(dtype) * 0.3
+                else:
+                    r = torch.randn(P * G, generator=g, dtype=dtype)
+                r.view(P, G)[0] = r.view(P, G)[0, 0]  # one group all equal: zero_std
+                for corr, eps in ((1, 1e-4), (0, 1e-8)):
+                    kw = dict(mode=mode, scale_rewards=scale_rewards, std_correction=corr, eps=eps)
+                    got = group_advantages(r, G, **kw)
+                    nan_group = torch.cat([r, torch.full((G,), math.nan, dtype=dtype)])
+                    want = group_advantages(nan_group, G, **kw)
+                    assert torch.equal(got[0], want[0][: P * G]) and torch.equal(got[1], want[1][:P]), (
+                        G,
+                        kind,
+                    )
+                    assert want[1][P] and want[0][P * G :].eq(0).all()  # (the NaN group: no signal, 0)
+                    assert got[1][0] and not got[1].all()
+                    cases += 1
+    assert cases == 72
+
+
+@pytest.mark.parametrize(
+    ("kw", "shortcut"),
+    [
+        ({}, True),  # GRPO's clip
+        ({"epsilon_low": 0.0, "epsilon_high": 0.0}, True),  # r == 1 sits on both clip edges
+        ({"epsilon_high": 0.28, "delta": 1.5}, True),  # clip-higher, two-sided
+        ({"delta": 0.5}, False),  # delta below 1 binds even at r == 1
+        ({"importance_sampling_level": "sequence"}, False),  # GSPO: a row's ratio spreads over its tokens
+    ],
+)
+def test_on_policy_surrogate_equals_the_clip_with_old_logp_detached(kw, shortcut):
+    """old_logp None (on-policy: the trainer's num_iterations 1, one mini-batch) against old_logp = logp.detach(),
+    which always takes the clip's general form: the same per-token loss, statistics and gradient, bit for bit."""
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    adv = torch.randn(5, generator=g, dtype=torch.float64)
+    mask = torch.rand(5, 4, generator=g) < 0.7
+    results = []
+    for old in (None, "detached"):
+        logp = base.clone().requires_grad_(True)
+        loss, stats = clipped_surrogate(logp, None if old is None else logp.detach(), adv, mask, **kw)
+        if old is None:  # the on-policy shortcut is -(r * A), no min and no expand: taken where it should be
+            assert (type(loss.grad_fn).__name__ == "NegBackward0") is shortcut
+        (grad,) = torch.autograd.grad((loss * mask).sum(), logp)
+        results.append((loss.detach(), stats, grad))
+    (loss_a, st_a, grad_a), (loss_b, st_b, grad_b) = results
+    assert torch.equal(loss_a, loss_b) and torch.equal(grad_a, grad_b) and grad_a.abs().sum() > 0
+    for key in ("ratio", "low_clipped", "high_clipped", "clipped"):
+        assert torch.equal(st_a[key].expand_as(mask), st_b[key].expand_as(mask)), key
+
+
 def test_group_advantages_validation():
     r = torch.zeros(8)
     with pytest.raises(ValueError, match="mode"):

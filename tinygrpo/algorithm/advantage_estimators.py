@@ -34,7 +34,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tinygrpo.algorithm import fast
 from tinygrpo.algorithm.core import GROUP_MODES, group_advantages
 
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
@@ -237,15 +236,13 @@ def register_adv_est(
 
 def _register_group_mode(mode: str) -> None:
     register_adv_est(mode)(
-        lambda x, cfg: fast.group_advantages(
+        lambda x, cfg: group_advantages(
             x.rewards, cfg.num_generations, mode=mode, scale_rewards=cfg.scale_rewards
         )
     )
 
 
-for (
-    _mode
-) in GROUP_MODES:  # grpo, rloo, reinforce: core.group_advantages, through its NaN-free equal (fast.py)
+for _mode in GROUP_MODES:  # grpo, rloo, reinforce: core.group_advantages
     _register_group_mode(_mode)
 
 

@@ -56,62 +56,44 @@ def group_advantages(
     std_correction: int = 1,
     eps: float = 1e-4,
 ) -> tuple[Tensor, Tensor]:
-    """Group-relative advantages, one scalar per completion.
+    """Group-relative advantages, one scalar per completion: rewards (N,), consecutive blocks of `num_generations`
+    one prompt's group -> (advantages (N,), zero_std (N / G,) bool).
 
-    rewards: (N,) with N = num_groups * num_generations; consecutive blocks of `num_generations` are one prompt's
-    group. NaN means "no applicable reward for this sample": it is left out of its group's statistics (and of the
-    batch std) and gets advantage exactly 0.
+    mode "grpo": A = r - group mean, then by `scale_rewards`: "group" divides by (group std + eps) (GRPO,
+    DeepSeekMath), "batch" by (std of every valid reward of the batch + eps) (TRL), "none" not at all (Dr. GRPO, Liu
+    et al. 2025). "rloo": A_i = r_i - the mean of the OTHER rewards of its group (Ahmadian et al. 2024), unscaled.
+    "reinforce": A = r (NaN -> 0). std_correction 1 is the unbiased std (TRL's), 0 numpy's (the seed demo's, with
+    eps 1e-8).
 
-    mode:
-      "grpo"      A = r - group mean, then by `scale_rewards`: "group" divides by (group std + eps) (GRPO,
-                  DeepSeekMath), "batch" by (std of all valid rewards in the batch + eps) (TRL's
-                  scale_rewards="batch"), "none" does not divide (Dr. GRPO, Liu et al. 2025).
-      "rloo"      A_i = r_i - mean of the OTHER valid rewards of its group (leave-one-out baseline, Ahmadian et
-                  al. 2024); no std scaling (`scale_rewards` is ignored).
-      "reinforce" A = r: no baseline, no scaling (NaN -> 0); `zero_std` is still reported.
-    std_correction: 1 = unbiased std (TRL's default, torch's `Tensor.std()`), 0 = population std (numpy's
-      `r.std()`, as in the seed demo: use std_correction=0, eps=1e-8 for its numbers).
-    eps: added to the std before dividing (TRL: 1e-4).
-
-    Returns (advantages (N,), zero_std (num_groups,) bool). A group is zero_std when its valid rewards are all
-    exactly equal or it has fewer than 2 valid rewards: no sample is better than another, so for "grpo" and
-    "rloo" its advantages are set to exactly 0.0 (r - mean need not round to 0, e.g. 0.3 repeated). Advantages
-    have the rewards' dtype (integer/bool rewards are promoted to the default float dtype).
+    NaN means "no reward applies": left out of its group's statistics and the batch std, advantage exactly 0. A group
+    is zero_std when its valid rewards are all equal or fewer than 2: no sample is better than another, and for grpo
+    and rloo its advantages are exactly 0.0 (r - mean need not round to 0). Integer rewards become floats.
     """
     _check_choice("mode", mode, GROUP_MODES)
     _check_choice("scale_rewards", scale_rewards, SCALE_REWARDS)
-    if std_correction not in (0, 1):
-        raise ValueError(f"std_correction must be 0 or 1, got {std_correction!r}")
-    if not eps >= 0:
-        raise ValueError(f"eps must be >= 0, got {eps!r}")
-    if (
-        isinstance(num_generations, bool)
-        or not isinstance(num_generations, numbers.Integral)
-        or num_generations < 2
-    ):
-        raise ValueError(f"num_generations must be an int >= 2, got {num_generations!r}")
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
-    if rewards.numel() % num_generations != 0:
+    if std_correction not in (0, 1) or not eps >= 0:
+        raise ValueError(f"std_correction must be 0 or 1 and eps >= 0, got {std_correction!r} and {eps!r}")
+    G = num_generations
+    if isinstance(G, bool) or not isinstance(G, numbers.Integral) or G < 2:
+        raise ValueError(f"num_generations must be an int >= 2, got {G!r}")
+    if rewards.dim() != 1 or rewards.numel() % G:
         raise ValueError(
-            f"rewards has N={rewards.numel()} entries, not divisible by num_generations={num_generations}"
+            f"rewards must be 1-D with a multiple of num_generations={G} entries, got {tuple(rewards.shape)}"
         )
     if not rewards.is_floating_point():
         rewards = rewards.to(torch.get_default_dtype())
-
-    G = num_generations
     r = rewards.view(-1, G)  # (P, G)
-    valid = ~torch.isnan(r)  # (P, G)
+    valid = ~torch.isnan(r)
+    if bool(valid.all()):  # (the usual case: every mask below is the identity, and is skipped; the same bits)
+        return _complete_groups(r, mode, scale_rewards, std_correction, eps)
     n = valid.sum(-1, keepdim=True).to(r.dtype)  # (P, 1) valid samples per group
     r0 = torch.where(valid, r, torch.zeros_like(r))  # NaN -> 0 so sums stay finite
     # "all equal" by exact comparison, not std < tol: a tolerance would silently drop real (tiny) signal.
     hi = torch.where(valid, r, torch.full_like(r, -torch.inf)).amax(-1)
     lo = torch.where(valid, r, torch.full_like(r, torch.inf)).amin(-1)
     zero_std = (hi == lo) | (n.squeeze(-1) < 2)  # (P,)
-
     if mode == "reinforce":
         return r0.reshape(-1), zero_std
-
     if mode == "rloo":
         adv = r0 - (r0.sum(-1, keepdim=True) - r0) / (n - 1).clamp(min=1)  # n < 2 is zero_std -> masked below
     else:
@@ -119,15 +101,31 @@ def group_advantages(
         if scale_rewards == "group":
             var = torch.where(valid, adv, torch.zeros_like(adv)).square().sum(-1, keepdim=True)  # (P, 1)
             adv = adv / ((var / (n - std_correction).clamp(min=1)).sqrt() + eps)
-        elif scale_rewards == "batch":
-            # TRL: the GROUP mean is subtracted, the BATCH std divides.
-            flat = r[valid]  # (n_valid,)
-            batch_std = (
-                flat.std(correction=std_correction) if flat.numel() > std_correction else r.new_zeros(())
-            )
-            adv = adv / (batch_std + eps)
-
+        elif scale_rewards == "batch":  # (TRL: the GROUP mean is subtracted, the BATCH std divides)
+            flat = r[valid]
+            std = flat.std(correction=std_correction) if flat.numel() > std_correction else r.new_zeros(())
+            adv = adv / (std + eps)
     adv = torch.where(valid & ~zero_std.unsqueeze(-1), adv, torch.zeros_like(adv))
+    return adv.reshape(-1), zero_std
+
+
+def _complete_groups(
+    r: Tensor, mode: str, scale_rewards: str, std_correction: int, eps: float
+) -> tuple[Tensor, Tensor]:
+    """group_advantages of (P, G) rewards without NaN: each group has G valid rewards."""
+    G = r.size(1)
+    zero_std = r.amax(-1) == r.amin(-1)  # (P,)
+    if mode == "reinforce":
+        return r.reshape(-1), zero_std
+    if mode == "rloo":
+        adv = r - (r.sum(-1, keepdim=True) - r) / (G - 1)
+    else:
+        adv = r - r.sum(-1, keepdim=True) / G
+        if scale_rewards == "group":
+            adv = adv / ((adv.square().sum(-1, keepdim=True) / (G - std_correction)).sqrt() + eps)
+        elif scale_rewards == "batch":
+            adv = adv / (r.reshape(-1).std(correction=std_correction) + eps)
+    adv = torch.where(~zero_std.unsqueeze(-1), adv, torch.zeros_like(adv))
     return adv.reshape(-1), zero_std
 
 
@@ -244,8 +242,9 @@ def clipped_surrogate(
 
     old_logp None means on-policy (num_iterations 1: the samples came from this very policy): old_logp is
     logp.detach(), so r = exp(logp - logp.detach()) is exactly 1, nothing is clipped, and the gradient is the plain
-    policy gradient -A * grad(logp). (tinygrpo.algorithm.fast.on_policy_surrogate computes that case with a third of the
-    operations, and the trainer uses it; tests/test_fast.py checks the two agree bit for bit.)
+    policy gradient -A * grad(logp). With token-level ratios and no delta below 1, min(r A, clip(r) A) is then r A in
+    value and in gradient (torch's min splits a tie in halves, each of derivative A), and is computed so, in a third of
+    the operations (tests/test_core.py: the same bits as with old_logp = logp.detach()).
 
     Returns (per_token_loss (B, T), stats) with stats tensors, not reduced: "ratio" (B, T) (before the delta
     clamp), "low_clipped" = (r < 1 - eps_low) & (A < 0), "high_clipped" = (r > 1 + eps_high) & (A > 0),
@@ -261,6 +260,16 @@ def clipped_surrogate(
         raise ValueError(f"epsilon_high must be >= 0, got {epsilon_high!r}")
     if delta is not None and not delta > 0:
         raise ValueError(f"delta must be > 0 (TRL recommends > 1 + epsilon), got {delta!r}")
+    if old_logp is None and importance_sampling_level == "token" and (delta is None or delta >= 1):
+        ratio = torch.exp(logp - logp.detach())  # (B, T), exactly 1
+        never = torch.zeros_like(logp, dtype=torch.bool)
+        per_token_loss = -(ratio * advantages.unsqueeze(-1).to(ratio.dtype))
+        return per_token_loss, {
+            "ratio": ratio.detach(),
+            "low_clipped": never,
+            "high_clipped": never,
+            "clipped": never,
+        }
     if old_logp is None:
         old_logp = logp.detach()
     if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:

@@ -34,7 +34,6 @@ import torch
 from torch import Tensor
 
 from tinygrpo.algorithm.core import AGGREGATIONS, clipped_surrogate, log_importance_weights
-from tinygrpo.algorithm.fast import on_policy_applies, on_policy_surrogate
 from tinygrpo.algorithm.loss_config import LossConfig
 
 PolicyLossFn = Callable[[Tensor, Tensor | None, Tensor, Tensor, LossConfig], tuple[Tensor, dict[str, Tensor]]]
@@ -261,10 +260,7 @@ def high_entropy_mask(entropies: Tensor, mask: Tensor, threshold: Tensor | float
 def ppo_clip_loss(
     logp: Tensor, old_logp: Tensor | None, advantages: Tensor, mask: Tensor, cfg: LossConfig
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO's clipped surrogate (core.clipped_surrogate); these loss types differ only in their aggregation. On-policy
-    it is computed by its faster equal (tinygrpo.algorithm.fast)."""
-    if on_policy_applies(old_logp, cfg.importance_sampling_level, cfg.delta):
-        return on_policy_surrogate(logp, advantages)
+    """PPO's clipped surrogate (core.clipped_surrogate); these loss types differ only in their aggregation."""
     return clipped_surrogate(
         logp,
         old_logp,
