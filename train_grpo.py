@@ -118,14 +118,16 @@ def main(argv: list[str] | None = None) -> int:
 
         def write_data() -> None:
             try:
-                if (named := task_of_dataset(cfg.dataset)) is not None:
+                if (named := task_of_dataset(cfg.dataset_name)) is not None:
                     named.ensure_data()
             except ValueError as e:
                 raise ConfigError(str(e)) from None
 
         launch.on_main_process(acc, write_data)
         try:
-            train, evald = load_splits(cfg.dataset, cfg.train_split, cfg.eval_split or None)
+            train, evald = load_splits(
+                cfg.dataset_name, cfg.dataset_train_split, cfg.dataset_test_split or None
+            )
         except ValueError as e:
             raise ConfigError(str(e)) from None
         task = task_of_reference(cfg.model_name_or_path)
@@ -148,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             from tinygrpo.run.evaluation import Verifier
 
             try:
-                verifier, why = Verifier.choose(cfg.dataset, cfg.eval_reward, cfg.task)
+                verifier, why = Verifier.choose(cfg.dataset_name, cfg.eval_reward, cfg.task)
             except ValueError as e:
                 raise ConfigError(f"eval_reward={cfg.eval_reward}: {e}") from None
             acc.print(
-                f"held-out accuracy: {cfg.eval_split} split, decided by the reward {verifier.name!r} ({why})"
+                f"held-out accuracy: {cfg.dataset_test_split} split, decided by the reward {verifier.name!r} ({why})"
             )
         trainer = GRPOTrainer(cfg, model, tokenizer, train, evald, ref_model=ref_model, accelerator=acc)
         if acc.is_main_process:

@@ -24,20 +24,6 @@ def task_of(argv: list[str]) -> str:
     return ""
 
 
-def old_names(argv: list[str]) -> list[str]:
-    """`--cosine_decay true|false`, this script's earlier flag, as `--lr_scheduler_type cosine|constant`."""
-    out, i = [], 0
-    while i < len(argv):
-        if argv[i] in ("--cosine_decay", "--cosine-decay") and i + 1 < len(argv):
-            on = argv[i + 1].lower() in ("true", "1", "yes")
-            out += ["--lr_scheduler_type", "cosine" if on else "constant"]
-            i += 2
-        else:
-            out.append(argv[i])
-            i += 1
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     import datasets
     from transformers.utils import logging as hf_logging
@@ -50,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()  # (no "Generating train split" bars around the script's own lines)
-    argv = old_names(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
     cfg = None
     try:
         check_task_flag(argv)

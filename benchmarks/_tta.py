@@ -179,7 +179,7 @@ def run_trl(cfg: Any, model_path: str, eval_limit: int, eval_every: int, out: Pa
     from tinygrpo.run.evaluation import HeldOutEvaluator
 
     torch.set_num_threads(threads)
-    train, test = load_splits(cfg.dataset, cfg.train_split, cfg.eval_split)
+    train, test = load_splits(cfg.dataset_name, cfg.dataset_train_split, cfg.dataset_test_split)
     rows = test[:eval_limit] if eval_limit else test[:]
     tok = AutoTokenizer.from_pretrained(model_path)
     out.mkdir(parents=True, exist_ok=True)
@@ -303,11 +303,11 @@ def write_eval_subset(cfg, limit: int, where: Path) -> None:
     """A dataset directory holding the train split as is and the first `limit` rows of the held-out split."""
     from tinygrpo.data.problems import DATA_DIR
 
-    src = Path(cfg.dataset) if Path(cfg.dataset).is_dir() else DATA_DIR / cfg.dataset
+    src = Path(cfg.dataset_name) if Path(cfg.dataset_name).is_dir() else DATA_DIR / cfg.dataset_name
     where.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src / f"{cfg.train_split}.jsonl", where / f"{cfg.train_split}.jsonl")
-    lines = (src / f"{cfg.eval_split}.jsonl").read_text().splitlines(keepends=True)
-    (where / f"{cfg.eval_split}.jsonl").write_text("".join(lines[:limit]))
+    shutil.copyfile(src / f"{cfg.dataset_train_split}.jsonl", where / f"{cfg.dataset_train_split}.jsonl")
+    lines = (src / f"{cfg.dataset_test_split}.jsonl").read_text().splitlines(keepends=True)
+    (where / f"{cfg.dataset_test_split}.jsonl").write_text("".join(lines[:limit]))
 
 
 def run_and_watch(cmd: list[str], metrics: Path, log: Path, threads: int, poll_s: float = 0.1) -> dict:

@@ -1,7 +1,7 @@
 """The compute bound on GRPO steps for the tiny model, and how close tinygrpo gets to it.
 
     python benchmarks/limit.py                      # 36x8 and 4x8 on the seed bank, beta 0.02, 1 thread
-    python benchmarks/limit.py --threads 2 --shapes 256x8 --dataset addition --beta 0
+    python benchmarks/limit.py --threads 2 --shapes 256x8 --dataset_name addition --beta 0
 
 1. FLOPs per completion of a whole step: the work the step NEEDS, analytically from the model config and the
    completion lengths the step sampled (matmul FLOPs 2*m*n*k; attention QK^T and AV, 4*d per query-key pair,
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         json_help="Also write the numbers here.",
     )
     p.add_argument("--repeats", type=int, default=15, help="Repeats of each matmul timing (default 15).")
-    p.add_argument("--dataset", default="seed_bank", help="Problem set (default seed_bank).")
+    p.add_argument("--dataset_name", default="seed_bank", help="Problem set (default seed_bank).")
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--max_completion_length", type=int, default=4)
     p.add_argument(
@@ -194,7 +194,7 @@ def run_shape(dirs: ModelDirs, P: int, G: int, args) -> dict:
         P,
         G,
         args.threads,
-        dataset=args.dataset,
+        dataset=args.dataset_name,
         beta=args.beta,
         max_completion_length=args.max_completion_length,
         grouped_forward=args.grouped_forward,
@@ -244,7 +244,7 @@ def run_shape(dirs: ModelDirs, P: int, G: int, args) -> dict:
 
 def report(results: list[dict], args) -> str:
     out = [
-        f"### Compute bound\n\n{machine_line(args.threads)}; dataset {args.dataset}, beta {args.beta}, "
+        f"### Compute bound\n\n{machine_line(args.threads)}; dataset {args.dataset_name}, beta {args.beta}, "
         f"max_completion_length {args.max_completion_length}; achieved = median of {args.steps} whole steps; "
         "FLOPs from each timed step's own completion lengths, averaged.\n"
     ]
@@ -335,7 +335,7 @@ def summarize(results: list[dict], args, command: str) -> list[dict]:
                 "prompts": r["P"],
                 "G": r["G"],
                 "grouped_forward": args.grouped_forward,
-                "dataset": args.dataset,
+                "dataset": args.dataset_name,
                 "beta": args.beta,
                 "max_completion_length": args.max_completion_length,
                 "learning_rate": args.random_learning_rate if r["init"] == "random" else args.learning_rate,

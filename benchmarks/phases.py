@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         model_help=MODEL_HELP,
         json_help="Also write the per-step phase times here.",
     )
-    p.add_argument("--dataset", default="seed_bank", help="Problem set (default seed_bank).")
+    p.add_argument("--dataset_name", default="seed_bank", help="Problem set (default seed_bank).")
     p.add_argument("--beta", type=float, default=0.02)
     p.add_argument("--loss_type", default="dapo")
     p.add_argument("--max_completion_length", type=int, default=4)
@@ -220,7 +220,7 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
         prompts,
         G,
         args.threads,
-        dataset=args.dataset,
+        dataset=args.dataset_name,
         beta=args.beta,
         loss_type=args.loss_type,
         max_completion_length=args.max_completion_length,
@@ -259,7 +259,7 @@ def run_shape(dirs: ModelDirs, prompts: int, G: int, args) -> dict:
 def report(results: list[dict], args) -> str:
     parts = [
         f"### tinygrpo: phases of one training step\n\n{machine_line(args.threads)}; median over {args.steps} "
-        f"steps after {args.warmup} warm-up; dataset {args.dataset}, beta {args.beta}, loss_type "
+        f"steps after {args.warmup} warm-up; dataset {args.dataset_name}, beta {args.beta}, loss_type "
         f"{args.loss_type}, max_completion_length {args.max_completion_length}"
         + (", scoring forward through torch.compile" if args.torch_compile else "")
         + ".\n"
@@ -324,7 +324,7 @@ def summarize(results: list[dict], args, command: str) -> list[dict]:
                 "prompts": prompts,
                 "G": G,
                 "grouped_forward": args.grouped_forward,
-                "dataset": args.dataset,
+                "dataset": args.dataset_name,
                 "beta": args.beta,
                 "loss_type": args.loss_type,
                 "max_completion_length": args.max_completion_length,

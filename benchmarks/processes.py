@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 def command(n_proc: int, args, out: Path, per_device: int) -> list[str]:
     train = [
         "train_grpo.py",
-        *f"--max_steps {args.steps} --logging_steps 1 --eval_split none --save_steps 0 --disable_tqdm true".split(),
+        *f"--max_steps {args.steps} --logging_steps 1 --dataset_test_split none --save_steps 0 --disable_tqdm true".split(),
         *"--make_plots false --make_report false --prompt_sampler uniform --explore_rounds 0".split(),
         *f"--dynamic_sampling false --beta 0 --torch_num_threads {args.threads} --overwrite_output_dir true".split(),
         *f"--skip_zero_advantage_groups {str(args.skip_zero_advantage_groups).lower()}".split(),

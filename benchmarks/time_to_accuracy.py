@@ -233,7 +233,7 @@ def train_command(
     cmd += [*"--overwrite_output_dir true --torch_num_threads".split(), str(args.threads)]
     cmd += [*"--logging_steps 1 --eval_steps".split(), every, "--disable_tqdm", "true"]
     if args.eval_limit:  # (written by execute before the run)
-        cmd += ["--dataset", str(eval_subset_dir(out))]
+        cmd += ["--dataset_name", str(eval_subset_dir(out))]
     cmd += [*shared, *(PLAIN_FLAGS if peer == "ours_plain" else ())]
     return cmd + list(args.train_args)
 
@@ -266,8 +266,12 @@ def plan(args) -> list[dict]:
                 cfg = _our_config(cmd[2:])
                 settings = {n: getattr(cfg, n) for n in (*SHARED, *OURS_ONLY)}
                 settings["device"] = our_device()
-            # (ours' --dataset is the eval_subset directory under --eval_limit: the problems are base's)
-            settings.update(dataset=base.dataset, train_split=base.train_split, eval_split=base.eval_split)
+            # (ours' --dataset_name is the eval_subset directory under --eval_limit: the problems are base's)
+            settings.update(
+                dataset=base.dataset_name,
+                train_split=base.dataset_train_split,
+                eval_split=base.dataset_test_split,
+            )
             settings["eval every (steps)"] = args.eval_steps or DEFAULT_EVAL_STEPS[peer]
             settings["held-out problems"] = f"the first {args.eval_limit}" if args.eval_limit else "all"
             settings["torch threads"] = args.threads

@@ -28,7 +28,7 @@ def train_command(out: Path, seed: int, eval_steps: int, model: str, flags: list
     return [
         sys.executable,
         str(REPO / "train_grpo.py"),
-        *"--train_split train_without_validation --eval_split validation".split(),
+        *"--dataset_train_split train_without_validation --dataset_test_split validation".split(),
         *f"--seed {seed} --eval_steps {eval_steps} --logging_steps 5".split(),
         *"--torch_num_threads 1 --disable_tqdm true --make_plots false --save_steps 0".split(),
         *"--overwrite_output_dir true --output_dir".split(),

@@ -71,7 +71,16 @@ def run(name: str, seed: int, out: Path) -> int:
         "--overwrite_output_dir",
         "true",
     ]
-    cmd += ["--max_steps", str(STEPS), "--logging_steps", "1", "--eval_split", "", "--save_steps", "0"]
+    cmd += [
+        "--max_steps",
+        str(STEPS),
+        "--logging_steps",
+        "1",
+        "--dataset_test_split",
+        "",
+        "--save_steps",
+        "0",
+    ]
     cmd += ["--signal_forecast_prompts", str(PROMPTS), "--torch_num_threads", "1", "--disable_tqdm", "true"]
     cmd += ["--make_plots", "false", "--make_report", "false", "--log_completions", "false"]
     return run_logged(cmd, d)

@@ -1,7 +1,7 @@
 """The reasoning experiment: does GRPO, rewarded for the final answer alone, teach a tiny model to show its work?
 
     python -m studies.reasoning                                # the references, then every arm, 3 seeds
-    python -m studies.reasoning --eval_split validation --seeds 42 --arms mixed   # a choice, on validation
+    python -m studies.reasoning --dataset_test_split validation --seeds 42 --arms mixed   # a choice, on validation
     python -m studies.reasoning --summarize                    # the results and figures of the runs there
 
 The reference (`python train_sft.py --task multiplication_mixed`) imitated the worked product on one training
@@ -17,7 +17,7 @@ problem in four and the answer alone on the others; nothing in the prompt says w
 
 Each GRPO run is `train_grpo.py --config configs/multiplication_mixed.yaml --seed S` at one thread, two side by
 side (runs/reasoning/<arm>/seed<S>), evaluated every `eval_steps` on the split asked for (the test split by default:
-for reporting; the choices were made with `--eval_split validation`). The results (docs/results/reasoning.json, from
+for reporting; the choices were made with `--dataset_test_split validation`). The results (docs/results/reasoning.json, from
 the runs' metrics.jsonl and completions.jsonl and the SFT control's sft_summary.json; in --out for a choice on
 validation) and the tables drawn from them alone (in docs/reasoning.md, printed too): `table`, one row per arm;
 `tokens_table`, what the steps did to each kind of token; `losses_table`, Dr. GRPO's length question, when runs of
@@ -111,7 +111,7 @@ def grpo(
         model,
     ]
     cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1", *LOGGING]
-    cmd += ["--disable_tqdm", "true", "--save_steps", "0", "--eval_split", eval_split, *arm_flags]
+    cmd += ["--disable_tqdm", "true", "--save_steps", "0", "--dataset_test_split", eval_split, *arm_flags]
     cmd += [*(exp.direct_flags if role == "direct" else ()), *flags]
     return run_logged(cmd, d)
 
@@ -138,7 +138,7 @@ def more_sft(seed: int, out: Path, eval_split: str, seconds: float, exp: Experim
         str(steps),
     ]
     cmd += ["--output_dir", str(d), "--overwrite_output_dir", "true", "--torch_num_threads", "1"]
-    cmd += ["--eval_split", eval_split, "--logging_steps", "500"]
+    cmd += ["--dataset_test_split", eval_split, "--logging_steps", "500"]
     return run_logged(cmd, d)
 
 
@@ -640,7 +640,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     p.add_argument("--seeds", nargs="+", type=int, default=[42, 1, 2])
-    p.add_argument("--eval_split", default="test", help="test (reporting) or validation (choices)")
+    p.add_argument("--dataset_test_split", default="test", help="test (reporting) or validation (choices)")
     add_output_and_jobs(p, None)
     p.add_argument(
         "--summarize", action="store_true", help="only write the results and figures of the runs there"
@@ -665,7 +665,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.out is None:
         args.out = REPO / "runs" / exp.name
     if args.docs is None:
-        args.docs = REPO / "docs" if args.eval_split == "test" else args.out
+        args.docs = REPO / "docs" if args.dataset_test_split == "test" else args.out
     if args.results is None:
         published = args.docs.resolve() == (REPO / "docs").resolve()
         args.results = (RESULTS if published else args.docs) / f"{exp.name}.json"
@@ -683,7 +683,9 @@ def main(argv: list[str] | None = None) -> None:
             for s in args.seeds
         ]
         with ThreadPoolExecutor(args.parallel) as pool:
-            codes = list(pool.map(lambda j: grpo(*j[1:], args.out, args.eval_split, args.flags, exp), first))
+            codes = list(
+                pool.map(lambda j: grpo(*j[1:], args.out, args.dataset_test_split, args.flags, exp), first)
+            )
         seconds = None
         if later and later[0][0] == "sft":
             seconds = mixed_seconds(args.out, args.seeds, args.results)
@@ -691,8 +693,8 @@ def main(argv: list[str] | None = None) -> None:
         def job(j: tuple[str, str, int]) -> int:
             kind, arm, seed = j
             if kind == "sft":
-                return more_sft(seed, args.out, args.eval_split, seconds, exp)
-            return grpo(arm, seed, args.out, args.eval_split, args.flags, exp)
+                return more_sft(seed, args.out, args.dataset_test_split, seconds, exp)
+            return grpo(arm, seed, args.out, args.dataset_test_split, args.flags, exp)
 
         with ThreadPoolExecutor(args.parallel) as pool:
             codes += list(pool.map(job, later))
@@ -702,9 +704,9 @@ def main(argv: list[str] | None = None) -> None:
         f"python -m studies.reasoning --arms {' '.join(args.arms)} --seeds {' '.join(map(str, args.seeds))}"
     )
     command += f" --experiment {args.experiment}" if args.experiment != "multiplication" else ""
-    command += f" --eval_split {args.eval_split}" if args.eval_split != "test" else ""
+    command += f" --dataset_test_split {args.dataset_test_split}" if args.dataset_test_split != "test" else ""
     command += f" -- {' '.join(args.flags)}" if args.flags else ""
-    results = summarize(args.out, args.seeds, command, args.eval_split, exp)
+    results = summarize(args.out, args.seeds, command, args.dataset_test_split, exp)
     if args.results.is_file():
         results = updated(json.loads(args.results.read_text()), results)
     save(args.results, results)

@@ -1,7 +1,7 @@
 """The tool-use experiment: does GRPO, rewarded for the answer alone, teach a tiny model to call a calculator?
 
     python -m studies.tools                                  # the references, then every arm, 3 seeds
-    python -m studies.tools --eval_split validation --seeds 42 --arms tool   # a choice, on validation
+    python -m studies.tools --dataset_test_split validation --seeds 42 --arms tool   # a choice, on validation
     python -m studies.tools --summarize                      # the results of the runs there
     python -m studies.tools --recipes                        # the harder variant's recipe screen (validation)
     python -m studies.tools --failures runs/tools/one_digit/seed42   # where its held-out failures go wrong
@@ -138,7 +138,7 @@ def grpo(
         config,
         "--seed",
         str(seed),
-        "--eval_split",
+        "--dataset_test_split",
         eval_split,
     ]
     cmd += [
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", nargs="+", choices=list(ARMS), default=DEFAULT_ARMS)
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
-    p.add_argument("--eval_split", default="test")
+    p.add_argument("--dataset_test_split", default="test")
     p.add_argument("--summarize", action="store_true", help="only the results of the runs already there")
     p.add_argument(
         "--results", type=Path, default=None, help="the results file (default docs/results/tools.json)"
@@ -433,22 +433,22 @@ def main(argv: list[str] | None = None) -> int:
         return recipes(args.recipes or list(RECIPES), args)
     command = "python -m studies.tools" + "".join(
         f" --{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-        for k, v in (("arms", args.arms), ("seeds", args.seeds), ("eval_split", args.eval_split))
+        for k, v in (("arms", args.arms), ("seeds", args.seeds), ("eval_split", args.dataset_test_split))
         if v != {"arms": DEFAULT_ARMS, "seeds": list(SEEDS), "eval_split": "test"}[k]
     )
     if not args.summarize:
         for task in dict.fromkeys(ARMS[a][0] for a in args.arms):
             ensure_reference(task)  # (before the runs start side by side)
         runs = [
-            (f"{a} seed {s}", run_dir(args.out, a, s), partial(grpo, a, s, args.out, args.eval_split))
+            (f"{a} seed {s}", run_dir(args.out, a, s), partial(grpo, a, s, args.out, args.dataset_test_split))
             for s in args.seeds
             for a in args.arms
         ]
         if run_side_by_side(runs, args.parallel):
             return 1
-    results = summarize(args.arms, args.seeds, args.out, command, args.eval_split)
-    default = RESULTS / "tools.json" if args.eval_split == "test" else args.out / "tools.json"
-    if args.results is None and args.eval_split == "test" and default.is_file():
+    results = summarize(args.arms, args.seeds, args.out, command, args.dataset_test_split)
+    default = RESULTS / "tools.json" if args.dataset_test_split == "test" else args.out / "tools.json"
+    if args.results is None and args.dataset_test_split == "test" and default.is_file():
         # (a run of some arms keeps the other arms' rows)
         results = merged(load(default), results, list(ARMS), rows="arms", key="arm")
     path = save(args.results or default, results)

@@ -214,7 +214,7 @@ def grpo(arm: str, seed: int, out: Path, extra: list[str], d: Path | None = None
         CONFIG,
         "--seed",
         str(seed),
-        "--eval_split",
+        "--dataset_test_split",
         "validation",
     ]
     cmd += ["--model_name_or_path", str(reference), "--output_dir", str(d), "--overwrite_output_dir", "true"]

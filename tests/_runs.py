@@ -14,7 +14,7 @@ from tinygrpo.run.trainer import GRPOTrainer
 
 REPO = Path(train_grpo.__file__).resolve().parent
 SMALL = (
-    "--dataset seed_bank --train_split train --eval_split train --allow_overlapping_splits true "
+    "--dataset_name seed_bank --dataset_train_split train --dataset_test_split train --allow_overlapping_splits true "
     "--per_device_train_batch_size 32 "
     "--num_generations 4 --max_completion_length 3 --disable_tqdm true --make_plots false --torch_num_threads 1"
 ).split()

@@ -333,7 +333,7 @@ def test_train_pass_k_set_for_another_mode_is_refused_not_ignored():
 
 
 QUIET = (
-    "--eval_split",
+    "--dataset_test_split",
     "",
     *"--max_generations 2 --logging_steps 1 --save_steps 0 --dynamic_sampling false --prompt_sampler uniform".split(),
     *"--explore_rounds 0 --num_mini_batches 2".split(),

@@ -321,7 +321,12 @@ def test_a_screen_on_two_processes_whose_rows_differ_runs_and_logs(seed_referenc
         "    mine = os.environ.get('RANK', '0') == '0'\n"
         "    return [float(i % 2) if mine else 0.0 for i in range(len(completions))]\n"
     )
-    argv = ["--model_name_or_path", seed_reference, *"--dataset seed_bank --eval_split".split(), ""]
+    argv = [
+        "--model_name_or_path",
+        seed_reference,
+        *"--dataset_name seed_bank --dataset_test_split".split(),
+        "",
+    ]
     argv += (
         "--num_generations 4 --max_completion_length 3 --max_steps 2 --logging_steps 1 --save_steps 0".split()
     )

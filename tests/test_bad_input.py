@@ -43,7 +43,7 @@ def _dataset(t: Path, train: str | bytes | None, test: str | None = None, name: 
         (d / "train.jsonl").write_bytes(train if isinstance(train, bytes) else train.encode())
     if test is not None:
         (d / "test.jsonl").write_text(test)
-    return ["--dataset", str(d), "--eval_split", "test" if test is not None else ""]
+    return ["--dataset_name", str(d), "--dataset_test_split", "test" if test is not None else ""]
 
 
 def _rows(*rows: dict) -> str:
@@ -309,7 +309,9 @@ CASES = {
         "from them: put the KL in the loss (use_kl_in_reward false)",
     ),
     "settings/eval_pass_k_beyond_memory": (
-        lambda t, r, p: "--eval_split train --allow_overlapping_splits true --eval_pass_k 1000000000".split(),
+        lambda t, r, p: (
+            "--dataset_test_split train --allow_overlapping_splits true --eval_pass_k 1000000000".split()
+        ),
         "error: eval_pass_k=1000000000: 36 prompts x 1,000,000,000 samples of up to 3 tokens would need "
         "~89,585.8 GB at once (limit ~{limit}, half this machine's memory); lower eval_pass_k",
     ),
@@ -427,9 +429,9 @@ CASES = {
     ),
     "dataset_inside_output_dir": (
         lambda t, r, p: [
-            "--dataset",
+            "--dataset_name",
             str(_in_dir(t, "out/ds", "train.jsonl", GOOD).parent),
-            "--eval_split",
+            "--dataset_test_split",
             "",
         ],
         "error: dataset {out}/ds is inside output_dir {out}: a run never writes where it reads; choose another "
@@ -453,13 +455,13 @@ CASES = {
     ),
     # ---- the data
     "unknown_dataset": (
-        lambda t, r, p: ["--dataset", str(t / "nope")],
+        lambda t, r, p: ["--dataset_name", str(t / "nope")],
         "error: dataset '{t}/nope': no such directory (known names: addition, addition_long, addition_long_padded, chain_sum, countdown, guess_number, multiplication, reverse, seed_bank, reasoning_gym_NAME; "
         "or a directory of "
         "<split>.jsonl files)",
     ),
     "unknown_split": (
-        lambda t, r, p: ["--train_split", "validation"],
+        lambda t, r, p: ["--dataset_train_split", "validation"],
         "error: dataset 'seed_bank' has no split 'validation' (it has: train)",
     ),
     "no_split_files": (
@@ -666,7 +668,7 @@ MACHINE = {"limit": gigabytes(memory_budget()), "cores": os.cpu_count()}
 def prior_run(seed_reference, tmp_path_factory) -> Path:
     """A finished 2-step run with checkpoints at steps 1 and 2."""
     out = tmp_path_factory.mktemp("prior") / "run"
-    argv = cli(seed_reference, out, *"--max_steps 2 --save_steps 1 --eval_split".split(), "")
+    argv = cli(seed_reference, out, *"--max_steps 2 --save_steps 1 --dataset_test_split".split(), "")
     assert train_grpo.main(argv) == 0
     return out
 
@@ -688,7 +690,7 @@ def test_bad_input_is_one_exact_error_line_and_changes_nothing(
     before = {**snapshot(t), **{f"ref/{k}": v for k, v in snapshot(Path(seed_reference)).items()}}
     capfd.readouterr()
     try:
-        rc = _rc(cli(seed_reference, out, *"--max_steps 2 --eval_split".split(), "", *extra))
+        rc = _rc(cli(seed_reference, out, *"--max_steps 2 --dataset_test_split".split(), "", *extra))
     finally:
         if name == "output_dir_in_use":
             os.close(_locked.fd)
@@ -717,7 +719,7 @@ def test_bad_input_from_a_real_process(name, seed_reference, prior_run, tmp_path
     argv = cli(
         seed_reference,
         out,
-        *"--max_steps 2 --eval_split".split(),
+        *"--max_steps 2 --dataset_test_split".split(),
         "",
         *build(tmp_path, seed_reference, prior_run),
     )
@@ -811,7 +813,7 @@ def test_a_failure_mid_run_is_one_exact_error_line(name, seed_reference, tmp_pat
     out = tmp_path / "out"
     capfd.readouterr()
     # (no signal forecast: its samples, before step 1, would meet the failure first; FORECAST_CASES test that)
-    argv = [*"--max_steps 2 --signal_forecast_prompts 0 --eval_split".split(), "", *build(tmp_path)]
+    argv = [*"--max_steps 2 --signal_forecast_prompts 0 --dataset_test_split".split(), "", *build(tmp_path)]
     rc = _rc(cli(seed_reference, out, *argv))
     lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
     want = re.escape(expected.format(t=tmp_path, out=out, n="{n}", msg="{msg}"))
@@ -850,7 +852,7 @@ def test_a_reward_that_fails_in_the_signal_forecast_is_one_exact_error_line(
     build, expected = FORECAST_CASES[name]
     out = tmp_path / "out"
     capfd.readouterr()
-    rc = _rc(cli(seed_reference, out, *"--max_steps 2 --eval_split".split(), "", *build(tmp_path)))
+    rc = _rc(cli(seed_reference, out, *"--max_steps 2 --dataset_test_split".split(), "", *build(tmp_path)))
     lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
     pattern = re.escape(expected).replace(re.escape("{n}"), r"\d+").replace(re.escape("{msg}"), r"'\S.*'")
     assert rc == 1, (rc, lines)
@@ -867,7 +869,7 @@ def test_a_run_that_skips_some_steps_says_how_many(seed_reference, tmp_path, cap
         cli(
             seed_reference,
             tmp_path / "out",
-            *"--max_steps 2 --eval_split train --allow_overlapping_splits true".split(),
+            *"--max_steps 2 --dataset_test_split train --allow_overlapping_splits true".split(),
             *extra,
         )
     )
@@ -883,8 +885,8 @@ def test_a_run_that_skips_some_steps_says_how_many(seed_reference, tmp_path, cap
 # bad setting is one exact line, rc 1, and no model is saved.
 
 SFT = (
-    "--dataset seed_bank --train_size 0 --max_steps 5 --batch_size 8 --n_embd 16 --n_head 2 --n_positions 16 "
-    "--log_every 0 --threads 1"
+    "--dataset_name seed_bank --train_size 0 --max_steps 5 --per_device_train_batch_size 8 --n_embd 16 --n_head 2 --n_positions 16 "
+    "--logging_steps 0 --torch_num_threads 1"
 ).split()
 
 SFT_CASES = {
@@ -897,12 +899,12 @@ SFT_CASES = {
         "error: step {n}: the loss is NaN or infinite (learning_rate=1000000.0 too large?); stopped, nothing saved",
     ),
     "sft/label_smoothing_above_one": (
-        ["--label_smoothing", "1.5"],
+        ["--label_smoothing_factor", "1.5"],
         "error: label_smoothing_factor must be in [0, 1], got 1.5",
     ),
-    "sft/threads_negative": (["--threads", "-1"], "error: torch_num_threads must be >= 0, got -1"),
+    "sft/threads_negative": (["--torch_num_threads", "-1"], "error: torch_num_threads must be >= 0, got -1"),
     "sft/threads_beyond_the_cores": (
-        ["--threads", "100000"],
+        ["--torch_num_threads", "100000"],
         "error: torch_num_threads=100000 is more than this machine's {cores} cores (threads beyond them only wait for one); "
         "use at most {cores}, or 0 for automatic",
     ),
@@ -921,7 +923,7 @@ def test_sft_bad_input_is_one_exact_error_line_and_saves_nothing(name, tmp_path,
     extra, expected = SFT_CASES[name]
     out = tmp_path / "sft"
     capfd.readouterr()
-    rc = train_sft.main([*SFT, "--output_dir", str(out), "--eval_split", "", *extra])
+    rc = train_sft.main([*SFT, "--output_dir", str(out), "--dataset_test_split", "", *extra])
     lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
     pattern = re.escape(expected.format(n="{n}", **MACHINE)).replace(re.escape("{n}"), r"\d+")
     assert rc == 1, (rc, lines)

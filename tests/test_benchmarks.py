@@ -329,7 +329,7 @@ def test_vs_trl_on_a_task_scores_both_trainers_with_its_verifier(tmp_path, capsy
     got = reward(completions=["cba", "cba", "cb"], completion_ids=[[5, 1], [5, 6], [1]], answer=["cba"] * 3)
     assert got == [1.0, 0.0, 0.0]
     ref = tmp_path / "ref"
-    sft = "--task reverse --n_layer 1 --n_embd 32 --max_steps 30 --batch_size 32 --eval_split  --threads 1"
+    sft = "--task reverse --n_layer 1 --n_embd 32 --max_steps 30 --per_device_train_batch_size 32 --dataset_test_split  --torch_num_threads 1"
     assert train_sft.main([*sft.split(" "), "--output_dir", str(ref)]) == 0
     argv = "--task reverse --shapes 2x4 --reps 1 --steps 1 --warmup 0 --profile_steps 0 --max_completion_length 16"
     results = vs.main(
@@ -522,7 +522,7 @@ def test_phases_results_draw_the_table():
     run = {"shape": "36x8", "init": "random", "steps": steps, "mean_length": 3.456, "ops_per_step": 1234.0}
     args = argparse.Namespace(
         grouped_forward=True,
-        dataset="seed_bank",
+        dataset_name="seed_bank",
         beta=0.02,
         loss_type="dapo",
         max_completion_length=4,
@@ -597,7 +597,7 @@ def test_limit_results_draw_the_summary():
 
     args = argparse.Namespace(
         grouped_forward=True,
-        dataset="seed_bank",
+        dataset_name="seed_bank",
         beta=0.02,
         max_completion_length=4,
         learning_rate=2e-3,

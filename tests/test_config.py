@@ -4,6 +4,7 @@ that bad values raise, each naming the field."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 import typing
@@ -115,14 +116,21 @@ def test_flags_override_yaml_of_every_kind(tmp_path):
     path = write(
         tmp_path,
         "dynamic_sampling: true\nmake_plots: false\nepsilon_high: 0.28\nexplore_temperatures: [2.0]\n"
-        "num_generations: 4\nper_device_train_batch_size: 64\neval_split: test\n",
+        "num_generations: 4\nper_device_train_batch_size: 64\ndataset_test_split: test\n",
     )
     cfg = parse_config(["--no_dynamic_sampling", "--make_plots", f"--config={path}"])  # (--config=PATH too)
     assert cfg.dynamic_sampling is False and cfg.make_plots is True and cfg.epsilon_high == 0.28
     cfg = parse_config(
-        ["--config", path, *"--epsilon_high 0.3 --explore_temperatures 1.5 2.5 --eval_split".split(), ""]
+        [
+            "--config",
+            path,
+            *"--epsilon_high 0.3 --explore_temperatures 1.5 2.5 --dataset_test_split".split(),
+            "",
+        ]
     )
-    assert cfg.epsilon_high == 0.3 and cfg.explore_temperatures == [1.5, 2.5] and cfg.eval_split is None
+    assert (
+        cfg.epsilon_high == 0.3 and cfg.explore_temperatures == [1.5, 2.5] and cfg.dataset_test_split is None
+    )
     # the checks see the merged values: G = 3 from the file fits the batch of 48 from the flags
     path = write(tmp_path, "num_generations: 3\n", "g3.yaml")
     with pytest.raises(ConfigError, match="not a positive multiple of num_generations=3"):
@@ -133,7 +141,7 @@ def test_flags_override_yaml_of_every_kind(tmp_path):
 
 def test_recipes_in_configs_parse_as_their_flags():
     assert parse_config(["--config", str(REPO / "configs/default.yaml")]) == parse_config([])
-    flags = "--dataset seed_bank --eval_split train --allow_overlapping_splits true --per_device_train_batch_size 288 --beta 0.02 --kl_estimator full"
+    flags = "--dataset_name seed_bank --dataset_test_split train --allow_overlapping_splits true --per_device_train_batch_size 288 --beta 0.02 --kl_estimator full"
     flags += " --max_steps 200 --prompt_sampler uniform --explore_rounds 0 --eval_steps 20 --logging_steps 5"
     flags += " --save_steps 0 --output_dir runs/seed_bank"
     assert parse_config(["--config", str(REPO / "configs/seed_bank.yaml")]) == parse_config(flags.split())
@@ -154,8 +162,8 @@ def test_recipes_in_configs_parse_as_their_flags():
         ("explore_temperatures: 2\n", {"explore_temperatures": [2.0]}),
         ("steps_per_generation: 2\n", {"steps_per_generation": 2}),
         ("epsilon_high: null\ndelta: null\n", {"epsilon_high": None, "delta": None}),
-        ("eval_split: ''\n", {"eval_split": None}),
-        ("eval_split: none\n", {"eval_split": None}),
+        ("dataset_test_split: ''\n", {"dataset_test_split": None}),
+        ("dataset_test_split: none\n", {"dataset_test_split": None}),
         ("output_dir: 12\n", {"output_dir": "12"}),
     ],
 )
@@ -286,7 +294,7 @@ def test_bad_yaml_raises_config_error(tmp_path, case, text, pattern):
         ("epsilon_high: [0.3, 0.4]\n", "epsilon_high must be a single float, got a list [0.3, 0.4]"),
         ("make_plots: [true]\n", "make_plots must be a single bool, got a list [True]"),
         ("output_dir: [a, b]\n", "output_dir must be a single str, got a list ['a', 'b']"),
-        ("eval_split: []\n", "dataset_test_split must be a single str, got a list []"),
+        ("dataset_test_split: []\n", "dataset_test_split must be a single str, got a list []"),
     ],
 )
 def test_yaml_list_for_a_scalar_is_one_error_naming_the_key_and_the_file(tmp_path, text, message):
@@ -528,11 +536,11 @@ def test_non_utf8_yaml_raises_config_error(tmp_path):
 @pytest.mark.parametrize("how", ["flag_None", "yaml_null"])
 def test_eval_split_none_disables_evaluation(tmp_path, how):
     argv = (
-        ["--eval_split", "None"]
+        ["--dataset_test_split", "None"]
         if how == "flag_None"
-        else ["--config", write(tmp_path, "eval_split: null\n")]
+        else ["--config", write(tmp_path, "dataset_test_split: null\n")]
     )
-    assert parse_config(argv).eval_split is None
+    assert parse_config(argv).dataset_test_split is None
 
 
 @pytest.mark.parametrize("argv", [["--num_generation", "4"], ["--learning", "0.1"]])
@@ -542,7 +550,7 @@ def test_abbreviated_flag_is_unknown(argv):
 
 
 def test_eval_split_empty_string_disables_evaluation():
-    assert parse_config(["--eval_split", ""]).eval_split is None
+    assert parse_config(["--dataset_test_split", ""]).dataset_test_split is None
 
 
 @pytest.mark.slow
@@ -645,24 +653,29 @@ def test_no_x_says_what_it_turns_off(capsys):
         ("num_completions_to_print", "num_completions_to_log", 4),
     ],
 )
-def test_trls_names_set_the_same_field_on_the_command_line_and_in_a_recipe(tmp_path, trl, ours, value):
-    """TRL's name is the field; this repository's earlier name is an alias on the command line and in a recipe, and
-    a property to read."""
+def test_trls_name_is_the_field_and_the_earlier_name_is_refused_naming_it(tmp_path, trl, ours, value):
+    """TRL's name is the field, on the command line and in a recipe; this repository's earlier name is one error line
+    that names TRL's, as a flag (either spelling), a recipe key, or beside TRL's name: never silently the last one."""
     from dataclasses import fields
 
     from tinygrpo.run.config import GRPOConfig
 
-    assert GRPOConfig.ALIASES[ours] == trl and trl in {f.name for f in fields(GRPOConfig)}
-    for name in (trl, ours):
-        cfg = parse_config([f"--{name}", str(value)])
-        assert getattr(cfg, trl) == getattr(cfg, ours) == value
-        recipe = tmp_path / f"{name}.yaml"
-        recipe.write_text(f"{name}: {value}\n")
-        assert getattr(parse_config(["--config", str(recipe)]), trl) == value
-    # a flag overrides a recipe, whichever name each uses
-    assert getattr(
-        parse_config(["--config", str(recipe), f"--{trl}", "9" if trl.startswith("num") else "x"]), trl
-    ) in (9, "x")
+    assert GRPOConfig.RENAMED[ours] == trl and trl in {f.name for f in fields(GRPOConfig)}
+    assert not hasattr(GRPOConfig(), ours)  # (no second name to read)
+    assert getattr(parse_config([f"--{trl}", str(value)]), trl) == value
+    (tmp_path / "new.yaml").write_text(f"{trl}: {value}\n")
+    assert getattr(parse_config(["--config", str(tmp_path / "new.yaml")]), trl) == value
+    said = f"--{ours} is now --{trl} (TRL's name)"
+    for argv in (
+        [f"--{ours}", str(value)],
+        [f"--{ours}={value}"],
+        [f"--{trl}", str(value), f"--{ours}", str(value)],
+    ):
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            parse_config(argv)
+    (tmp_path / "old.yaml").write_text(f"{ours}: {value}\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{ours} is now {trl} (TRL's name)")):
+        parse_config(["--config", str(tmp_path / "old.yaml")])
     assert getattr(parse_config([]), trl) != value  # (the alias really changed something)
 
 

@@ -237,8 +237,8 @@ def test_an_entry_point_refuses_a_cut_split_with_one_line(built, tmp_path):
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:300]))
     r = subprocess.run(
-        [sys.executable, "train_sft.py", "--dataset", str(built), "--output_dir", str(tmp_path / "ref"),
-         "--max_steps", "1", "--eval_split", ""],
+        [sys.executable, "train_sft.py", "--dataset_name", str(built), "--output_dir", str(tmp_path / "ref"),
+         "--max_steps", "1", "--dataset_test_split", ""],
         cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert r.returncode == 1 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr

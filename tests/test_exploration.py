@@ -278,7 +278,10 @@ def test_resume_with_weighted_selection_and_explore_rounds_continues_exactly(see
     out, straight = tmp_path / "resumed", tmp_path / "straight"
     common = (
         *"--save_steps 2 --lr_scheduler_type constant --logging_steps 1 --dynamic_sampling true".split(),
-        *("--eval_split", ""),  # (a run that ends at step 4 evaluates there; the straight one does not)
+        *(
+            "--dataset_test_split",
+            "",
+        ),  # (a run that ends at step 4 evaluates there; the straight one does not)
         *"--prompt_sampler unsolved --explore_rounds 2 --explore_temperatures 1.5 3.0".split(),
     )
     assert run_inproc(seed_reference, out, *common, "--max_steps", "4") == 0

@@ -211,7 +211,7 @@ GRPO_SITES = {
     "resume: metrics.jsonl cut back": Site(r"out/metrics\.jsonl\.tmp", "out/metrics.jsonl", resume=True),
     "resume: checkpoint replaced": Site(T2, "out/.tmp-checkpoint-2", resume=True),
 }
-RUN = "--max_steps 2 --save_steps 1 --logging_steps 1 --eval_split train --allow_overlapping_splits true --make_report false".split()
+RUN = "--max_steps 2 --save_steps 1 --logging_steps 1 --dataset_test_split train --allow_overlapping_splits true --make_report false".split()
 
 
 def _one_error_line(err: str) -> str:
@@ -296,8 +296,10 @@ def test_an_output_dir_that_cannot_be_written_is_refused_at_start(
     assert sorted(p.name for p in out.iterdir()) == []
 
 
-SFT = "--dataset seed_bank --eval_split --train_size 0 --max_steps 2 --batch_size 8 --n_embd 32 --n_head 2 "
-SFT += "--n_positions 16 --log_every 0 --kernels native"  # (in this process: the faults are injected here)
+SFT = "--dataset_name seed_bank --dataset_test_split --train_size 0 --max_steps 2 --per_device_train_batch_size 8 --n_embd 32 --n_head 2 "
+SFT += (
+    "--n_positions 16 --logging_steps 0 --kernels native"  # (in this process: the faults are injected here)
+)
 SFT_SITES = {  # the reference is staged in .tmp-save and moved into place, config.json last
     "model.safetensors": Site(r"out/\.tmp-save/model\.safetensors", "out/model.safetensors"),
     "config.json": Site(r"out/\.tmp-save/config\.json", "out/config.json"),
@@ -313,7 +315,7 @@ def test_a_failed_write_of_the_sft_reference_is_one_line(site, code, tmp_path, m
     s = SFT_SITES[site]
     out = tmp_path / "out"
     argv = SFT.split()
-    argv.insert(argv.index("--eval_split") + 1, "")
+    argv.insert(argv.index("--dataset_test_split") + 1, "")
     fault = Fault(tmp_path, s.pattern, code)
     inject(monkeypatch, fault)
     capfd.readouterr()
@@ -336,7 +338,7 @@ def test_a_real_file_size_limit_while_the_portable_reference_is_written(tmp_path
     # write of the weights (~0.13 MB) for real; the failure comes back as the same one line.
     out = tmp_path / "out"
     argv = SFT.replace(" --kernels native", "").split()
-    argv.insert(argv.index("--eval_split") + 1, "")
+    argv.insert(argv.index("--dataset_test_split") + 1, "")
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     capfd.readouterr()
     resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, hard))

@@ -330,8 +330,8 @@ def warm() -> None:
 def grpo_base(ref: str, out: Path) -> list[str]:
     """A 2-step run of 2 prompts x 4 samples on the seed bank, evaluated on its train split, nothing else written."""
     return [
-        *("--model_name_or_path", ref, "--dataset", "seed_bank", "--train_split", "train"),
-        *"--eval_split train --allow_overlapping_splits true --per_device_train_batch_size 8 --num_generations 4 --max_completion_length 3".split(),
+        *("--model_name_or_path", ref, "--dataset_name", "seed_bank", "--dataset_train_split", "train"),
+        *"--dataset_test_split train --allow_overlapping_splits true --per_device_train_batch_size 8 --num_generations 4 --max_completion_length 3".split(),
         *"--max_steps 2 --save_steps 0 --logging_steps 1 --eval_steps 1 --make_plots false --make_report false".split(),
         *"--torch_num_threads 1 --disable_tqdm true --output_dir".split(),
         str(out),
@@ -341,9 +341,9 @@ def grpo_base(ref: str, out: Path) -> list[str]:
 def sft_base(ref: str, out: Path) -> list[str]:
     """3 steps of a 1-layer, 16-wide model on the seed bank's 36 problems, no evaluation (`ref`: unused), on the
     forked child's own kernels unless the example fuzzes --kernels (portable starts one more process)."""
-    argv = "--dataset seed_bank --train_split train --train_size 0 --max_steps 3 --batch_size 8 --n_layer 1"
-    argv += " --n_embd 16 --n_head 2 --n_positions 16 --log_every 0 --threads 1 --kernels native --output_dir"
-    return [*argv.split(), str(out), "--eval_split", ""]
+    argv = "--dataset_name seed_bank --dataset_train_split train --train_size 0 --max_steps 3 --per_device_train_batch_size 8 --n_layer 1"
+    argv += " --n_embd 16 --n_head 2 --n_positions 16 --logging_steps 0 --torch_num_threads 1 --kernels native --output_dir"
+    return [*argv.split(), str(out), "--dataset_test_split", ""]
 
 
 REFERENCE = (

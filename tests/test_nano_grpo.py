@@ -31,7 +31,9 @@ RTOL = 1e-10
 def addition_reference(tmp_path_factory) -> str:
     """A small reference SFT'd briefly on addition: right on some prompts, wrong on others, so groups differ."""
     out = tmp_path_factory.mktemp("nano_reference")
-    overrides = dict(n_embd=32, n_head=2, n_positions=16, max_steps=300, logging_steps=0, eval_split="")
+    overrides = dict(
+        n_embd=32, n_head=2, n_positions=16, max_steps=300, logging_steps=0, dataset_test_split=""
+    )
     train_reference(SFTConfig.for_task("addition", output_dir=str(out), **overrides), verbose=False)
     return str(out)
 
@@ -41,8 +43,8 @@ def trainer_run(ref: str, out: Path, beta: float) -> tuple[list[list[str]], list
     no update), the final parameters."""
     argv = ["--config", str(REPO / "configs/plain.yaml"), "--model_name_or_path", ref, "--dtype", "float64"]
     argv += f"--max_steps {STEPS} --per_device_train_batch_size {BATCH} --num_generations {G} --beta {beta}".split()
-    argv += f"--logging_steps 1 --num_completions_to_log {BATCH} --output_dir {out}".split() + [
-        "--eval_split",
+    argv += f"--logging_steps 1 --num_completions_to_print {BATCH} --output_dir {out}".split() + [
+        "--dataset_test_split",
         "",
     ]
     argv += "--save_steps 0 --make_plots false --make_report false --signal_forecast_prompts 0".split()

@@ -704,7 +704,7 @@ def test_loss_is_zero_without_advantage(kw, zero):
 # the trainer (seed bank, tiny reference: a second or two per run)
 
 QUIET = (
-    "--eval_split",
+    "--dataset_test_split",
     "",
     *"--max_steps 2 --logging_steps 1 --save_steps 0 --dynamic_sampling false --prompt_sampler uniform".split(),
     *"--explore_rounds 0".split(),

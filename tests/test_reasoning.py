@@ -377,7 +377,7 @@ def test_each_grpo_arm_starts_from_its_reference_with_its_flags(tmp_path, monkey
             "mixed_dr_grpo": "dr_grpo",
         }.get(arm, "configs/multiplication_mixed.yaml")
         assert (
-            flag["--eval_split"] == "validation"
+            flag["--dataset_test_split"] == "validation"
             and flag["--logging_steps"] == "1"
             and cmd[-2:] == ["--max_steps", "2"]
         )
@@ -440,7 +440,7 @@ def test_token_moves_averages_each_kind_of_token(tmp_path):
 
 
 def test_reasoning_study_on_validation_writes_beside_its_runs_never_over_the_published_docs(tmp_path):
-    """A choice made on validation (`--eval_split validation`) writes its results and figures into --out; only the
+    """A choice made on validation (`--dataset_test_split validation`) writes its results and figures into --out; only the
     test split's runs write docs/ and docs/results/ by default."""
     from studies import reasoning as study
 
@@ -453,9 +453,9 @@ def test_reasoning_study_on_validation_writes_beside_its_runs_never_over_the_pub
     rows = [{"step": 0, "eval/accuracy": 0.1, "eval/format/scratchpad": 0.1, "eval/mean_length": 6.0}]
     rows.append({"step": 5, "time/elapsed": 60.0, "eval/accuracy": 0.2, "eval/format/scratchpad": 0.5})
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    study.main(["--summarize", "--eval_split", "validation", "--seeds", "42", "--out", str(tmp_path)])
+    study.main(["--summarize", "--dataset_test_split", "validation", "--seeds", "42", "--out", str(tmp_path)])
     results = json.loads((tmp_path / "reasoning.json").read_text())
-    assert results["measurement"]["command"].endswith("--seeds 42 --eval_split validation")
+    assert results["measurement"]["command"].endswith("--seeds 42 --dataset_test_split validation")
     assert "`mixed` (GRPO)" in study.table(results)
     assert (tmp_path / "reasoning.png").stat().st_size > 0
     assert {

@@ -121,9 +121,7 @@ def test_chain_sum_trains_end_to_end(task, config, tmp_path, capfd):
     import train_sft
 
     ref, out = tmp_path / "ref", tmp_path / "run"
-    shrink = (
-        "--n_layer 1 --n_embd 32 --max_steps 20 --batch_size 32 --eval_split validation --threads 1".split()
-    )
+    shrink = "--n_layer 1 --n_embd 32 --max_steps 20 --per_device_train_batch_size 32 --dataset_test_split validation --torch_num_threads 1".split()
     assert train_sft.main(["--task", task, "--output_dir", str(ref), *shrink]) == 0, capfd.readouterr().err
     grpo = [
         "--config",
@@ -133,7 +131,7 @@ def test_chain_sum_trains_end_to_end(task, config, tmp_path, capfd):
         "--output_dir",
         str(out),
     ]
-    grpo += "--max_steps 2 --per_device_train_batch_size 16 --eval_split validation --eval_steps 2".split()
+    grpo += "--max_steps 2 --per_device_train_batch_size 16 --dataset_test_split validation --eval_steps 2".split()
     grpo += "--save_steps 0 --make_plots false --disable_tqdm true --torch_num_threads 1".split()
     assert train_grpo.main(grpo) == 0, capfd.readouterr().err
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

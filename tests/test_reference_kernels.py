@@ -64,7 +64,9 @@ def test_the_default_reference_is_one_model_on_both_kernel_paths(tmp_path):
 @two_paths
 def test_on_the_native_kernels_the_two_paths_train_apart(tmp_path):
     """The check above can fail: the same recipe on each process's own kernels gives two models."""
-    native, lower = train_both(tmp_path, "--kernels", "native", "--max_steps", "30", "--eval_split", "")
+    native, lower = train_both(
+        tmp_path, "--kernels", "native", "--max_steps", "30", "--dataset_test_split", ""
+    )
     a, b = load_file(native / "model.safetensors"), load_file(lower / "model.safetensors")
     assert not all(torch.equal(a[k], b[k]) for k in a)
     assert json.loads((lower / "sft_summary.json").read_text())["kernels"] == "native (DEFAULT)"

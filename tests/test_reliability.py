@@ -226,7 +226,7 @@ def test_kill_while_pruning_leaves_no_half_deleted_checkpoint(seed_reference, tm
         run_inproc(
             seed_reference,
             out,
-            *"--max_steps 4 --save_steps 2 --save_total_limit 1 --eval_split".split(),
+            *"--max_steps 4 --save_steps 2 --save_total_limit 1 --dataset_test_split".split(),
             "",
         )
         == 0
@@ -515,7 +515,9 @@ def test_checkpoints_hold_safetensors_and_resume_never_unpickles(seed_reference,
     # (a constant schedule: resuming with more steps is the same run; a decaying one would be refused)
     constant = ("--lr_scheduler_type", "constant")
     assert (
-        run_inproc(seed_reference, out, *"--max_steps 2 --save_steps 1 --eval_split".split(), "", *constant)
+        run_inproc(
+            seed_reference, out, *"--max_steps 2 --save_steps 1 --dataset_test_split".split(), "", *constant
+        )
         == 0
     )
     for p in [*ckpt.checkpoint_dirs(out), out / "final"]:
@@ -536,7 +538,7 @@ def test_checkpoints_hold_safetensors_and_resume_never_unpickles(seed_reference,
             out,
             "--max_steps",
             "3",
-            "--eval_split",
+            "--dataset_test_split",
             "",
             "--resume_from_checkpoint",
             str(out / "checkpoint-2"),
@@ -565,7 +567,7 @@ def test_dynamic_sampling_with_no_signal_at_all_does_not_crash(seed_reference, t
         out,
         "--reward_funcs",
         f"{path}:const",
-        *"--dynamic_sampling true --max_steps 2 --eval_split".split(),
+        *"--dynamic_sampling true --max_steps 2 --dataset_test_split".split(),
         "",
     )
     assert rc == 0 and last_step(out) == 2
@@ -735,7 +737,9 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_saying_what_was_kept(
 
     monkeypatch.setattr(Accelerator, "save_state", save_state)
     capfd.readouterr()
-    assert run_inproc(seed_reference, out, *"--max_steps 6 --save_steps 2 --eval_split".split(), "") == 1
+    assert (
+        run_inproc(seed_reference, out, *"--max_steps 6 --save_steps 2 --dataset_test_split".split(), "") == 1
+    )
     err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
     assert err == [
         f"error: step 4: could not write the checkpoint: No space left on device "
@@ -751,7 +755,7 @@ def test_a_run_whose_every_reward_is_none_stops(seed_reference, tmp_path, capfd,
     (tmp_path / "none.py").write_text("def none(completions, **kw):\n    return [None] * len(completions)\n")
     out = tmp_path / "run"
     capfd.readouterr()
-    argv = ["--reward_funcs", f"{tmp_path / 'none.py'}:none", "--eval_split", ""]
+    argv = ["--reward_funcs", f"{tmp_path / 'none.py'}:none", "--dataset_test_split", ""]
     rc = run_inproc(seed_reference, out, *argv, "--signal_forecast_prompts", str(forecast))
     err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
     assert rc == 1 and err == [
@@ -778,7 +782,7 @@ def test_two_processes_stop_together_when_the_main_one_cannot_write_a_checkpoint
     )
     out = tmp_path / "full"
     env = {**LAUNCH_ENV, "PYTHONPATH": os.pathsep.join([str(hook), str(REPO)])}
-    argv = cli(seed_reference, out, *"--max_steps 6 --save_steps 2 --eval_split".split(), "")
+    argv = cli(seed_reference, out, *"--max_steps 6 --save_steps 2 --dataset_test_split".split(), "")
     proc = subprocess.run(
         [*TWO_CPU_PROCESSES, "train_grpo.py", *argv],
         cwd=REPO,
@@ -808,7 +812,9 @@ def test_the_trainer_api_refuses_to_resume_a_run_trained_with_other_settings(see
     from tinygrpo.run.trainer import GRPOTrainer
 
     out = tmp_path / "run"
-    assert run_inproc(seed_reference, out, *"--max_steps 2 --save_steps 2 --eval_split".split(), "") == 0
+    assert (
+        run_inproc(seed_reference, out, *"--max_steps 2 --save_steps 2 --dataset_test_split".split(), "") == 0
+    )
     saved = json.loads((out / "checkpoint-2" / ckpt.CONFIG_FILE).read_text())
     model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
     cfg = GRPOConfig(**{**saved, "learning_rate": saved["learning_rate"] * 2})

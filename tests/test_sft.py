@@ -200,7 +200,7 @@ def test_sft_never_writes_where_it_reads_its_dataset(tmp_path, capsys, case):
     if case == "symlink":
         out.symlink_to(ds, target_is_directory=True)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    assert train_sft.main(["--output_dir", str(out), "--dataset", str(ds), "--max_steps", "1"]) == 1
+    assert train_sft.main(["--output_dir", str(out), "--dataset_name", str(ds), "--max_steps", "1"]) == 1
     real = os.path.realpath(ds)
     expected = {
         "is": f"output_dir {out} is dataset {ds}",

@@ -424,13 +424,15 @@ def test_task_trains_end_to_end(name, tmp_path, capfd):
     """The task's reference recipe (shrunk: a 1-layer model, 30 steps) and two GRPO steps of its config on it: the
     held-out accuracy is the task's verifier's (its metric is there), and the run finishes."""
     ref, out = tmp_path / "ref", tmp_path / "run"
-    shrink = "--n_layer 1 --n_embd 32 --max_steps 30 --batch_size 32 --eval_split  --threads 1".split(" ")
+    shrink = "--n_layer 1 --n_embd 32 --max_steps 30 --per_device_train_batch_size 32 --dataset_test_split  --torch_num_threads 1".split(
+        " "
+    )
     # (in process, the entry points' main() as their command lines run them: a second each, not a Python start)
     assert train_sft.main(["--task", name, "--output_dir", str(ref), *shrink]) == 0, capfd.readouterr().err
     assert json.loads((ref / "sft_config.json").read_text())["task"] == name
     task = get_task(name)
     grpo = ["--config", task.config, "--model_name_or_path", str(ref), "--output_dir", str(out)]
-    grpo += "--max_steps 2 --per_device_train_batch_size 16 --eval_split validation --eval_steps 2".split()
+    grpo += "--max_steps 2 --per_device_train_batch_size 16 --dataset_test_split validation --eval_steps 2".split()
     grpo += "--save_steps 0 --make_plots false --disable_tqdm true --torch_num_threads 1".split()
     assert train_grpo.main(grpo) == 0, capfd.readouterr().err
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

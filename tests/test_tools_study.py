@@ -47,7 +47,7 @@ def test_every_arm_runs_the_recipe_with_its_reference_and_flags(arm, tmp_path, m
     assert cmd[cmd.index("--config") + 1] == tools.ARMS[arm][1] and cmd[cmd.index("--seed") + 1] == "7"
     assert cmd[cmd.index("--model_name_or_path") + 1] == f"checkpoints/{tools.ARMS[arm][0]}"
     assert ("--environment" in cmd) == ("disabled" in arm or arm == "direct")
-    assert cmd[cmd.index("--eval_split") + 1] == "validation"
+    assert cmd[cmd.index("--dataset_test_split") + 1] == "validation"
 
 
 def test_the_tools_recipe_screen_chooses_among_the_runs_that_finished():
@@ -94,7 +94,7 @@ def test_the_recipe_screen_runs_each_candidate_on_validation_with_its_flags(tmp_
     for (cmd, _), n in zip(seen, names, strict=True):
         assert (
             cmd[cmd.index("--config") + 1] == tools.DIGITS
-            and cmd[cmd.index("--eval_split") + 1] == "validation"
+            and cmd[cmd.index("--dataset_test_split") + 1] == "validation"
         )
         assert (
             cmd[cmd.index("--seed") + 1] == "42" and cmd[-len(tools.RECIPES[n][1]) :] == tools.RECIPES[n][1]

@@ -39,7 +39,7 @@ def run_main(seed_reference: str, out: Path, *extra: str) -> int:
     argv = [
         "--model_name_or_path",
         seed_reference,
-        *"--dataset seed_bank --eval_split".split(),
+        *"--dataset_name seed_bank --dataset_test_split".split(),
         "",
         *"--num_generations 4 --per_device_train_batch_size 32 --max_completion_length 3 --max_steps 2".split(),
         *"--logging_steps 1 --save_steps 0 --learning_rate 1e-3 --disable_tqdm true --make_plots false".split(),
@@ -65,7 +65,7 @@ def test_two_step_run_changes_every_parameter_and_writes_all_outputs(seed_refere
         run_main(
             seed_reference,
             out,
-            *"--eval_split train --allow_overlapping_splits true --make_plots true".split(),
+            *"--dataset_test_split train --allow_overlapping_splits true --make_plots true".split(),
         )
         == 0
     )
@@ -77,7 +77,7 @@ def test_two_step_run_changes_every_parameter_and_writes_all_outputs(seed_refere
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[-1]
     assert all(r["num_completions"] == 32 * r["step"] for r in rows[1:])
     completions = read_jsonl(out / "completions.jsonl")
-    assert len(completions) == 2 * GRPOConfig().num_completions_to_log and {
+    assert len(completions) == 2 * GRPOConfig().num_completions_to_print and {
         c["step"] for c in completions
     } == {1, 2}
     summary = json.loads((out / "summary.json").read_text())
@@ -297,7 +297,7 @@ def test_fsdp_config_on_cpu_says_it_runs_data_parallel(seed_reference, tmp_path)
     # instead of letting the user believe the model is sharded.
     out = tmp_path / "fsdp"
     cmd = [*LAUNCH, "--config_file", str(REPO / "configs/accelerate/fsdp.yaml"), "train_grpo.py"]
-    cmd += cli(seed_reference, out, *"--max_steps 1 --save_steps 0 --eval_split none".split())
+    cmd += cli(seed_reference, out, *"--max_steps 1 --save_steps 0 --dataset_test_split none".split())
     proc = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [
@@ -315,7 +315,7 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
     argv = [
         "--model_name_or_path",
         seed_reference,
-        *"--dataset seed_bank --eval_split train --allow_overlapping_splits true --num_generations 4 --per_device_train_batch_size 32".split(),
+        *"--dataset_name seed_bank --dataset_test_split train --allow_overlapping_splits true --num_generations 4 --per_device_train_batch_size 32".split(),
         *"--max_completion_length 3 --max_steps 2 --logging_steps 1 --disable_tqdm true --make_plots false".split(),
         *"--dynamic_sampling false --lr_scheduler_type linear --explore_rounds 0 --output_dir".split(),
         str(out),
@@ -334,7 +334,7 @@ def test_two_process_cpu_launch_logs_global_metrics_once(seed_reference, tmp_pat
     # One schedule step per optimizer step whatever the process count: linear decay over 2 steps from 2e-3
     # (accelerate's prepared scheduler would step twice per call with 2 processes and log 0.0 here).
     assert rows[1]["learning_rate"] == pytest.approx(GRPOConfig.learning_rate / 2)
-    assert len(read_jsonl(out / "completions.jsonl")) == 2 * GRPOConfig().num_completions_to_log
+    assert len(read_jsonl(out / "completions.jsonl")) == 2 * GRPOConfig().num_completions_to_print
     assert proc.stdout.count("held-out greedy accuracy") == 1
 
 
@@ -366,7 +366,7 @@ def test_completions_log_what_the_update_did_to_each_token(seed_reference, tmp_p
     T = 0.7  # the log-probs are the loss's, at the run's temperature
     assert run_main(seed_reference, out, "--temperature", str(T)) == 0
     rows = read_jsonl(out / "completions.jsonl")
-    assert len(rows) == 2 * GRPOConfig().num_completions_to_log
+    assert len(rows) == 2 * GRPOConfig().num_completions_to_print
     ratios = []
     G = json.loads((out / "config.json").read_text())["num_generations"]
     for step in (1, 2):  # whole groups, each under its own index
@@ -446,7 +446,7 @@ def test_logging_the_tokens_changes_nothing_about_training(seed_reference, tmp_p
 def test_resume_continues_exactly(seed_reference, tmp_path, capsys):
     out, straight = tmp_path / "resumed", tmp_path / "straight"
     # Extending max_steps on resume: a constant schedule, since a decaying one is a function of max_steps.
-    common = ("--save_steps", "2", "--num_completions_to_log", "2", "--lr_scheduler_type", "constant")
+    common = ("--save_steps", "2", "--num_completions_to_print", "2", "--lr_scheduler_type", "constant")
     assert run_main(seed_reference, out, *common, "--max_steps", "4") == 0
     assert (out / "checkpoint-4").is_dir() and (out / "checkpoint-2").is_dir()
     capsys.readouterr()
@@ -953,7 +953,7 @@ def test_two_processes_take_the_same_first_step_as_one(seed_reference, tmp_path,
     common = [
         "--model_name_or_path",
         seed_reference,
-        *"--dataset seed_bank --eval_split".split(),
+        *"--dataset_name seed_bank --dataset_test_split".split(),
         "",
         *"--num_generations 4 --max_completion_length 3 --max_steps 1 --logging_steps 1 --save_steps 0".split(),
         *"--disable_tqdm true --make_plots false --dynamic_sampling false --top_k 1 --reward_funcs".split(),
@@ -989,7 +989,7 @@ def test_accelerate_launch_with_two_processes_that_starts_one_refuses(seed_refer
         *"--num_processes 2 --num_machines 1 --mixed_precision no --dynamo_backend no".split(),
         "train_grpo.py",
     ]
-    cmd += ["--model_name_or_path", seed_reference, "--dataset", "seed_bank", "--output_dir", str(out)]
+    cmd += ["--model_name_or_path", seed_reference, "--dataset_name", "seed_bank", "--output_dir", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0

@@ -4,6 +4,7 @@ and a --help that reads (one line an option where it can, at most 250 lines)."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from dataclasses import fields
@@ -50,16 +51,24 @@ def test_an_unknown_option_that_trl_lacks_too_is_listed():
         ("dataset_name", "dataset"),
         ("dataset_train_split", "train_split"),
         ("dataset_test_split", "eval_split"),
+        ("per_device_train_batch_size", "batch_size"),
+        ("torch_num_threads", "threads"),
+        ("logging_steps", "log_every"),
+        ("lr_scheduler_type", "cosine_decay"),
     ],
 )
-def test_sfts_fields_have_trls_names_and_take_the_earlier_ones(trl, earlier, tmp_path):
-    value = "0.1" if "smoothing" in trl else "validation"
-    for name in (trl, earlier):
-        cfg = parse_args(SFTConfig, [f"--{name}", value])
-        assert str(getattr(cfg, trl)) == str(getattr(cfg, earlier)) == value
-        recipe = tmp_path / f"{name}.yaml"
-        recipe.write_text(f"{name}: {value}\n")
-        assert str(getattr(parse_args(SFTConfig, ["--config", str(recipe)]), trl)) == value
+def test_sfts_fields_have_trls_names_and_refuse_the_earlier_ones_naming_them(trl, earlier, tmp_path):
+    value = {"label_smoothing_factor": "0.1", "lr_scheduler_type": "cosine"}.get(trl, "validation")
+    if trl in ("per_device_train_batch_size", "torch_num_threads", "logging_steps"):
+        value = "1"
+    assert str(getattr(parse_args(SFTConfig, [f"--{trl}", value]), trl)) == value
+    (tmp_path / "new.yaml").write_text(f"{trl}: {value}\n")
+    assert str(getattr(parse_args(SFTConfig, ["--config", str(tmp_path / "new.yaml")]), trl)) == value
+    with pytest.raises(ConfigError, match=re.escape(f"--{earlier} is now --{trl} (TRL's name)")):
+        parse_args(SFTConfig, [f"--{earlier}", value])
+    (tmp_path / "old.yaml").write_text(f"{earlier}: {value}\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{earlier} is now {trl} (TRL's name)")):
+        parse_args(SFTConfig, ["--config", str(tmp_path / "old.yaml")])
     assert trl in {f.name for f in fields(SFTConfig)} and earlier not in {f.name for f in fields(SFTConfig)}
 
 

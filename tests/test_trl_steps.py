@@ -86,7 +86,7 @@ def test_gradient_accumulation_is_one_optimizer_step_over_its_micro_batches():
 
 def test_gradient_accumulation_trains_exactly_as_the_whole_batch(seed_reference, tmp_path):
     common = [
-        *"--eval_split none --num_generations 4 --max_completion_length 3 --max_steps 2 --logging_steps 1".split(),
+        *"--dataset_test_split none --num_generations 4 --max_completion_length 3 --max_steps 2 --logging_steps 1".split(),
         *"--save_steps 0 --dynamic_sampling false --explore_rounds 0 --dtype float64".split(),
     ]
     whole, accumulated = tmp_path / "whole", tmp_path / "accumulated"
@@ -344,15 +344,12 @@ def test_a_trl_grpo_configs_fields_for_these_concepts_run_unchanged_as_flags(tmp
     )
 
 
-def test_a_checkpoint_saved_under_the_earlier_names_is_compared_under_trls(tmp_path):
+def test_a_checkpoint_of_other_settings_is_refused_naming_the_field(tmp_path):
     from dataclasses import asdict
 
     from tinygrpo.run.launch import check_same_run
 
     cfg = parse_config([])
-    earlier = {field: name for name, field in GRPOConfig.ALIASES.items()}
-    old = {earlier.get(k, k): v for k, v in asdict(cfg).items()}  # config.json as an earlier version wrote it
-    assert "dataset" in old and "dataset_name" not in old
-    check_same_run(old, cfg, tmp_path)  # the same run, saved under the earlier names
+    check_same_run(asdict(cfg), cfg, tmp_path)  # the same run
     with pytest.raises(ConfigError, match=r"dataset_name 'seed_bank' -> 'addition'"):
-        check_same_run({**old, "dataset": "seed_bank"}, cfg, tmp_path)
+        check_same_run({**asdict(cfg), "dataset_name": "seed_bank"}, cfg, tmp_path)

@@ -435,7 +435,9 @@ def test_a_run_on_two_processes_plays_its_episodes(tok, tmp_path):
         str(out),
     ]
     argv += "--per_device_train_batch_size 32 --max_steps 2 --logging_steps 1 --eval_steps 2 --save_steps 0".split()
-    argv += "--eval_split validation --disable_tqdm true --make_plots false --torch_num_threads 1".split()
+    argv += (
+        "--dataset_test_split validation --disable_tqdm true --make_plots false --torch_num_threads 1".split()
+    )
     proc = launch_two(argv)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

@@ -58,10 +58,12 @@ def test_data_of_ones_own_is_judged_by_the_rule_one_chooses(
 ):
     # The default rule (the strict integer) cannot read countdown's answers: stopped at start-up, naming the row
     # and the rule, with or without a held-out split (each step's verified metrics judge the train split too).
-    base = ["--dataset", str(countdown_copy), "--reward_funcs", "countdown", "--max_steps", "1"]
+    base = ["--dataset_name", str(countdown_copy), "--reward_funcs", "countdown", "--max_steps", "1"]
     for eval_split in ("test", ""):
         assert (
-            run_inproc(countdown_reference, tmp_path / f"r{eval_split}", *base, "--eval_split", eval_split)
+            run_inproc(
+                countdown_reference, tmp_path / f"r{eval_split}", *base, "--dataset_test_split", eval_split
+            )
             == 1
         )
         line = one_error(capfd)
@@ -98,7 +100,16 @@ def test_the_run_says_which_reward_decides_held_out_accuracy(seed_reference, tmp
 def test_splits_that_share_prompts_stop_the_run_unless_asked(
     seed_reference, tmp_path, capfd, train, held, shared
 ):
-    argv = ["--dataset", "addition", "--train_split", train, "--eval_split", held, "--max_steps", "1"]
+    argv = [
+        "--dataset_name",
+        "addition",
+        "--dataset_train_split",
+        train,
+        "--dataset_test_split",
+        held,
+        "--max_steps",
+        "1",
+    ]
     argv += ["--allow_overlapping_splits", "false"]  # (the small settings of the tests turn the check off)
     rc = run_inproc(seed_reference, tmp_path / "o", *argv)
     err = capfd.readouterr().err

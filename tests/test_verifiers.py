@@ -363,7 +363,7 @@ def test_every_family_data_directory_resolves_to_its_task(
 def test_reasoning_gym_data_directory_gives_its_verifier(
     no_family_tasks: dict[str, Task], monkeypatch: pytest.MonkeyPatch, rg: Any
 ) -> None:
-    """The README's command (--dataset reasoning_gym_chain_sum, in a fresh process): held-out accuracy is decided by
+    """The README's command (--dataset_name reasoning_gym_chain_sum, in a fresh process): held-out accuracy is decided by
     reasoning-gym's scorer, not the strict integer rule it would fall back to."""
     verifier = Verifier.of("reasoning_gym_chain_sum")
     assert verifier.name == "reasoning_gym" and verifier.fn is resolve_reward("reasoning_gym")

@@ -64,7 +64,7 @@ def test_the_truncation_line_reads_the_lengths_of_the_tasks_own_completions(task
     from tinygrpo.run.watch import target_lengths
 
     rows = load_split("multiplication", "validation").to_dict()
-    got, (lo, hi) = target_lengths(rows, SimpleNamespace(task=task, dataset="multiplication"))
+    got, (lo, hi) = target_lengths(rows, SimpleNamespace(task=task, dataset_name="multiplication"))
     assert got == column and (lo, hi) == (min(map(len, rows[column])), max(map(len, rows[column])))
 
 

@@ -79,7 +79,7 @@ def training_arguments(cfg) -> Any:
         output_dir=cfg.output_dir,
         max_steps=cfg.max_steps,
         logging_steps=cfg.logging_steps,
-        eval_strategy="steps" if cfg.eval_split else "no",
+        eval_strategy="steps" if cfg.dataset_test_split else "no",
         eval_steps=cfg.eval_steps,
         save_strategy="steps",
         save_steps=cfg.save_steps or cfg.max_steps,

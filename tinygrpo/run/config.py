@@ -149,9 +149,9 @@ class GRPOConfig(
     """Every option of a GRPO run, in argument groups (one mixin each: options_rollout.py, options_update.py); the
     rules that tie fields together and the properties derived from them."""
 
-    # The fields have TRL's names (its ScriptArguments' and GRPOConfig's); this repository's earlier names are
-    # accepted on the command line and in a YAML recipe, and read as properties: {earlier name: field}.
-    ALIASES: ClassVar[dict[str, str]] = {
+    # The fields have TRL's names (its ScriptArguments' and GRPOConfig's); a flag or recipe key of this repository's
+    # earlier name is refused in one line that names the new one: {earlier name: field}.
+    RENAMED: ClassVar[dict[str, str]] = {
         "dataset": "dataset_name",
         "train_split": "dataset_train_split",
         "eval_split": "dataset_test_split",
@@ -364,7 +364,7 @@ def task_defaults(spec: str) -> tuple[list[str], dict[str, object]]:
         defaults["model_name_or_path"] = task.reference["output_dir"]
     if not task.config:  # (a one-file task: its verifier is its reward unless its recipe says otherwise)
         defaults["reward_funcs"] = [task.correct]
-    defaults.update({GRPOConfig.ALIASES.get(k, k): v for k, v in (task.grpo or {}).items()})
+    defaults.update(task.grpo or {})
     return ([task.config] if task.config else []), defaults
 
 

@@ -267,7 +267,7 @@ class HeldOutEvaluator:
         self.rows = rows if rows is not None and "answer" in rows else None  # (no answers: nothing to score)
         self.tokenizer, self.backend, self.cfg, self.tools = tokenizer, backend, cfg, tools
         self.verifier = verifier or Verifier.of(
-            cfg.dataset, getattr(cfg, "eval_reward", None), getattr(cfg, "task", None)
+            cfg.dataset_name, getattr(cfg, "eval_reward", None), getattr(cfg, "task", None)
         )
         self.prompts: tuple[torch.Tensor, torch.Tensor] | None = None  # (P, Tp) left-padded ids and mask
         self.last: HeldOut | None = None

@@ -100,7 +100,7 @@ def grpo_inputs(cfg: GRPOConfig, recipe: str | None) -> list[Input]:
                 "ref_model_name_or_path", cfg.ref_model_name_or_path, Path(cfg.ref_model_name_or_path), True
             )
         )
-    found.append(Input("dataset", cfg.dataset, dataset_dir(cfg.dataset), True))
+    found.append(Input("dataset", cfg.dataset_name, dataset_dir(cfg.dataset_name), True))
     found += [
         Input("reward_funcs", str(f), f, False) for spec in cfg.reward_funcs if (f := reward_file(spec))
     ]
@@ -211,9 +211,6 @@ def resume_point(cfg: GRPOConfig, say=print) -> Path | None:
 
 
 def check_same_run(before: dict, cfg: GRPOConfig, path: Path) -> None:
-    before = {
-        GRPOConfig.ALIASES.get(k, k): v for k, v in before.items()
-    }  # (a checkpoint saved under earlier names)
     now = asdict(cfg)
     allowed = set(RESUMABLE_CHANGES)
     if now["max_steps"] is None:  # (num_train_epochs, compared itself, gives it from the same split)

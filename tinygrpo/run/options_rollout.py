@@ -44,17 +44,15 @@ class ModelAndData:
         default="addition",
         metadata={
             "help": "Problem set: a name under data/ (addition, seed_bank) or a directory "
-            "of <split>.jsonl files with at least a 'prompt' column (TRL's name; also --dataset)."
+            "of <split>.jsonl files with at least a 'prompt' column (TRL's name)."
         },
     )
     dataset_train_split: str = field(
-        default="train", metadata={"help": "Split whose prompts GRPO trains on (also --train_split)."}
+        default="train", metadata={"help": "Split whose prompts GRPO trains on."}
     )
     dataset_test_split: str | None = field(
         default="test",
-        metadata={
-            "help": "Held-out split for greedy accuracy (None or '' to skip evaluation; also --eval_split)."
-        },
+        metadata={"help": "Held-out split for greedy accuracy (None or '' to skip evaluation)."},
     )
     allow_overlapping_splits: bool = field(
         default=False,
@@ -91,19 +89,6 @@ class ModelAndData:
             "Sampling and rewards are float32 either way."
         },
     )
-
-    # This repository's earlier names of TRL's fields, to read (flags and recipes take them too: ALIASES)
-    @property
-    def dataset(self) -> str:
-        return self.dataset_name
-
-    @property
-    def train_split(self) -> str:
-        return self.dataset_train_split
-
-    @property
-    def eval_split(self) -> str | None:
-        return self.dataset_test_split
 
 
 @dataclass

@@ -233,7 +233,7 @@ class LoggingAndSaving:
         default=16,
         metadata={
             "help": "Completions logged per logging step: whole groups of the first round, those with signal first "
-            "(TRL's name; also --num_completions_to_log)."
+            "(TRL's name)."
         },
     )
     report_to: str = field(
@@ -273,7 +273,3 @@ class LoggingAndSaving:
             "(python -m tinygrpo.run.report RUN_DIR builds it for any run)."
         },
     )
-
-    @property
-    def num_completions_to_log(self) -> int:  # (this repository's earlier name, to read)
-        return self.num_completions_to_print

@@ -57,8 +57,8 @@ class FullHelp(CompactHelp):
 
 class ArgParser(HfArgumentParser):
     """HfArgumentParser with `--help` in argument groups (a config's fields grouped by the mixin dataclass that
-    declares them, titled by its `_argument_group_name`), other names for a field (the config's `ALIASES`, e.g.
-    TRL's), `--no_X` that says what it turns off, and a compact `--help` (CompactHelp; `--help_full` for all)."""
+    declares them, titled by its `_argument_group_name`), `--no_X` that says what it turns off, and a compact
+    `--help` (CompactHelp; `--help_full` for all)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, formatter_class=CompactHelp, **kwargs)
@@ -75,7 +75,6 @@ class ArgParser(HfArgumentParser):
 
     def _add_dataclass_arguments(self, dtype: type) -> None:
         hints = typing.get_type_hints(dtype)
-        aliases = getattr(dtype, "ALIASES", {})
         groups: dict[str, argparse._ArgumentGroup] = {}
         for title in dict.fromkeys(getattr(dtype, "ARGUMENT_GROUPS", {}).values()):  # (in the table's order)
             groups[title] = self.add_argument_group(title)
@@ -101,19 +100,6 @@ class ArgParser(HfArgumentParser):
                 )  # (never used: the field's own action sets the default first)
                 action.hidden_in_help = True
                 main.also.append(action.option_strings[0])
-            for alias in (a for a, name in aliases.items() if name == f.name):
-                action = target.add_argument(
-                    f"--{alias}",
-                    dest=f.name,
-                    type=main.type,
-                    nargs=main.nargs,
-                    choices=main.choices,
-                    metavar=main.metavar,
-                    default=argparse.SUPPRESS,  # (the field's own default stands)
-                    help=f"The same as --{f.name}.",
-                )
-                action.hidden_in_help = True
-                main.also.append(f"--{alias} (TRL's name)")
 
 
 class _FullHelp(argparse.Action):
@@ -174,10 +160,10 @@ def read_recipe(path: str, parser: ArgParser, cls: type) -> dict[str, object]:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of field: value, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)  # (not field.type: HfArgumentParser rewrites it in place)
-    aliases = getattr(cls, "ALIASES", {})
     values: dict[str, object] = {}
     for key, value in data.items():
-        key = aliases.get(key, key)  # (TRL's name for a field: the same field)
+        if key in getattr(cls, "RENAMED", {}):
+            raise ConfigError(f"{where}: {key} is now {cls.RENAMED[key]} (TRL's name)")
         if key not in hints:
             raise ConfigError(f"{where}: unknown config key {key!r}")
         kind, is_list, nullable = _field_kind(hints[key])
@@ -207,6 +193,14 @@ def read_recipe(path: str, parser: ArgParser, cls: type) -> dict[str, object]:
     return values
 
 
+def check_renamed(argv: list[str], renamed: dict[str, str]) -> None:
+    """A flag this repository once had under another name is refused in one line naming the new one (TRL's)."""
+    for a in argv:
+        old = a.removeprefix("--").split("=")[0]
+        if a.startswith("--") and old in renamed:
+            raise ConfigError(f"--{old} is now --{renamed[old]} (TRL's name)")
+
+
 def parse_args(
     cls: type,
     argv: list[str] | None = None,
@@ -217,6 +211,7 @@ def parse_args(
     """`--config file.yaml` (optional, anywhere in argv) sets the defaults, over `recipes` (YAML files, in order)
     and then `defaults` (a task's recipe); flags override them."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    check_renamed(argv, getattr(cls, "RENAMED", {}))
     # allow_abbrev=False: a misspelt flag (--learning 0.1) is an error, not a silent prefix match.
     usage = f"{Path(sys.argv[0]).name} [--config RECIPE.yaml] [--OPTION VALUE ...]"  # (the groups below list them)
     parser = ArgParser(cls, description=description, allow_abbrev=False, usage=usage)

@@ -124,7 +124,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             f"output_dir {out} already holds a model; pass --overwrite_output_dir true to replace it, or choose "
             f"another --output_dir"
         )
-    check_apart(out, [Input("dataset", cfg.dataset, dataset_dir(cfg.dataset), True)])
+    check_apart(out, [Input("dataset", cfg.dataset_name, dataset_dir(cfg.dataset_name), True)])
     t0 = time.time()
     if cfg.torch_num_threads:
         torch.set_num_threads(cfg.torch_num_threads)
@@ -139,26 +139,30 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             # longest example is at most n_positions tokens).
             check_memory(cfg, len(tokenizer), cfg.n_positions)
         task.ensure_data()
-    columns = first_row_columns(cfg.dataset, cfg.train_split)  # (a column named wrong: said before the load)
+    columns = first_row_columns(
+        cfg.dataset_name, cfg.dataset_train_split
+    )  # (a column named wrong: said before the load)
     if columns is not None:
         missing_columns(cfg, columns)
-    train = load_split(cfg.dataset, cfg.train_split)
+    train = load_split(cfg.dataset_name, cfg.dataset_train_split)
     if cfg.train_size and cfg.train_size < len(train):
         train = train.shuffle(seed=cfg.seed).select(range(cfg.train_size))
-    if cfg.eval_split:  # GRPO's checks of a held-out evaluation, before any training
-        verifier = Verifier.of(cfg.dataset, task=cfg.task or None)
-        check_held_out(verifier, train, load_split(cfg.dataset, cfg.eval_split), cfg)
+    if cfg.dataset_test_split:  # GRPO's checks of a held-out evaluation, before any training
+        verifier = Verifier.of(cfg.dataset_name, task=cfg.task or None)
+        check_held_out(verifier, train, load_split(cfg.dataset_name, cfg.dataset_test_split), cfg)
     targets = training_targets(cfg, train)
     known = vocabulary_chars(tokenizer)
     for i, (p, a) in enumerate(zip(train["prompt"], targets, strict=True)):
-        check_text(p + a, tokenizer, where=f"{cfg.dataset}/{cfg.train_split} row {i + 1}", known=known)
+        check_text(
+            p + a, tokenizer, where=f"{cfg.dataset_name}/{cfg.dataset_train_split} row {i + 1}", known=known
+        )
     tools = reply_spans = None
     if cfg.environment:
         env = get_environment(cfg.environment)
         tools = ToolUse(env, tokenizer, env.max_calls)
         columns = {c: train[c] for c in train.column_names} if env.stateful else None
         rows = [{c: v[i] for c, v in columns.items()} for i in range(len(train))] if columns else None
-        reply_spans = target_replies(targets, env, f"{cfg.dataset}/{cfg.train_split}", rows)
+        reply_spans = target_replies(targets, env, f"{cfg.dataset_name}/{cfg.dataset_train_split}", rows)
     ids, mask, labels = encode_examples(tokenizer, train["prompt"], targets, reply_spans)
     if ids.size(1) > cfg.n_positions:
         raise ValueError(f"n_positions={cfg.n_positions} is shorter than the longest example ({ids.size(1)})")
@@ -198,7 +202,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             logits[:, :-1].reshape(-1, logits.size(-1)),
             labels[idx][:, 1:].reshape(-1),
             ignore_index=-100,
-            label_smoothing=cfg.label_smoothing,
+            label_smoothing=cfg.label_smoothing_factor,
         )
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -228,10 +232,10 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         "parameters": sum(p.numel() for p in model.parameters()),
         "kernels": f"{cfg.kernels} ({torch.backends.cpu.get_cpu_capability()})",
     }
-    if cfg.eval_split:
-        test = load_split(cfg.dataset, cfg.eval_split)
-        summary["eval_split"] = cfg.eval_split
-        verifier = Verifier.of(cfg.dataset, task=cfg.task or None)
+    if cfg.dataset_test_split:
+        test = load_split(cfg.dataset_name, cfg.dataset_test_split)
+        summary["eval_split"] = cfg.dataset_test_split
+        verifier = Verifier.of(cfg.dataset_name, task=cfg.task or None)
         rows = test.to_dict()
         summary["eval_accuracy"], outs = greedy_accuracy(
             model, tokenizer, rows, max_new, verifier, tools=tools

@@ -15,9 +15,9 @@ from tinygrpo.run.config import BOUNDS
 
 @dataclass
 class SFTConfig:
-    # The fields have TRL's names; this script's earlier names are accepted on the command line and in a --config
-    # recipe (and the renamed ones read as properties below): {earlier name: field}.
-    ALIASES: ClassVar[dict[str, str]] = {
+    # The fields have TRL's names; a flag or recipe key of this script's earlier name is refused in one line that
+    # names the new one: {earlier name: field}.
+    RENAMED: ClassVar[dict[str, str]] = {
         "dataset": "dataset_name",
         "train_split": "dataset_train_split",
         "eval_split": "dataset_test_split",
@@ -25,6 +25,7 @@ class SFTConfig:
         "threads": "torch_num_threads",
         "log_every": "logging_steps",
         "label_smoothing": "label_smoothing_factor",
+        "cosine_decay": "lr_scheduler_type",
     }
     TRL_HINTS: ClassVar[dict[str, str]] = trl_names.SFT  # TRL's options not taken here: what to use, or why
     # --help's groups, the same titles as train_grpo.py's where they hold the same kind of option
@@ -59,11 +60,9 @@ class SFTConfig:
     )
     dataset_name: str = field(
         default="addition",
-        metadata={"help": "Problem set name or directory of <split>.jsonl (also --dataset)."},
+        metadata={"help": "Problem set name or directory of <split>.jsonl."},
     )
-    dataset_train_split: str = field(
-        default="train", metadata={"help": "Split to train on (also --train_split)."}
-    )
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     completion_column: str = field(
         default="answer",
         metadata={"help": "The column that holds each training problem's target completion (without <eos>)."},
@@ -93,7 +92,7 @@ class SFTConfig:
     )
     dataset_test_split: str = field(
         default="test",
-        metadata={"help": "Held-out split for greedy accuracy ('' = none; also --eval_split)."},
+        metadata={"help": "Held-out split for greedy accuracy ('' = none)."},
     )
     allow_overlapping_splits: bool = field(
         default=False,
@@ -115,8 +114,7 @@ class SFTConfig:
     lr_scheduler_type: str = field(
         default="constant",
         metadata={
-            "help": "constant, or cosine (decayed to a tenth of the rate over max_steps; `--cosine_decay true` "
-            "also accepted). The default experiment's reference keeps a constant rate: decayed, it memorises its "
+            "help": "constant, or cosine (decayed to a tenth of the rate over max_steps). The default experiment's reference keeps a constant rate: decayed, it memorises its "
             "400 problems into a sharper reference that GRPO improves more slowly."
         },
     )
@@ -181,17 +179,10 @@ class SFTConfig:
                     f"{self.chars!r}"
                 )
 
-    # This script's earlier names of TRL's fields, to read
-    dataset = property(lambda self: self.dataset_name)
-    train_split = property(lambda self: self.dataset_train_split)
-    eval_split = property(lambda self: self.dataset_test_split)
-    label_smoothing = property(lambda self: self.label_smoothing_factor)
-
     @classmethod
     def for_task(cls, name: str, **overrides) -> SFTConfig:
-        """The reference recipe of task `name` (ValueError if it has none), with `overrides` on top (by either name)."""
-        given = {cls.ALIASES.get(k, k): v for k, v in overrides.items()}
-        return cls(**{**task_recipe(name), **given, "task": name})
+        """The reference recipe of task `name` (ValueError if it has none), with `overrides` on top."""
+        return cls(**{**task_recipe(name), **overrides, "task": name})
 
 
 def task_recipe(name: str) -> dict:
@@ -205,7 +196,7 @@ def task_recipe(name: str) -> dict:
             "model it names"
         )
     recipe = {"dataset_name": task.dataset, "chars": task.chars, **task.reference}
-    return {SFTConfig.ALIASES.get(k, k): v for k, v in recipe.items()}  # (a recipe may use the earlier names)
+    return recipe
 
 
 SFT_CHOICES = {"lr_scheduler_type": ("constant", "cosine"), "kernels": ("portable", "native")}

@@ -98,7 +98,7 @@ def missing_columns(cfg: SFTConfig, columns: list[str]) -> None:
         if name not in columns:
             column = "completion_column" if name == cfg.completion_column else "mix_column"
             raise ValueError(
-                f"{column} {name!r}: {cfg.dataset}/{cfg.train_split} has no such column (columns: {', '.join(columns)})"
+                f"{column} {name!r}: {cfg.dataset_name}/{cfg.dataset_train_split} has no such column (columns: {', '.join(columns)})"
             )
 
 

@@ -185,7 +185,7 @@ class GRPOTrainer(Checkpoints):
         # Every process, as the held-out evaluation: under FSDP a forward of the sharded model is collective.
         k = cfg.updates_per_generation  # optimizer steps this generation makes: what `step` counts, as in TRL
         probe = self.logs_completions(state.step + k)
-        logged = logged_rows(scored.first, cfg.num_completions_to_log) if probe else []
+        logged = logged_rows(scored.first, cfg.num_completions_to_print) if probe else []
         before = self.token_probs(scored, logged) if probe else None
         minibatches = self.update.prepare(scored.batch)  # update: reference and old log-probs, then
         t2 = time.perf_counter()
@@ -233,7 +233,7 @@ class GRPOTrainer(Checkpoints):
         """Whether the loop logs the sampled completions after `step`."""
         cfg = self.cfg
         every = crossed(step, cfg.updates_per_generation, cfg.logging_steps)
-        return cfg.log_completions and cfg.num_completions_to_log > 0 and every
+        return cfg.log_completions and cfg.num_completions_to_print > 0 and every
 
     def token_probs(self, scored: ScoredBatch, rows: list[int]) -> TokenProbs:
         """The policy's log-probs and entropies of the completions the step logs (run_logs.token_probs: a no-grad
@@ -339,7 +339,7 @@ class GRPOTrainer(Checkpoints):
                                 self.step,
                                 out.scored,
                                 self.rewards.names,
-                                cfg.num_completions_to_log,
+                                cfg.num_completions_to_print,
                                 answers,
                                 out.tokens,
                             )

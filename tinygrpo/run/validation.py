@@ -148,10 +148,10 @@ def check_inputs(
     )
     tok = tokenizer
     if len(train_dataset) == 0:
-        raise ConfigError(f"dataset {cfg.dataset!r} split {cfg.train_split!r} is empty")
+        raise ConfigError(f"dataset {cfg.dataset_name!r} split {cfg.dataset_train_split!r} is empty")
     if "prompt" not in train_dataset.column_names:
         raise ConfigError(
-            f"dataset {cfg.dataset!r} split {cfg.train_split!r} has no 'prompt' column "
+            f"dataset {cfg.dataset_name!r} split {cfg.dataset_train_split!r} has no 'prompt' column "
             f"(columns: {', '.join(train_dataset.column_names)})"
         )
     vocab_size = model.get_input_embeddings().weight.shape[0]
@@ -203,11 +203,13 @@ def check_inputs(
     # fails here, naming the row, not at the first rollout or evaluation.
     weights = reward_weights if reward_weights is not None else [1.0] * len(reward_funcs)
     binary = f"advantage_mode {cfg.advantage_mode}" if needs_binary_rewards(cfg) else None
-    where = f"{cfg.dataset}/{cfg.train_split}"
+    where = f"{cfg.dataset_name}/{cfg.dataset_train_split}"
     probe(reward_funcs, reward_names, train_dataset, where, reward_kwargs, weights, binary)
     from tinygrpo.run.evaluation import Verifier
 
-    verifier = Verifier.of(cfg.dataset, cfg.eval_reward, cfg.task)  # the rule held-out accuracy is decided by
+    verifier = Verifier.of(
+        cfg.dataset_name, cfg.eval_reward, cfg.task
+    )  # the rule held-out accuracy is decided by
     check_held_out(verifier, train_dataset, eval_dataset if scored else None, cfg, reward_kwargs)
 
 
@@ -216,9 +218,9 @@ def check_held_out(verifier, train_dataset, eval_dataset, cfg, reward_kwargs: di
     train_reference): the verifier reads every gold answer of the held-out split, and of the training split (whose
     sampled completions GRPO's metrics judge), and scores each 1.0, or its accuracy means nothing; and the two
     splits share no prompt, unless cfg.allow_overlapping_splits. `cfg`: dataset, train_split, eval_split."""
-    for split, ds in ((cfg.eval_split, eval_dataset), (cfg.train_split, train_dataset)):
+    for split, ds in ((cfg.dataset_test_split, eval_dataset), (cfg.dataset_train_split, train_dataset)):
         if ds is not None and "answer" in ds.column_names:
-            where = f"{cfg.dataset}/{split}"
+            where = f"{cfg.dataset_name}/{split}"
             try:
                 probe([verifier.fn], [verifier.name], ds, where, reward_kwargs or {})
             except (
@@ -268,7 +270,7 @@ def check_apart(train_dataset, eval_dataset, cfg) -> None:
     shared = [p for p in held if p in train]
     if shared:
         raise ConfigError(
-            f"the training split {cfg.train_split!r} and the held-out split {cfg.eval_split!r} of {cfg.dataset} "
+            f"the training split {cfg.dataset_train_split!r} and the held-out split {cfg.dataset_test_split!r} of {cfg.dataset_name} "
             f"share {len(shared):,} of the {len(held):,} held-out prompts (e.g. {shared[0]!r}): held-out accuracy "
             "would be measured on prompts trained on. Evaluate on a split apart (a task's test, or its "
             "validation with the training split that leaves it out), or pass --allow_overlapping_splits true"

@@ -95,7 +95,7 @@ def target_lengths(columns: dict[str, list], cfg) -> tuple[str, tuple[int, int] 
     column), and its shortest and longest text: what the truncation warning compares max_completion_length with."""
     from tinygrpo.data.task import get_task, task_of_dataset
 
-    task = get_task(cfg.task) if getattr(cfg, "task", None) else task_of_dataset(cfg.dataset)
+    task = get_task(cfg.task) if getattr(cfg, "task", None) else task_of_dataset(cfg.dataset_name)
     column = task.target if task is not None and task.target in columns else "answer"
     lengths = [len(str(a)) for a in columns.get(column) or []]
     return column, ((min(lengths), max(lengths)) if lengths else None)

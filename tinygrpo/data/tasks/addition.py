@@ -94,7 +94,7 @@ TASK = register_task(
         correct="accuracy",
         rewards=("accuracy_lenient", "format", "digit_match"),
         # SFTConfig's own defaults: 400 problems, 1000 steps, a deliberately imperfect reference (docs/default.md).
-        reference={"dataset": "addition", "chars": DEFAULT_CHARS, "output_dir": "checkpoints/reference"},
+        reference={"dataset_name": "addition", "chars": DEFAULT_CHARS, "output_dir": "checkpoints/reference"},
         kinds=row_kinds,
     )
 )
