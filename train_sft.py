@@ -6,7 +6,7 @@ With no arguments it trains the default experiment's deliberately imperfect refe
 (as in train_grpo.py, whose names these share where the concept is the same: per_device_train_batch_size,
 lr_scheduler_type, torch_num_threads, logging_steps; TRL's dataset_name, dataset_train_split, dataset_test_split
 are accepted too). `python train_sft.py --help` lists every option; the recipe and its reasons are in
-tinygrpo/run/sft.py.
+tinygrpo/sft/train.py.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     import datasets
     from transformers.utils import logging as hf_logging
 
+    from tinygrpo.base.parser import parse_args
     from tinygrpo.run.config import check_task_flag
-    from tinygrpo.run.recipe import parse_args
-    from tinygrpo.run.sft import train_reference
-    from tinygrpo.run.sft_config import SFTConfig, task_recipe
+    from tinygrpo.sft.config import SFTConfig, task_recipe
+    from tinygrpo.sft.train import train_reference
     from tinygrpo.update.policy_update import NonFiniteError
 
     hf_logging.disable_progress_bar()
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a full disk, a read-only place: the file, the cause, and that nothing was saved
-        from tinygrpo.data.writes import describe_write_error
+        from tinygrpo.base.files import describe_write_error
 
         where = cfg.output_dir if cfg is not None else "the output directory"
         print(f"error: {describe_write_error(e, f'no model was saved in {where}')}", file=sys.stderr)

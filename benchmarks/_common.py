@@ -268,7 +268,7 @@ def ensure_seed_reference(
     out = Path(workdir) / name
     if (out / "config.json").is_file():
         return str(out)
-    from tinygrpo.run.sft import SFTConfig, train_reference
+    from tinygrpo.sft.train import SFTConfig, train_reference
 
     t = time.perf_counter()
     cfg = SFTConfig(

@@ -175,8 +175,10 @@ def run_trl(cfg: Any, model_path: str, eval_limit: int, eval_every: int, out: Pa
 
     import tiny_lm  # noqa: F401  (registers the model type with the Auto classes: TRL loads the directory itself)
     from tinygrpo.data.problems import load_splits
+    from tinygrpo.data.verifier import Verifier
     from tinygrpo.model.backend import select_backend
-    from tinygrpo.run.evaluation import HeldOutEvaluator
+    from tinygrpo.rollout.config import SamplingParams
+    from tinygrpo.rollout.evaluation import HeldOutEvaluator
 
     torch.set_num_threads(threads)
     train, test = load_splits(cfg.dataset_name, cfg.dataset_train_split, cfg.dataset_test_split)
@@ -197,7 +199,20 @@ def run_trl(cfg: Any, model_path: str, eval_limit: int, eval_every: int, out: Pa
         processing_class=tok,
         callbacks=[clock],
     )
-    evaluator.append(HeldOutEvaluator(rows, tok, select_backend(trainer.model), cfg))
+    verifier = Verifier.of(cfg.dataset_name, cfg.eval_reward, cfg.task)
+    sampling = SamplingParams.of(cfg)
+    evaluator.append(
+        HeldOutEvaluator(
+            rows,
+            tok,
+            select_backend(trainer.model),
+            sampling,
+            verifier,
+            cfg.seed,
+            cfg.eval_pass_k,
+            cfg.num_generations_eval is not None,
+        )
+    )
     with (
         open(out / "trl.log", "w") as log,
         redirect_stdout(log),

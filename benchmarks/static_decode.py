@@ -62,22 +62,20 @@ def rollout(
     import torch
 
     from tinygrpo.model.backend import GroupedBackend
-    from tinygrpo.rollout.sampling import SamplingParams, sample_completions
+    from tinygrpo.rollout.config import SamplingParams
+    from tinygrpo.rollout.sampling import sample_completions
+    from tinygrpo.rollout.static_decode import sample_static
 
     gen = torch.Generator().manual_seed(seed)
     backend = BACKENDS.setdefault((static, graphed), GroupedBackend())
-    return sample_completions(
-        model,
-        ids,
-        mask,
-        G,
-        SamplingParams(T, 1.0, generator=gen),
-        eos_token_id=tok.eos_token_id if eos is None else eos,
-        pad_token_id=tok.pad_token_id,
-        backend=backend,
-        static=static,
-        capture=graphs() if graphed else None,
+    kw = dict(
+        eos_token_id=tok.eos_token_id if eos is None else eos, pad_token_id=tok.pad_token_id, backend=backend
     )
+    if static:
+        return sample_static(
+            model, ids, mask, G, SamplingParams(T, 1.0), gen, capture=graphs() if graphed else None, **kw
+        )
+    return sample_completions(model, ids, mask, G, SamplingParams(T, 1.0), gen, **kw)
 
 
 def graphs():

@@ -9,7 +9,7 @@ TRL's algorithm, and our default, on the same task, reference, verifier and sett
 Peers (--peer, comma-separated; each runs every seed of --seeds, each run in a fresh process, one after another):
   ours_default  `python train_grpo.py` with its defaults: 2-digit addition (data/addition: the train split's prompts;
                 the 500 test problems held out) from checkpoints/reference (SFT'd first by the repo's own
-                tinygrpo.run.sft if missing), 64 prompts x G = 8 per step (per_device_train_batch_size 512),
+                tinygrpo.sft.train if missing), 64 prompts x G = 8 per step (per_device_train_batch_size 512),
                 max_completion_length 4, temperature 1, AdamW lr 2e-3 cosine, betas 0.9/0.99, clip 1.0, beta 0,
                 loss dapo, 1000 steps; prompts weighted toward unsolved ones, explore rounds, dynamic sampling.
   ours_plain    the same with --prompt_sampler uniform --explore_rounds 0 --dynamic_sampling false: TRL's algorithm.
@@ -22,7 +22,7 @@ Flags after `--` go to train_grpo.py; the TRL peer takes those of them TRL has (
 is printed first, then a line naming each peer's device (`device: trl cpu, ours_default cpu`): every peer trains on
 the one train_grpo.py takes, a GPU where there is one (the TRL child reports where it trained, and is checked).
 
-The clock (held-out evaluation off it on both sides; evaluation = tinygrpo.run.evaluation.HeldOutEvaluator: greedy
+The clock (held-out evaluation off it on both sides; evaluation = tinygrpo.rollout.evaluation.HeldOutEvaluator: greedy
 decoding of the test split, or its first --eval_limit problems, scored by the strict verifier):
   ours  train s = the summed time/step of metrics.jsonl (--logging_steps 1: a row per step): generation, rewards,
         advantages, update. Not on it: the step's metrics (computed after time/step is taken), logging, evaluation
@@ -299,10 +299,11 @@ def ensure_reference(args) -> None:
         return
     import torch
 
-    from tinygrpo.run.sft import SFTConfig, train_reference
+    from tinygrpo.sft.train import SFTConfig, train_reference
 
     print(
-        f"no reference at {ref}: training it first (tinygrpo.run.sft, as train_grpo.py does)", file=sys.stderr
+        f"no reference at {ref}: training it first (tinygrpo.sft.train, as train_grpo.py does)",
+        file=sys.stderr,
     )
     torch.set_num_threads(args.threads)
     train_reference(SFTConfig(output_dir=str(ref)))

@@ -109,7 +109,7 @@ def test_accuracy(run_dir: Path) -> float:
     import torch
 
     from tinygrpo.data.problems import load_split
-    from tinygrpo.run.evaluation import greedy_accuracy
+    from tinygrpo.rollout.evaluation import greedy_accuracy
     from train_grpo import load_model_and_tokenizer
 
     torch.set_num_threads(1)

@@ -1,11 +1,11 @@
 """The seed tutorials' tabular runs from the command line, with their outputs and plots.
 
 python -m studies.bandit demo [--steps 120] [--output_dir runs/bandit_demo]
-    The seed demo, GRPO vs REINFORCE on 36 a+b questions (`tinygrpo.algorithm.bandit.train_demo`); writes config.json,
+    The seed demo, GRPO vs REINFORCE on 36 a+b questions (`tinygrpo.oracles.bandit.train_demo`); writes config.json,
     metrics.jsonl, summary.json and bandit_demo.png (accuracy; GRPO's cumulative skipped fraction).
 
 python -m studies.bandit chapter --epochs 40 --group-size 4 [--output_dir runs/bandit_chapter] [--seed 42]
-    The "GRPO bandit" chapter, 3 prompts x 3 actions (`tinygrpo.algorithm.bandit.train_chapter`).
+    The "GRPO bandit" chapter, 3 prompts x 3 actions (`tinygrpo.oracles.bandit.train_chapter`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tinygrpo.algorithm.bandit import (
+from tinygrpo.oracles.bandit import (
     CHAPTER_ACTIONS,
     CHAPTER_ADV_EPS,
     CHAPTER_KL_COEF,

@@ -545,7 +545,7 @@ def token_moves(d: Path) -> dict | None:
     """What the steps did to each kind of token, over a run's logged completions (their token columns): the first
     token (the format's choice), the other digits, the work's syntax; for each, the tokens counted, the mean
     |ratio - 1| and the mean entropy at the token's position. None when the run logged no token columns."""
-    from tinygrpo.run.metrics_io import read_jsonl
+    from tinygrpo.run.logs import read_jsonl
 
     kinds: dict[str, list[tuple[float, float]]] = {k: [] for k in TOKEN_KINDS}
     rows = [r for r in read_jsonl(d / "completions.jsonl") if "tokens" in r]

@@ -105,8 +105,9 @@ def episodes(
     import torch
 
     from tinygrpo.model.text import decode_completions
+    from tinygrpo.rollout.config import SamplingParams
     from tinygrpo.rollout.environment import get_environment
-    from tinygrpo.rollout.sampling import SamplingParams, completion_logits, sample_completions
+    from tinygrpo.rollout.sampling import completion_logits, sample_completions
     from tinygrpo.rollout.tool_calls import ToolUse
     from train_grpo import load_model_and_tokenizer
 
@@ -118,11 +119,8 @@ def episodes(
     length = (
         env.max_calls * 4 + 1
     )  # (the configs' max_completion_length: 12 turns of at most 4 tokens, <eos>)
-    params = (
-        SamplingParams.greedy(length)
-        if temperature == 0
-        else SamplingParams(length, temperature, generator=torch.Generator().manual_seed(EVAL_SEED))
-    )
+    params = SamplingParams.greedy(length) if temperature == 0 else SamplingParams(length, temperature)
+    generator = None if temperature == 0 else torch.Generator().manual_seed(EVAL_SEED)
     ids, mask = enc["input_ids"], enc["attention_mask"]
     ro = sample_completions(
         model,
@@ -130,6 +128,7 @@ def episodes(
         mask,
         samples,
         params,
+        generator,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         tools=tools,

@@ -5,7 +5,7 @@
 On the seed demo's 36 questions a + b (a, b in 0..5, answers 0..12), every method samples groups of G = 8 answers
 and is scored by greedy accuracy on the same 36 questions against the number of completions it has sampled:
 
-  tabular REINFORCE / GRPO   `tinygrpo.algorithm.bandit.train_demo` with the demo's settings (zero table, one random question
+  tabular REINFORCE / GRPO   `tinygrpo.oracles.bandit.train_demo` with the demo's settings (zero table, one random question
                              per step, 8 answers, SGD 0.08; GRPO: z-score, clip 0.2, exact KL 0.02 to the initial
                              table, zero-variance groups skipped). Seed i uses the demo's seed + i (42 + i for GRPO,
                              49 + i for REINFORCE), so seed 0 over the first 120 steps is the demo itself.
@@ -15,7 +15,7 @@ and is scored by greedy accuracy on the same 36 questions against the number of 
                              REINFORCE, which has no KL term either.
 
 Each token-level method starts from two SFT references (a 2-layer, 32-wide char GPT, 16 positions), trained per seed
-with `tinygrpo.run.sft.train_reference`:
+with `tinygrpo.sft.train.train_reference`:
   format-only   every seed-bank prompt paired with each answer 0..12 once (468 rows): the model learns "a number
                 then <eos>" and a near-uniform belief over 0..12, the transformer's analogue of the zero table.
   imperfect     the real answers of 12 of the 36 questions (a random subset per seed), for a short budget: it

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinygrpo.algorithm import bandit
+from tinygrpo.oracles import bandit
 
 from .settings import METHODS, N_ANSWERS, N_QUESTIONS
 

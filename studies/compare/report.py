@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tinygrpo.algorithm import bandit
+from tinygrpo.oracles import bandit
 
 from ..results import markdown, measurement
 from .settings import METHODS, N_ANSWERS, N_QUESTIONS, TOKEN_SEED_BASE, G, mean_std
@@ -254,7 +254,7 @@ def page(results: dict) -> str:
         "",
         "## Setup",
         "",
-        f"- **Table** (`tinygrpo.algorithm.bandit.train_demo`, the seed demo's settings): zero-initialised {q} x {a} logits, SGD "
+        f"- **Table** (`tinygrpo.oracles.bandit.train_demo`, the seed demo's settings): zero-initialised {q} x {a} logits, SGD "
         f"lr {st['table_lr']}; GRPO = group z-score, clip {st['table_clip']}, exact KL {st['table_kl_beta']} to "
         f"the initial table, update skipped on zero-variance groups; REINFORCE = raw 0/1 reward, no baseline. Seed i "
         f"is the demo's seed + i (GRPO {st['table_seeds']['grpo']} + i, REINFORCE {st['table_seeds']['reinforce']} + i).",

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tinygrpo.algorithm import bandit
+from tinygrpo.oracles import bandit
 
 from ..results import save
 from .plots import plot_beliefs, plot_curves

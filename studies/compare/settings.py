@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinygrpo.algorithm import bandit
+from tinygrpo.oracles import bandit
 
 G = bandit.DEMO_GROUP  # 8: the same group size everywhere
 N_ANSWERS = bandit.N_ANSWERS  # 13 answers 0..12

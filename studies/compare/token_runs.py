@@ -51,7 +51,7 @@ def seed_bank():
 
 def build_references(out: Path, seed: int, st: Settings) -> dict:
     """Train the two SFT references of one seed; returns {name: {"path", "acc", ...}}."""
-    from tinygrpo.run.sft import SFTConfig, train_reference
+    from tinygrpo.sft.train import SFTConfig, train_reference
 
     bank = seed_bank()
     prompts, answers = list(bank["prompt"]), list(bank["answer"])
@@ -101,7 +101,7 @@ def build_references(out: Path, seed: int, st: Settings) -> dict:
 
 def seed_bank_greedy(model, tokenizer, max_new_tokens: int) -> tuple[float, float]:
     """Greedy accuracy on the 36 questions, and the fraction of greedy outputs of the form "<0..12><eos>"."""
-    from tinygrpo.run.evaluation import greedy_accuracy
+    from tinygrpo.rollout.evaluation import greedy_accuracy
 
     bank = seed_bank()
     acc, outs = greedy_accuracy(model, tokenizer, bank.to_dict(), max_new_tokens)
@@ -219,8 +219,8 @@ def addition_section(out: Path, st: Settings, log: Callable[[str], None]) -> dic
 
     from tinygrpo.data.problems import load_split
     from tinygrpo.run.config import GRPOConfig
-    from tinygrpo.run.sft import SFTConfig, train_reference
     from tinygrpo.run.trainer import GRPOTrainer
+    from tinygrpo.sft.train import SFTConfig, train_reference
 
     ref_path = next(
         (
@@ -235,7 +235,7 @@ def addition_section(out: Path, st: Settings, log: Callable[[str], None]) -> dic
         ref_path = out / "addition_reference"
         kw = {} if st.addition_reference_steps is None else {"max_steps": st.addition_reference_steps}
         log(
-            f"no {ADDITION_REFERENCE}: training the addition reference into {ref_path} (tinygrpo.run.sft, {kw or 'defaults'})"
+            f"no {ADDITION_REFERENCE}: training the addition reference into {ref_path} (tinygrpo.sft.train, {kw or 'defaults'})"
         )
         train_reference(
             SFTConfig(output_dir=str(ref_path), overwrite_output_dir=True, logging_steps=0, **kw),

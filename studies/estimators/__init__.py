@@ -6,7 +6,7 @@
     python -m studies.estimators --docs docs --rewrite_docs      # the docs again from the JSON, no run
 
 Why. GRPO climbs J(theta) = mean over prompts x of sum_y pi(y | x) R(x, y). On this task every completion can be
-listed (tinygrpo/algorithm/exact.py), so for a batch of prompts J's gradient g* is known exactly, and so is each prompt's. One
+listed (tinygrpo/oracles/exact.py), so for a batch of prompts J's gradient g* is known exactly, and so is each prompt's. One
 GRPO step computes, from G sampled completions per prompt, a loss whose negated gradient g is meant to point along
 g*. Where a variant's g points on average, how long it is and how noisy, is a property of the estimator alone
 (advantages, normalisers, ratios), measured here for each variant and group size G, on a real transformer:

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         f"the given prompts {' '.join(args.prompts)}"
         if args.prompts
         else f"the `validation` split of data/addition shuffled with random.Random({args.seed}), scanned in chunks "
-        f"of {SCAN_CHUNK}; the first P = {args.num_prompts} prompts whose exact expected accuracy (tinygrpo/algorithm/exact.py, "
+        f"of {SCAN_CHUNK}; the first P = {args.num_prompts} prompts whose exact expected accuracy (tinygrpo/oracles/exact.py, "
         f"every completion enumerated) is in [{lo}, {hi}], chosen for each policy separately."
     )
     command = "python -m studies.estimators" + (" " + shlex.join(raw) if raw else "")

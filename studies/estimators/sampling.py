@@ -1,4 +1,4 @@
-"""Prompts, batches and estimates: the prompts with signal and their exact gradients (tinygrpo/algorithm/exact.py), batches
+"""Prompts, batches and estimates: the prompts with signal and their exact gradients (tinygrpo/oracles/exact.py), batches
 drawn as the trainer draws them, and one variant's estimate of a batch through the trainer's own PolicyUpdate."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from torch import Tensor
 from .variants import MAX_COMPLETION_LENGTH, VARIANTS
 
 if TYPE_CHECKING:
-    from tinygrpo.algorithm.completion_space import CompletionSpace
-    from tinygrpo.algorithm.exact import ExactResult
-    from tinygrpo.rollout.distributed import Processes
+    from tinygrpo.base.processes import Processes
+    from tinygrpo.oracles.completion_space import CompletionSpace
+    from tinygrpo.oracles.exact import ExactResult
     from tinygrpo.run.config import GRPOConfig
 
 SCAN_CHUNK = 32  # prompts per exact-accuracy forward while looking for prompts with signal
@@ -45,8 +45,8 @@ def encode(tok: Any, prompts: list[str]) -> tuple[Tensor, Tensor]:
 def exact_result(
     model: nn.Module, tok: Any, space: CompletionSpace, prompts: list[str], answers: list[str], grad: bool
 ) -> ExactResult:
-    """tinygrpo.algorithm.exact's J (and gradient) for these prompts under the `accuracy` reward, scored as the trainer does."""
-    from tinygrpo.algorithm.exact import exact_objective, score_completions
+    """tinygrpo.oracles.exact's J (and gradient) for these prompts under the `accuracy` reward, scored as the trainer does."""
+    from tinygrpo.oracles.exact import exact_objective, score_completions
 
     R = score_completions(tok, prompts, space, ["accuracy"], columns={"answer": answers})
     if not bool(torch.isfinite(R).all()):
@@ -134,7 +134,8 @@ class Sampler:
     def draw(self, G: int, generator: torch.Generator) -> Draw:
         from rewards import combine_rewards, compute_rewards
         from tinygrpo.model.text import decode_rows
-        from tinygrpo.rollout.sampling import SamplingParams, sample_completions
+        from tinygrpo.rollout.config import SamplingParams
+        from tinygrpo.rollout.sampling import sample_completions
 
         tok = self.tok
         ro = sample_completions(
@@ -142,7 +143,8 @@ class Sampler:
             self.ids,
             self.mask,
             G,
-            SamplingParams(self.T, temperature=1.0, generator=generator),
+            SamplingParams(self.T, temperature=1.0),
+            generator,
             eos_token_id=tok.eos_token_id,
             pad_token_id=tok.pad_token_id,
             backend=self.backend,
@@ -178,10 +180,10 @@ def variant_config(name: str, G: int, P: int, T: int = MAX_COMPLETION_LENGTH) ->
 
 
 def one_process() -> Processes:
-    """tinygrpo.rollout.distributed.Processes for this process alone (every collective is the identity)."""
+    """tinygrpo.base.processes.Processes for this process alone (every collective is the identity)."""
     from accelerate import Accelerator
 
-    from tinygrpo.rollout.distributed import Processes
+    from tinygrpo.base.processes import Processes
 
     return Processes(Accelerator(cpu=True))
 
@@ -190,15 +192,18 @@ class Estimator:
     """A variant's gradient estimate of a batch, through the trainer's own PolicyUpdate (prepare, then loss)."""
 
     def __init__(self, cfg: GRPOConfig, model: nn.Module, sampler: Sampler, processes: Processes) -> None:
+        from tinygrpo.algorithm.policy_losses import LossConfig
         from tinygrpo.model.backend import PolicyForward
+        from tinygrpo.rollout.config import SamplingParams
+        from tinygrpo.update.config import BatchConfig, OptimizerConfig
         from tinygrpo.update.policy_update import PolicyUpdate
 
         self.cfg, self.sampler = cfg, sampler
         self.params = list(model.parameters())
         # No optimizer: only prepare() and loss() are used, never a step.
-        self.update = PolicyUpdate(
-            cfg, PolicyForward(model, sampler.backend), model, None, sampler.backend, None, processes
-        )
+        groups = (LossConfig.of(cfg), SamplingParams.of(cfg), BatchConfig.of(cfg), OptimizerConfig.of(cfg))
+        policy = PolicyForward(model, sampler.backend)
+        self.update = PolicyUpdate(*groups, cfg.unit, policy, model, None, sampler.backend, None, processes)
 
     def batch(self, draw: Draw):
         """The trainer's Batch of a draw, with this variant's advantages (over the whole batch, as the trainer's)."""

@@ -49,8 +49,8 @@ def ensure_mid(out: Path, reference: Path, steps: int) -> Path:
 
 def study_policy(name: str, path: Path, args: argparse.Namespace, processes: Any) -> dict[str, Any]:
     """Every (variant, G) cell of one policy."""
-    from tinygrpo.algorithm.completion_space import completion_space
     from tinygrpo.data.problems import load_split
+    from tinygrpo.oracles.completion_space import completion_space
 
     t0 = time.perf_counter()
     model, tok = load_policy(path)

@@ -29,12 +29,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from tinygrpo.algorithm.core import GROUP_MODES, group_advantages
+from tinygrpo.algorithm.core import GROUP_MODES, SCALE_REWARDS, group_advantages
+from tinygrpo.base.options import ConfigError, Options, option
 
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 WHITEN_EPS = 1e-8  # verl's masked_whiten
@@ -164,9 +165,11 @@ def normalize_then_sum(rewards_per_func: Tensor, weights: Tensor, G: int) -> Ten
 
 @dataclass(frozen=True)
 class AdvantageInputs:
-    """What an estimator may read: rewards (N,) in groups of G (NaN = no applicable reward), and what it `needs`."""
+    """What an estimator may read: rewards (N,) in groups of num_generations (NaN = no applicable reward), and what
+    it `needs`."""
 
     rewards: Tensor  # (N,) the weighted sum of the reward functions
+    num_generations: int  # G: consecutive blocks of G rewards are one prompt's group
     lengths: Tensor | None = None  # (N,) loss tokens per completion ("lengths")
     greedy_rewards: Tensor | None = (
         None  # (N / G,) the reward of each prompt's greedy answer ("greedy_rewards")
@@ -174,27 +177,77 @@ class AdvantageInputs:
     rewards_per_func: Tensor | None = None  # (N, F) each function's reward (GDPO's normalize_then_sum)
 
 
-@dataclass(frozen=True)
-class AdvantageConfig:
-    """The settings the estimators read, built once from the run's config (GRPOConfig's names)."""
+ADV_ESTIMATORS: dict[str, AdvEstimator] = {}  # by advantage_mode: register_adv_est below
 
-    advantage_mode: str
-    num_generations: int
-    scale_rewards: str = "group"
-    train_pass_k: int = 1
-    multi_objective_aggregation: str = "sum_then_normalize"
-    reward_weights: tuple[float, ...] = ()
 
-    @classmethod
-    def from_config(cls, cfg: object, reward_weights: list[float]) -> AdvantageConfig:
-        names = (
-            "advantage_mode",
-            "num_generations",
-            "scale_rewards",
-            "train_pass_k",
-            "multi_objective_aggregation",
-        )
-        return cls(**{n: getattr(cfg, n) for n in names}, reward_weights=tuple(reward_weights))
+@dataclass
+class AdvantageConfig(Options):
+    """The rewards and how they become advantages: what the estimators read (GRPOConfig's group "rewards and
+    advantages")."""
+
+    _argument_group_name: ClassVar[str] = "rewards and advantages"
+
+    reward_funcs: list[str] = option(
+        factory=lambda: ["accuracy"],
+        help="Reward functions: registered names (python -m rewards list), package.module:function, "
+        "or path/to/file.py:function.",
+    )
+    reward_weights: list[float] | None = option(None, "One weight per reward function (default: all 1.0).")
+    advantage_mode: str = option(
+        "grpo",
+        "Baseline, a registered estimator: grpo: group mean (and std, see scale_rewards; "
+        "Shao et al. 2024); rloo: leave-one-out mean (Ahmadian et al. 2024); reinforce: raw reward; opo: the "
+        "length-weighted group mean (Hao et al. 2025); pass_at_k: the pass@k objective's advantages for 0/1 "
+        "rewards, k = train_pass_k (Chen et al. 2025); reinforce_pp: the reward whitened over the batch's "
+        "tokens, reinforce_pp_baseline: the group mean subtracted first (REINFORCE++, Hu et al. 2025); remax: "
+        "the reward of the prompt's greedy answer (one extra greedy decode per prompt; ReMax, Li et al. "
+        "2023). tinygrpo/algorithm/advantage_estimators.py has the formulas.",
+        choices=ADV_ESTIMATORS.keys(),
+    )
+    train_pass_k: int = option(
+        4, "k of advantage_mode pass_at_k, 1 <= k < num_generations (Chen et al. 2025)."
+    )
+    multi_objective_aggregation: str = option(
+        "sum_then_normalize",
+        f"{', '.join(MULTI_OBJECTIVE_AGGREGATIONS)} (as TRL). sum_then_normalize: the weighted sum of the "
+        "rewards, then advantage_mode; normalize_then_sum: each reward z-scored in its group, then the weighted "
+        "sum, z-scored over the batch (GDPO, Liu et al. 2026; advantage_mode and scale_rewards unused).",
+        choices=MULTI_OBJECTIVE_AGGREGATIONS,
+    )
+    scale_rewards: str = option(
+        "group",
+        f"For advantage_mode grpo: {', '.join(SCALE_REWARDS)} (none = Dr. GRPO, Liu et al. 2025).",
+        choices=SCALE_REWARDS,
+    )
+
+    @property
+    def binary_rewards(self) -> bool:
+        """The advantages come from an estimator defined on 0/1 rewards only (normalize_then_sum uses none)."""
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            return False
+        return ADV_ESTIMATORS[self.advantage_mode].binary_rewards
+
+    def rules(self) -> None:
+        # train_pass_k is pass@k's: set for another mode it would do nothing, silently.
+        if self.advantage_mode != "pass_at_k" and self.train_pass_k != 4:
+            raise ConfigError(
+                f"train_pass_k={self.train_pass_k} is read by advantage_mode pass_at_k only; this run's is "
+                f"{self.advantage_mode}"
+            )
+        # A run needs a reward; reward_weights pairs with reward_funcs one to one.
+        if not self.reward_funcs:
+            raise ConfigError("reward_funcs is empty: give at least one reward function")
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
+            raise ConfigError(
+                f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} reward_funcs"
+            )
+        # All weights 0: every combined reward is 0, every group has zero variance, and no step has anything to
+        # learn from (the run would finish with rc 0 and the weights it started with).
+        if self.reward_weights is not None and not any(self.reward_weights):
+            raise ConfigError(
+                f"reward_weights are all 0 ({self.reward_weights}): every combined reward would be 0 and the run "
+                "could not learn anything; give at least one reward function a non-zero weight"
+            )
 
 
 AdvEstFn = Callable[[AdvantageInputs, AdvantageConfig], tuple[Tensor, Tensor]]
@@ -211,9 +264,6 @@ class AdvEstimator:
     # A group's advantages depend on that group's inputs only (not on batch statistics): groups of several sizes
     # can then be computed size by size (tinygrpo/algorithm/group_sizes.py).
     per_group: bool = True
-
-
-ADV_ESTIMATORS: dict[str, AdvEstimator] = {}
 
 
 def register_adv_est(
@@ -237,7 +287,7 @@ def register_adv_est(
 def _register_group_mode(mode: str) -> None:
     register_adv_est(mode)(
         lambda x, cfg: group_advantages(
-            x.rewards, cfg.num_generations, mode=mode, scale_rewards=cfg.scale_rewards
+            x.rewards, x.num_generations, mode=mode, scale_rewards=cfg.scale_rewards
         )
     )
 
@@ -248,46 +298,39 @@ for _mode in GROUP_MODES:  # grpo, rloo, reinforce: core.group_advantages
 
 @register_adv_est("opo", needs=("lengths",))
 def _opo(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
-    return opo_advantages(x.rewards, x.lengths, cfg.num_generations)
+    return opo_advantages(x.rewards, x.lengths, x.num_generations)
 
 
 @register_adv_est("pass_at_k", binary_rewards=True)
 def _pass_at_k(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
-    return pass_at_k_advantages(x.rewards, cfg.num_generations, cfg.train_pass_k)
+    return pass_at_k_advantages(x.rewards, x.num_generations, cfg.train_pass_k)
 
 
 @register_adv_est("reinforce_pp", needs=("lengths",), per_group=False)
 def _reinforce_pp(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
-    return reinforce_pp_advantages(x.rewards, x.lengths, cfg.num_generations, baseline=False)
+    return reinforce_pp_advantages(x.rewards, x.lengths, x.num_generations, baseline=False)
 
 
 @register_adv_est("reinforce_pp_baseline", needs=("lengths",), per_group=False)
 def _reinforce_pp_baseline(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
-    return reinforce_pp_advantages(x.rewards, x.lengths, cfg.num_generations, baseline=True)
+    return reinforce_pp_advantages(x.rewards, x.lengths, x.num_generations, baseline=True)
 
 
 @register_adv_est("remax", needs=("greedy_rewards",))
 def _remax(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
-    return remax_advantages(x.rewards, x.greedy_rewards, cfg.num_generations)
+    return remax_advantages(x.rewards, x.greedy_rewards, x.num_generations)
 
 
 ADVANTAGE_MODES = tuple(ADV_ESTIMATORS)  # the registered names, for config choices and help
-
-
-def needs_binary_rewards(cfg: Any) -> bool:
-    """A run's advantages (GRPOConfig's advantage_mode and multi_objective_aggregation) come from an estimator that
-    is defined on 0/1 rewards only (normalize_then_sum uses no registered estimator)."""
-    if cfg.multi_objective_aggregation != "sum_then_normalize":
-        return False
-    return ADV_ESTIMATORS[cfg.advantage_mode].binary_rewards
 
 
 def gdpo_advantages(x: AdvantageInputs, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
     """multi_objective_aggregation "normalize_then_sum" (GDPO, as TRL): the rewards are `normalize_then_sum` of
     rewards_per_func, and the advantages those, less the batch mean, over the batch std + 1e-4 (advantage_mode and
     scale_rewards are not used); groups whose summed scores are all equal get 0."""
-    G = cfg.num_generations
-    summed = normalize_then_sum(x.rewards_per_func, torch.tensor(cfg.reward_weights, dtype=torch.float64), G)
+    G, F = x.num_generations, x.rewards_per_func.size(-1)
+    weights = cfg.reward_weights if cfg.reward_weights is not None else [1.0] * F
+    summed = normalize_then_sum(x.rewards_per_func, torch.tensor(weights, dtype=torch.float64), G)
     r, valid, zero_std = _groups(summed, G)
     flat = summed[~torch.isnan(summed)]
     std = flat.std() if flat.numel() > 1 else torch.zeros((), dtype=summed.dtype)
@@ -313,13 +356,14 @@ def advantages(
     scale_rewards: str = "group",
     lengths: Tensor | None = None,
     greedy_rewards: Tensor | None = None,
-    k: int = 1,
+    k: int = 4,
     rewards_per_func: Tensor | None = None,
     reward_weights: Tensor | None = None,
     multi_objective_aggregation: str = "sum_then_normalize",
 ) -> tuple[Tensor, Tensor]:
     """compute_advantages with keywords: the advantages of `mode` (ADVANTAGE_MODES) and each group's zero_std.
     `rewards` are the weighted sums; see gdpo_advantages for multi_objective_aggregation "normalize_then_sum"."""
-    weights = () if reward_weights is None else tuple(reward_weights.tolist())
-    cfg = AdvantageConfig(mode, G, scale_rewards, k, multi_objective_aggregation, weights)
-    return compute_advantages(AdvantageInputs(rewards, lengths, greedy_rewards, rewards_per_func), cfg)
+    weights = None if reward_weights is None else reward_weights.tolist()
+    funcs = ["r"] * (1 if weights is None else len(weights))
+    cfg = AdvantageConfig(funcs, weights, mode, k, multi_objective_aggregation, scale_rewards)
+    return compute_advantages(AdvantageInputs(rewards, G, lengths, greedy_rewards, rewards_per_func), cfg)

@@ -19,7 +19,7 @@ budget prompt by prompt, in units of `allocation_unit` samples (tinygrpo/algorit
                   (Reinforce-Ada, Xiong et al. 2025, arXiv 2510.04996: sample a prompt until both outcomes appear);
                   tinygrpo/rollout/sampling_passes.py's `until_signal`.
 
-The estimate of a prompt is its pass-rate EMA (tinygrpo/rollout/prompt_stats.py), kept inside [c, 1 - c] with
+The estimate of a prompt is its pass-rate EMA (tinygrpo/rollout/prompts.py), kept inside [c, 1 - c] with
 c = 1 / (2 (n + 1)) after n samples of it: an estimate of 0 or 1 from a few samples is not a certainty (Jeffreys'
 estimate of a binomial rate with no success is 1 / (2 (n + 1))). An unseen prompt takes the mean estimate of the seen
 ones (0.5 before any): the policy's level, not a guess about that prompt.

@@ -68,12 +68,12 @@ def sized_advantages(
     (N,) advantages and (groups,) zero_std. `x.greedy_rewards`, where given, holds one value per unit (each prompt
     row's greedy answer); a group reads its first unit's."""
     if sizes is None:
-        return compute_advantages(x, replace(cfg, num_generations=unit))
+        return compute_advantages(x if x.num_generations == unit else replace(x, num_generations=unit), cfg)
     first = group_starts(sizes, 1)  # each group's first unit
     greedy = None if x.greedy_rewards is None else x.greedy_rewards[first]
     if uniform(sizes):  # one size: the uniform batch of G = k * unit, as it is
         g = sizes[0] * unit if sizes else unit
-        return compute_advantages(replace(x, greedy_rewards=greedy), replace(cfg, num_generations=g))
+        return compute_advantages(replace(x, greedy_rewards=greedy, num_generations=g), cfg)
     if not per_group_estimator(cfg):
         raise ValueError(
             f"advantage_mode {cfg.advantage_mode!r} with scale_rewards {cfg.scale_rewards!r} and "
@@ -88,11 +88,12 @@ def sized_advantages(
         rows = rows_of(idx, sizes, unit)
         sub = AdvantageInputs(
             x.rewards[rows],
+            k * unit,
             lengths=None if x.lengths is None else x.lengths[rows],
             greedy_rewards=None if greedy is None else greedy[idx],
             rewards_per_func=None if x.rewards_per_func is None else x.rewards_per_func[rows],
         )
-        a, z = compute_advantages(sub, replace(cfg, num_generations=k * unit))
+        a, z = compute_advantages(sub, cfg)
         adv[rows], zero_std[idx] = a.to(adv.dtype), z
     return adv, zero_std
 

@@ -29,14 +29,32 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from tinygrpo.algorithm.core import AGGREGATIONS, clipped_surrogate, log_importance_weights
-from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.algorithm.core import (
+    AGGREGATIONS,
+    IMPORTANCE_SAMPLING_LEVELS,
+    KL_ESTIMATORS,
+    clipped_surrogate,
+    log_importance_weights,
+)
+from tinygrpo.base.options import (
+    AT_LEAST_1,
+    NON_NEGATIVE,
+    POSITIVE,
+    PROBABILITY,
+    Bound,
+    ConfigError,
+    Options,
+    option,
+)
 
-PolicyLossFn = Callable[[Tensor, Tensor | None, Tensor, Tensor, LossConfig], tuple[Tensor, dict[str, Tensor]]]
+PolicyLossFn = Callable[
+    [Tensor, Tensor | None, Tensor, Tensor, "LossConfig"], tuple[Tensor, dict[str, Tensor]]
+]
 
 
 @dataclass(frozen=True)
@@ -46,6 +64,182 @@ class PolicyLoss:
 
 
 POLICY_LOSSES: dict[str, PolicyLoss] = {}
+# epsilon's range under PPO's clip (LossConfig's rule: other loss types read epsilon otherwise)
+PPO_EPSILON = Bound(0, 1, lo_open=True, hi_open=True)
+
+
+@dataclass
+class LossConfig(Options):
+    """What the loss reads: the policy loss and its variants (the loss types' options, the token masks, the explore
+    rounds' importance weights), the KL to the reference (and the reference's sync) and the entropy bonus."""
+
+    _argument_group_name: ClassVar[str] = "loss, KL and entropy"
+
+    skip_zero_advantage_groups: bool = option(
+        True,
+        "Leave groups whose advantages are all zero out of the forward/backward when the loss has no KL "
+        "(beta 0) and no entropy term (entropy_coef, top_entropy_quantile). "
+        "Exact: their loss terms are zero; the normalisers still count them.",
+    )
+    loss_type: str = option(
+        "dapo",
+        "grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo, gmpo (or a loss registered with register_policy_loss), as in TRL (gmpo as in verl). The first four are PPO's clipped "
+        "surrogate, reduced differently: grpo a per-sequence token mean (Shao et al. 2024), bnpo the local "
+        "batch's token mean, dr_grpo a constant (B * max_completion_length; Liu et al. 2025), dapo the global "
+        "batch's token mean (Yu et al. 2025). cispo: truncated, detached importance weights times the "
+        "REINFORCE term (MiniMax-M1, 2025; epsilon_high is the cap, ScaleRL recommends 5); sapo: a smooth "
+        "sigmoid gate instead of the clip (Gao et al. 2025); luspo: per-sequence token SUM, for "
+        "importance_sampling_level sequence (LUSPO, 2026); vespo: a Gamma weight of the sequence ratio "
+        "(VESPO, 2026); gmpo: the geometric mean of the clipped token ratios, epsilon/epsilon_high bound "
+        "the log ratio (Zhao et al. 2025). tinygrpo/algorithm/policy_losses.py has the formulas.",
+        choices=POLICY_LOSSES.keys(),
+    )
+    sapo_temperature_pos: float = option(
+        1.0, "sapo's gate temperature for tokens with a positive advantage (Gao et al. 2025).", bound=POSITIVE
+    )
+    sapo_temperature_neg: float = option(
+        1.05,
+        "sapo's gate temperature for the other tokens (Gao et al. 2025): higher decays faster.",
+        bound=POSITIVE,
+    )
+    vespo_k_pos: float = option(
+        2.0,
+        "vespo's Gamma power k for A >= 0: down-weights sequences with w < 1 (VESPO).",
+        bound=NON_NEGATIVE,
+    )
+    vespo_lambda_pos: float = option(
+        3.0, "vespo's Gamma decay lambda for A >= 0: down-weights w > 1 (VESPO).", bound=POSITIVE
+    )
+    vespo_k_neg: float = option(3.0, "vespo's Gamma power k for A < 0 (VESPO).", bound=NON_NEGATIVE)
+    vespo_lambda_neg: float = option(2.0, "vespo's Gamma decay lambda for A < 0 (VESPO).", bound=POSITIVE)
+    off_policy_mask_threshold: float | None = option(
+        None,
+        "Leave out of the loss every completion with a negative advantage whose mean per-token KL "
+        "log pi_old - log pi exceeds this (DeepSeek-V3.2, 2025, eq. 9; e.g. 0.5). Acts only off-policy "
+        "(num_iterations > 1 or num_mini_batches > 1). None: off.",
+        bound=POSITIVE,
+    )
+    top_entropy_quantile: float = option(
+        1.0,
+        "rho: train only on the top-rho quantile of completion tokens by entropy, over the mini-batch "
+        "of every process (Wang et al. 2025, Beyond the 80/20 Rule, recommend 0.2). 1.0 keeps every token; "
+        "0.0 keeps only the highest-entropy ones. With a row-level loss (gmpo, a sequence-level ratio) the mask "
+        "scales each row's loss by its share of kept tokens rather than selecting tokens (as in TRL).",
+        bound=PROBABILITY,
+    )
+    epsilon: float = option(0.2, "Lower clip: ratio >= 1 - epsilon.", bound=POSITIVE)
+    epsilon_high: float | None = option(
+        None, "Upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher); None = epsilon.", bound=POSITIVE
+    )
+    delta: float | None = option(
+        None, "Two-sided GRPO: clamp the unclipped ratio at delta (> 1 + epsilon_high)."
+    )
+    importance_sampling_level: str = option(
+        "token",
+        "token, or sequence (GSPO, Zheng et al. 2025: length-normalised ratio).",
+        choices=IMPORTANCE_SAMPLING_LEVELS,
+    )
+    explore_importance_sampling_correction: bool = option(
+        False,
+        "Reweight the tokens of explore samples to the policy's temperature (explore_importance_sampling_"
+        "clip_max). False trains on them as if sampled at the run's temperature: biased, but a rare right "
+        "answer found hot keeps its full push (with the correction its weight is pi_T(y) / pi_T'(y), tiny).",
+    )
+    explore_importance_sampling_clip_max: float = option(
+        3.0,
+        "Cap C of the token-level truncated importance weight min(pi(y_t) / pi_T'(y_t), C) of a token "
+        "sampled at an explore temperature T' (TIS, Yao et al. 2025; TRL's vllm_importance_sampling_clip_max).",
+        bound=POSITIVE,
+    )
+    entropy_coef: float = option(
+        0.0,
+        "Entropy bonus: loss - entropy_coef * mean per-token entropy over the tokens the policy loss "
+        "acts on, whatever the loss_type (as TRL). With use_adaptive_entropy, the initial coefficient.",
+    )
+    use_adaptive_entropy: bool = option(
+        False,
+        "Adaptive entropy control (Skywork-OR1, He et al. 2025): after each optimizer step the "
+        "coefficient moves up by entropy_coef_delta when the mean entropy is at or below entropy_target, "
+        "down otherwise (within [entropy_coef_min, entropy_coef_max]); the bonus applies only while the "
+        "entropy is at or below the target.",
+    )
+    entropy_coef_min: float = option(0.0, "Adaptive entropy control's lower bound.", bound=NON_NEGATIVE)
+    entropy_coef_max: float = option(1.0, "Adaptive entropy control's upper bound.")
+    entropy_coef_delta: float = option(0.005, "Adaptive entropy control's step.", bound=NON_NEGATIVE)
+    entropy_target: float = option(
+        0.2, "Adaptive entropy control's target mean per-token entropy (nats).", bound=NON_NEGATIVE
+    )
+    beta: float = option(0.0, "KL coefficient to the reference (0 = no reference built).", bound=NON_NEGATIVE)
+    use_bias_correction_kl: bool = option(
+        True,
+        "Multiply the per-token KL by the (differentiable) importance ratio, so that its gradient is the "
+        "unbiased gradient of the reverse KL (DeepSeek-V3.2, 2025; TRL's default). It changes the gradient even "
+        "on-policy, where the ratio's value is exactly 1. Only with beta > 0 and a sampled kl_estimator (k1, k2, "
+        "k3): the exact per-position KL (full) does not depend on the token sampled there.",
+    )
+    use_kl_in_reward: bool = option(
+        False,
+        "Put the KL in the reward instead of the loss (PPO for RLHF, Ouyang et al. 2022; verl's "
+        "use_kl_in_reward, OpenRLHF): each completion's reward loses beta x the sum over its tokens of k1 = "
+        "log pi(y_t) - log pi_ref(y_t) (the sampling policy's), before advantages; the loss then has no KL "
+        "term. Needs beta > 0; costs a policy and a reference forward per generation round.",
+    )
+    kl_estimator: str = option(
+        "k3",
+        f"Per-token KL: {', '.join(KL_ESTIMATORS)}. k3 is DeepSeekMath's; full is the exact KL "
+        "over the vocabulary at each position.",
+        choices=KL_ESTIMATORS,
+    )
+    sync_ref_model: bool = option(False, "Move the reference towards the policy.")
+    ref_model_mixup_alpha: float = option(
+        0.6, "ref = alpha * policy + (1 - alpha) * ref at each sync.", bound=PROBABILITY
+    )
+    ref_model_sync_steps: int = option(512, "Steps between reference syncs.", bound=AT_LEAST_1)
+
+    @property
+    def needs_reference(self) -> bool:
+        """A reference model is loaded and scored (beta > 0: the KL in the loss or in the reward)."""
+        return self.beta > 0
+
+    @property
+    def kl_in_loss(self) -> bool:
+        """The loss has a KL term (beta > 0, and the KL is not in the reward instead)."""
+        return self.beta > 0 and not self.use_kl_in_reward
+
+    @property
+    def entropy_bonus(self) -> bool:
+        """An entropy term is in the loss (TRL: a non-zero coefficient, or adaptive control that may raise it)."""
+        return self.entropy_coef != 0 or self.use_adaptive_entropy
+
+    @property
+    def loss_is_zero_without_advantage(self) -> bool:
+        """A group whose advantages are all zero adds exactly nothing to the loss or its gradient: no KL, no entropy
+        bonus, and no token pool (top_entropy_quantile) that its tokens would change."""
+        return not self.kl_in_loss and not self.entropy_bonus and self.top_entropy_quantile == 1
+
+    def rules(self) -> None:
+        # PPO's clip (core.clipped_surrogate: the loss types registered with ppo_clip_loss) keeps the ratio within
+        # [1 - epsilon, 1 + epsilon_high]: epsilon >= 1 leaves it no lower side, and the first update off the
+        # sampling policy fails. (cispo reads epsilon as a cap on the weight and gmpo as a clip of log-ratios, where
+        # values >= 1 mean something.) Checked even where the ratio is exactly 1 and the clip never acts.
+        if POLICY_LOSSES[self.loss_type].fn is ppo_clip_loss and not PPO_EPSILON.admits(self.epsilon):
+            raise ConfigError(
+                f"epsilon must be {PPO_EPSILON.describe()} for loss_type {self.loss_type} (its clip range starts at "
+                f"1 - epsilon), got {self.epsilon}"
+            )
+        # Two-sided GRPO's cap on the unclipped ratio must lie above the clip range, or it clips inside it.
+        if self.delta is not None and not self.delta > 1 + (self.epsilon_high or self.epsilon):
+            raise ConfigError(f"delta must be > 1 + epsilon_high, got {self.delta}")
+        # Adaptive entropy control moves the coefficient within [min, max]: an empty interval.
+        if not self.entropy_coef_min <= self.entropy_coef_max:
+            raise ConfigError(
+                f"entropy_coef_min={self.entropy_coef_min} must be <= entropy_coef_max={self.entropy_coef_max}"
+            )
+        # The KL in the reward and the reference's sync both need a reference, which beta == 0 does not build.
+        if self.use_kl_in_reward and self.beta == 0:
+            raise ConfigError("use_kl_in_reward needs beta > 0 (the KL's coefficient in the reward)")
+        if self.sync_ref_model and self.beta == 0:
+            raise ConfigError("sync_ref_model needs beta > 0 (with beta == 0 there is no reference)")
 
 
 def register_policy_loss(

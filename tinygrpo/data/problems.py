@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tinygrpo.data.progress import progress
+from tinygrpo.base.progress import progress
 
 if TYPE_CHECKING:  # (datasets is imported where a split is loaded: the builders stay cheap to import)
     from datasets import Dataset, DatasetDict
@@ -56,7 +56,7 @@ def jsonl_bytes(rows: list[dict]) -> bytes:
 def write_jsonl(rows: list[dict], path: Path) -> dict[str, int | str]:
     """`rows` as one JSON object a line, written whole or not at all (a temporary name, renamed when complete);
     returns what the manifest records of it."""
-    from tinygrpo.data.writes import write_atomic
+    from tinygrpo.base.files import write_atomic
 
     data = jsonl_bytes(rows)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +65,7 @@ def write_jsonl(rows: list[dict], path: Path) -> dict[str, int | str]:
 
 
 def write_manifest(directory: Path, task: str, splits: dict[str, dict[str, int | str]]) -> None:
-    from tinygrpo.data.writes import write_atomic
+    from tinygrpo.base.files import write_atomic
 
     write_atomic(directory / MANIFEST, json.dumps({"task": task, "splits": splits}, indent=1) + "\n")
 
@@ -127,7 +127,7 @@ def write_problem_set(directory: Path, task: str, splits: dict[str, list[dict]])
     `directory`, the name the user knows. Returns the paths of the splits."""
     import shutil
 
-    from tinygrpo.data.writes import WriteError
+    from tinygrpo.base.files import WriteError
 
     directory = Path(directory)
     staging, replaced = staging_dirs(directory)

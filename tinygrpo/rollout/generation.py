@@ -26,23 +26,22 @@ from tinygrpo.algorithm.advantage_estimators import (
     ADV_ESTIMATORS,
     AdvantageConfig,
     AdvantageInputs,
-    needs_binary_rewards,
 )
 from tinygrpo.algorithm.allocation import knapsack_units, pass_rate_estimates
 from tinygrpo.algorithm.core import selective_log_softmax
 from tinygrpo.algorithm.forecast import SignalForecast, forecast_signal
 from tinygrpo.algorithm.group_sizes import sized_advantages
+from tinygrpo.base.processes import Processes
 from tinygrpo.model.backend import Backend
-from tinygrpo.model.static_shapes import replayed, static_shapes_on
-from tinygrpo.rollout.config import RolloutConfig
-from tinygrpo.rollout.distributed import Processes
-from tinygrpo.rollout.prompt_stats import PromptStats
-from tinygrpo.rollout.prompts import PromptSource
+from tinygrpo.model.static_shapes import replayed
+from tinygrpo.rollout.config import RolloutConfig, SamplingParams
+from tinygrpo.rollout.passes import screen, until_signal
+from tinygrpo.rollout.prompts import PromptSource, PromptStats
 from tinygrpo.rollout.refill import Refill
 from tinygrpo.rollout.round import Round, ScoredBatch
-from tinygrpo.rollout.sampling import Rollout, SamplingParams, sample_completions
-from tinygrpo.rollout.sampling_passes import screen, until_signal
+from tinygrpo.rollout.sampling import Rollout, sample_completions
 from tinygrpo.rollout.scoring import RewardFailure, RewardSpec, Scorer, no_reward_applies, reward_spec
+from tinygrpo.rollout.static_decode import sample_static
 from tinygrpo.rollout.tool_calls import ToolUse, policy_mask
 
 __all__ = ["BatchGenerator", "RewardFailure", "RewardSpec", "ScoredBatch", "reward_spec"]
@@ -55,49 +54,48 @@ class BatchGenerator:
 
     def __init__(
         self,
-        cfg: RolloutConfig | object,
+        cfg: RolloutConfig,
+        sampling: SamplingParams,
+        advantages: AdvantageConfig,
         model: nn.Module,
         backend: Backend,
         tokenizer,
         prompts: PromptSource,
         rewards: RewardSpec,
         processes: Processes,
+        *,
+        seed: int,
+        generation_size: int,
         stats: PromptStats | None = None,
         ref_model: nn.Module | None = None,
+        beta: float = 0.0,
         tools: ToolUse | None = None,
+        static: bool = False,
     ) -> None:
-        self.cfg = cfg = RolloutConfig.of(cfg)
+        self.cfg, self.sampling, self.adv_cfg, self.seed = cfg, sampling, advantages, seed
         self.model, self.backend, self.tokenizer = model, backend, tokenizer
         self.prompts, self.rewards, self.procs = prompts, rewards, processes
-        self.G = cfg.num_generations
+        self.G, self.generation_size = cfg.num_generations, generation_size
         self.unit = cfg.unit  # completions per prompt row: G, or allocation_unit (sample_allocation)
-        self.generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + processes.rank)
+        self.generator = torch.Generator().manual_seed(seed * 1_000_003 + processes.rank)
         self.rewarded = False  # some reward function has applied to some sample of this run
         self.stats = stats  # per-prompt pass rates, updated by every base-temperature round (None: not kept)
-        self.ref_model = ref_model  # use_kl_in_reward: the reference whose KL each reward pays
+        # use_kl_in_reward: the reference whose KL each reward pays, beta times over
+        self.ref_model, self.beta = ref_model, beta
         self.tools = tools  # an environment the policy calls (tinygrpo/rollout/tool_calls.py), or None
-        self.adv_cfg = AdvantageConfig.from_config(cfg, rewards.weights)
         # What the estimator reads beyond the rewards: gathered over processes, and computed, only then. (GDPO's
         # normalise-then-sum replaces the estimator and reads each function's rewards.)
-        self.gdpo = cfg.multi_objective_aggregation == "normalize_then_sum"
-        self.adv_needs = () if self.gdpo else ADV_ESTIMATORS[cfg.advantage_mode].needs
+        self.gdpo = advantages.multi_objective_aggregation == "normalize_then_sum"
+        self.adv_needs = () if self.gdpo else ADV_ESTIMATORS[advantages.advantage_mode].needs
         # The estimator is defined on 0/1 rewards: every round's are checked (one line, not a traceback mid-run).
-        binary_for = f"advantage_mode {cfg.advantage_mode}" if needs_binary_rewards(cfg) else None
+        binary_for = f"advantage_mode {advantages.advantage_mode}" if advantages.binary_rewards else None
         self.scorer = Scorer(rewards, prompts, tokenizer, binary_for)
-        self.refill = Refill(self)
-        # the static backend's capture (cuda_graphs: CudaGraphs), so that the decode's loop shares its memory
-        # pool and stream
-        self.graphs = getattr(backend, "capture", None)
-
-    @property
-    def prompts(self) -> PromptSource:
-        return self._prompts
-
-    @prompts.setter
-    def prompts(self, prompts: PromptSource) -> None:
-        self._prompts = prompts
-        if hasattr(self, "scorer"):  # (the scorer reads the same prompts' texts and columns)
-            self.scorer.prompts = prompts
+        target = generation_size // self.unit
+        pad, scale = tokenizer.pad_token_id, advantages.scale_rewards
+        self.refill = Refill(self, cfg, sampling.temperature, target, processes, pad, scale)
+        # static shapes: the static decode; with cuda_graphs, the static backend's capture (CudaGraphs), so that the
+        # decode's loop shares its memory pool and stream
+        self.static, self.graphs = static, getattr(backend, "capture", None)
 
     def state_dict(self) -> dict:
         """This process's sampling state: the generator's RNG, the prompt order's cursor and (tensors) the
@@ -125,7 +123,7 @@ class BatchGenerator:
 
     def sample_round(self) -> Round:
         """This process's share of the next global prompts, each sampled G times (or as sample_allocation says)."""
-        global_idx = self.prompts.take(self.cfg.generation_size // self.G * self.procs.num)
+        global_idx = self.prompts.take(self.generation_size // self.G * self.procs.num)
         per_proc = len(global_idx) // self.procs.num
         local = global_idx[self.procs.rank * per_proc : (self.procs.rank + 1) * per_proc]
         r = ALLOCATION_RULES[self.cfg.sample_allocation](self, local)
@@ -145,12 +143,13 @@ class BatchGenerator:
         r.seconds_reward = time.perf_counter() - t0
         if self.ref_model is not None:
             r.kl = self.sequence_kl(r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask)
+            r.penalty = self.beta * r.kl
         return r
 
     def advantages(self, r: Round) -> Round:
         """The registered estimator's advantages over the GLOBAL batch (exact for scale_rewards="batch"), each
         process keeping its own rows (in place); the per-prompt statistics fold in the round's global rewards."""
-        cfg, rank = self.cfg, self.procs.rank
+        rank = self.procs.rank
         sizes, start = r.sizes, rank * r.rewards.numel()
         gather = gather_units = self.procs.gather
         all_sizes = None
@@ -167,8 +166,8 @@ class BatchGenerator:
             # Nothing has applied yet: a run on these rewards would train on nothing at all. (Later, a round whose
             # rewards all are None is a round without signal, like one whose rewards are all equal.)
             raise RewardError(no_reward_applies(all_rewards.numel(), self.rewards.names))
-        shaped = all_rewards if r.kl is None else all_rewards - cfg.beta * gather(r.kl)
-        adv, zero_std = self.estimate(shaped, r, cfg.scale_rewards, gather, all_sizes, gather_units)
+        shaped = all_rewards if r.penalty is None else all_rewards - gather(r.penalty)
+        adv, zero_std = self.estimate(shaped, r, self.adv_cfg.scale_rewards, gather, all_sizes, gather_units)
         self.rewarded = True
         if self.stats is not None:
             self.stats.update(r.all_idx, all_rewards, self.unit, all_sizes)
@@ -229,6 +228,7 @@ class BatchGenerator:
         needs = self.adv_needs
         x = AdvantageInputs(
             rewards,
+            self.unit,
             lengths=gather(s.completion_mask.sum(1).cpu()) if "lengths" in needs else None,
             greedy_rewards=(gather_units or gather)(s.greedy_rewards) if "greedy_rewards" in needs else None,
             rewards_per_func=gather(s.rewards_per_func) if self.gdpo else None,
@@ -250,32 +250,31 @@ class BatchGenerator:
     ) -> tuple[torch.Tensor, torch.Tensor, Rollout]:
         """`reps` completions of each of the prompts `idx`, drawn from `generator`: the prompts (left-padded, on the
         model's device) and the rollout."""
-        cfg = self.cfg
         device = next(self.model.parameters()).device  # (prompts are tokenized on the CPU; a no-op there)
         prompt_ids, prompt_mask = (t.to(device) for t in self.prompts.batch(idx))
-        params = SamplingParams(
-            cfg.max_completion_length,
-            temperature,
-            cfg.top_k,
-            cfg.top_p,
-            generator,
-            min_p=cfg.min_p,
-            repetition_penalty=cfg.repetition_penalty,
-        )
+        params = self.sampling
+        if temperature != params.temperature:  # (an explore round's)
+            params = replace(params, temperature=temperature)
         tools = None if self.tools is None else self.tools.with_rows(self.prompts.columns, idx)
-        ro = sample_completions(
-            self.model,
-            prompt_ids,
-            prompt_mask,
-            reps,
-            params,
-            eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=self.tokenizer.pad_token_id,
-            backend=self.backend,
-            tools=tools,
-            static=static_shapes_on(cfg.static_shapes, device),
-            capture=self.graphs,
+        kw = dict(
+            eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id, tools=tools
         )
+        if self.static:
+            ro = sample_static(
+                self.model,
+                prompt_ids,
+                prompt_mask,
+                reps,
+                params,
+                generator,
+                backend=self.backend,
+                capture=self.graphs,
+                **kw,
+            )
+        else:
+            ro = sample_completions(
+                self.model, prompt_ids, prompt_mask, reps, params, generator, backend=self.backend, **kw
+            )
         return prompt_ids, prompt_mask, ro
 
     @torch.inference_mode()
@@ -285,7 +284,7 @@ class BatchGenerator:
         """(n,) sum over each completion's tokens of k1 = log pi(y_t) - log pi_ref(y_t), at the run's temperature:
         an unbiased estimate of the sequence KL(pi || pi_ref) (use_kl_in_reward)."""
         layout = self.backend.layout(self.model, prompt_ids, prompt_mask, ids, self.unit, mask)
-        t = self.cfg.temperature
+        t = self.sampling.temperature
         with replayed(self.backend):  # (cuda_graphs: each a captured forward, replayed)
             logp = selective_log_softmax(self.backend.logits(self.model, layout), ids, t)
             ref = selective_log_softmax(self.backend.logits(self.ref_model, layout), ids, t)
@@ -302,7 +301,7 @@ class BatchGenerator:
             prompt_ids,
             prompt_mask,
             1,
-            SamplingParams.greedy(self.cfg.max_completion_length),
+            SamplingParams.greedy(self.sampling.max_completion_length),
             eos_token_id=self.tokenizer.eos_token_id,
             pad_token_id=self.tokenizer.pad_token_id,
             backend=self.backend,
@@ -316,12 +315,12 @@ class BatchGenerator:
         `verifier`. Its prompts and samples come from generators of their own, seeded by the run's seed: the
         training RNG does not move, so a run samples what it would without the forecast. Every process computes the
         same forecast."""
-        cfg, G = self.cfg, self.G
+        G = self.G
         t0 = time.perf_counter()
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 104_729)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + 104_729)
         order = torch.randperm(len(self.prompts), generator=gen)[: min(count, len(self.prompts))]
         idx = sorted(order.tolist())
-        _, _, ro = self._rollout(idx, cfg.temperature, gen, G)
+        _, _, ro = self._rollout(idx, self.sampling.temperature, gen, G)
         _, completions, _, rewards = self.scorer(
             idx, ro.completion_ids, ro.completion_mask.sum(1), G, ro.environments
         )
@@ -339,18 +338,18 @@ class BatchGenerator:
 
 # sample_allocation: how a round's prompts are sampled (tinygrpo/algorithm/allocation.py says what each rule does
 # and why; SAMPLE_ALLOCATIONS there names them). Each takes the generator and this process's prompts and returns
-# their round.
+# their round; the rules that sample in passes (tinygrpo/rollout/passes.py) are handed the generator's `sample`.
 ALLOCATION_RULES: dict[str, Callable[[BatchGenerator, list[int]], Round]] = {
-    "fixed": lambda g, idx: g.draw(idx, g.cfg.temperature),
-    "knapsack": lambda g, idx: g.draw(idx, g.cfg.temperature, g.allocate(idx)),
+    "fixed": lambda g, idx: g.draw(idx, g.sampling.temperature),
+    "knapsack": lambda g, idx: g.draw(idx, g.sampling.temperature, g.allocate(idx)),
     "screen": lambda g, idx: screen(
-        lambda i, s: g.sample(i, g.cfg.temperature, s),
+        lambda i, s: g.sample(i, g.sampling.temperature, s),
         idx,
         g.cfg,
         g.stats.pass_rate,
         g.tokenizer.pad_token_id,
     ),
     "until_signal": lambda g, idx: until_signal(
-        lambda i, s: g.sample(i, g.cfg.temperature, s), idx, g.cfg, g.tokenizer.pad_token_id
+        lambda i, s: g.sample(i, g.sampling.temperature, s), idx, g.cfg, g.tokenizer.pad_token_id
     ),
 }

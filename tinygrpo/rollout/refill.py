@@ -11,33 +11,69 @@ describes the step (refills and explore rounds are chosen for their signal and w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from tinygrpo.algorithm.group_sizes import group_reduce, group_starts, rows_of
+from tinygrpo.base.processes import Processes
 from tinygrpo.rollout.batch import Batch, concat_batches
+from tinygrpo.rollout.config import RolloutConfig
 from tinygrpo.rollout.round import Round, ScoredBatch
 
-if TYPE_CHECKING:
-    from tinygrpo.rollout.generation import BatchGenerator
+
+class Rounds(Protocol):
+    """What Refill is handed to sample with (BatchGenerator is one)."""
+
+    def round(self) -> Round:
+        """The next prompts, sampled, scored, with their advantages over every process's round."""
+
+    def sample(self, idx: list[int], temperature: float, sizes: list[int] | None = None) -> Round:
+        """U completions of each of this process's prompts `idx` at `temperature`, scored."""
+
+    def estimate(
+        self,
+        rewards: torch.Tensor,
+        s: Round,
+        scale_rewards: str,
+        gather: Callable = ...,
+        sizes: list[int] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The advantages of `rewards` (of `s`'s groups of `sizes` rows) and each group's zero_std."""
 
 
 class Refill:
-    def __init__(self, generator: BatchGenerator) -> None:
-        self.gen, self.cfg = generator, generator.cfg
+    def __init__(
+        self,
+        rounds: Rounds,
+        cfg: RolloutConfig,
+        temperature: float,
+        target: int,
+        procs: Processes,
+        pad_id: int,
+        scale_rewards: str,
+    ) -> None:
+        """`target`: the prompt rows a step trains on (P, or the P x G / allocation_unit units of a rule that gives
+        prompts several), whatever the first round sampled (a screen samples fewer); `temperature`: the run's;
+        `scale_rewards`: the run's (an explore round's advantages are computed within it: "batch" is "group" there)."""
+        self.rounds, self.cfg, self.temperature, self.target, self.procs = (
+            rounds,
+            cfg,
+            temperature,
+            target,
+            procs,
+        )
+        self.pad_id, self.scale = pad_id, "group" if scale_rewards == "batch" else scale_rewards
 
     def __call__(self, first: Round) -> ScoredBatch:
         """The step's batch from its first round (scored, advantages set): itself when neither variant is on."""
-        cfg, gen = self.cfg, self.gen
+        cfg, procs, target = self.cfg, self.procs, self.target
         rounds = [first]
         batch = first.batch
         explored: list[Round] = []  # the explore rounds (this process's)
         if cfg.explore_rounds or cfg.dynamic_sampling:
-            # (prompt rows: P, or the P x G / allocation_unit units of a rule that gives prompts several, whatever
-            # the first round sampled: a screen samples fewer)
-            target = cfg.generation_size // gen.unit
             # Dynamic sampling keeps only the groups with signal; without it the whole first batch is trained on.
             kept = (
                 first.batch.groups(torch.nonzero(first.has_signal).flatten())
@@ -50,9 +86,9 @@ class Refill:
                 parts += found
                 have += sum(f.num_groups for f in found)
             for _ in range(cfg.max_dynamic_sampling_rounds if cfg.dynamic_sampling else 0):
-                if not gen.procs.any(have < target):  # every process is full
+                if not procs.any(have < target):  # every process is full
                     break
-                r = gen.round()
+                r = self.rounds.round()
                 rounds.append(r)
                 sel = signal_rows(r, max(0, target - have))
                 parts.append(r.batch.groups(sel))
@@ -60,17 +96,13 @@ class Refill:
             if have == 0:  # nothing with signal in any round: one group, kept for DDP's forward (no_signal)
                 parts = [replace(first.batch.groups(torch.zeros(1, dtype=torch.long)), no_signal=True)]
             parts = [p for p in parts if p.num_groups]
-            batch = (
-                concat_batches(parts, gen.tokenizer.pad_token_id, cfg.temperature)
-                if len(parts) > 1
-                else parts[0]
-            )
+            batch = concat_batches(parts, self.pad_id, self.temperature) if len(parts) > 1 else parts[0]
         timed = [*rounds, *explored]
         return ScoredBatch(
             batch=batch,
             first=first,
             num_sampled=sum(len(r.all_rewards) for r in rounds)
-            + (int(gen.procs.sum(sum(s.rewards.numel() for s in explored))) if cfg.explore_rounds else 0),
+            + (int(procs.sum(sum(s.rewards.numel() for s in explored))) if cfg.explore_rounds else 0),
             refill_rounds=len(rounds) - 1 if cfg.dynamic_sampling else None,
             seconds_generate=sum(r.seconds_generate for r in timed),
             seconds_reward=sum(r.seconds_reward for r in timed),
@@ -82,8 +114,8 @@ class Refill:
         G at a time at the next of `explore_temperatures`, until a round gives it a group whose rewards differ (that
         group is trained on, its advantages computed within the group) or the temperatures are used up. Local to
         this process: each process explores its own prompts. Returns the groups found and each round's samples."""
-        cfg, gen = self.cfg, self.gen
-        G, U = gen.G, gen.unit
+        cfg = self.cfg
+        G, U = cfg.num_generations, cfg.unit
         best = float(first.all_rewards.nan_to_num(float("-inf")).max())
         top = group_reduce(first.rewards.nan_to_num(float("-inf")), first.sizes, U, "amax")  # (groups,)
         heads = torch.arange(len(first.idx)) if first.sizes is None else group_starts(first.sizes, 1)
@@ -97,11 +129,12 @@ class Refill:
             temperature = cfg.explore_temperatures[min(k, len(cfg.explore_temperatures) - 1)]
             if not idx:
                 break
-            s = gen.sample(idx, temperature, None if U == G else [G // U] * len(idx))  # G samples a prompt
+            s = self.rounds.sample(
+                idx, temperature, None if U == G else [G // U] * len(idx)
+            )  # G samples a prompt
             rounds.append(s)
             # Within the round (its groups are this process's own), so scale_rewards "batch" falls back to "group".
-            scale = "group" if cfg.scale_rewards == "batch" else cfg.scale_rewards
-            s.advantages, s.zero_std = gen.estimate(s.shaped_rewards(cfg.beta), s, scale, sizes=s.sizes)
+            s.advantages, s.zero_std = self.rounds.estimate(s.shaped_rewards, s, self.scale, sizes=s.sizes)
             hit = torch.nonzero(~s.zero_std).flatten()
             if hit.numel():
                 b = replace(s.batch, temperature=torch.full((len(idx) * G,), temperature))

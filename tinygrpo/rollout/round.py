@@ -45,6 +45,7 @@ class Round:
     seconds_reward: float = 0.0
     greedy_rewards: torch.Tensor | None = None  # (P,) the greedy answer's reward (an estimator that needs it)
     kl: torch.Tensor | None = None  # (n,) summed k1 to the reference over each completion (use_kl_in_reward)
+    penalty: torch.Tensor | None = None  # (n,) beta x kl: what the reward pays for it (use_kl_in_reward)
     all_idx: list[int] | None = None  # every process's prompts of the round, in rank order (sample_round)
     # Set once the advantages are known (BatchGenerator.advantages):
     advantages: torch.Tensor | None = None  # (n,) this process's rows
@@ -58,9 +59,10 @@ class Round:
         """Every process's rows of a per-completion tensor of this round, in rank order."""
         return procs.gather(t) if self.row_counts is None else procs.gather_rows(t, self.row_counts)
 
-    def shaped_rewards(self, beta: float) -> torch.Tensor:
+    @property
+    def shaped_rewards(self) -> torch.Tensor:
         """The rewards the advantages see: less beta x the summed KL with use_kl_in_reward."""
-        return self.rewards if self.kl is None else self.rewards - beta * self.kl
+        return self.rewards if self.penalty is None else self.rewards - self.penalty
 
     @property
     def batch(self) -> Batch:
@@ -128,6 +130,7 @@ def merged(first: Round, more: list[Round], owners: list[list[int]], pad_id: int
         seconds_reward=sum(r.seconds_reward for r in rounds),
         greedy_rewards=cat("greedy_rewards", units),
         kl=cat("kl", rows),
+        penalty=cat("penalty", rows),
     )
 
 

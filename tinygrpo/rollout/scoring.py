@@ -29,9 +29,11 @@ class RewardSpec:
     kwargs: dict
 
 
-def reward_spec(funcs: list, names: list[str], weights: list[float], cfg: object) -> RewardSpec:
-    """The trainer keywords passed to every reward function: max_completion_length (cfg's) and the EOS text."""
-    return RewardSpec(funcs, names, weights, {"max_completion_length": cfg.max_completion_length, "eos": EOS})
+def reward_spec(
+    funcs: list, names: list[str], weights: list[float], max_completion_length: int
+) -> RewardSpec:
+    """The trainer keywords passed to every reward function: max_completion_length and the EOS text."""
+    return RewardSpec(funcs, names, weights, {"max_completion_length": max_completion_length, "eos": EOS})
 
 
 def no_reward_applies(samples: int, names: list[str]) -> str:

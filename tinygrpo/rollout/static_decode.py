@@ -26,20 +26,57 @@ unless a uniform falls within that rounding of a boundary (the tests compare in 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import torch
 
 from tiny_lm.static_decoder import Capture, StaticGroupedDecoder
-from tinygrpo.model.backend import Decoder
-from tinygrpo.rollout.sampler import (
+from tinygrpo.model.backend import Backend, Decoder
+from tinygrpo.model.static_shapes import pad_to_buckets
+from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.rollout.sampling import (
     Rollout,
-    SamplingParams,
+    decode_setup,
+    eval_mode,
     finish_rollout,
     penalize_repeats,
     sample_from_logits,
 )
-from tinygrpo.rollout.tool_calls import ToolCalls
+from tinygrpo.rollout.tool_calls import ToolCalls, ToolUse
+
+
+@torch.inference_mode()
+def sample_static(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    num_generations: int,
+    params: SamplingParams,
+    generator: torch.Generator | None = None,
+    *,
+    eos_token_id: int,
+    pad_token_id: int,
+    backend: Backend,
+    tools: ToolUse | None = None,
+    capture: Capture | None = None,
+) -> Rollout:
+    """`sample_completions`' completions from a decode of static shapes (see the module docstring: no row leaves, no
+    host read per step; the CPU twin of a graphed GPU decode). `capture` (on the model's decoder of fixed buffers):
+    the decode loop runs as one captured graph, or, with tools or a repetition penalty, each model step does
+    (`CudaGraphs` on a GPU)."""
+    rows = prompt_ids.size(0) * num_generations  # (the rows returned; the buckets add more)
+    prompt_ids, prompt_mask = pad_to_buckets(prompt_ids, prompt_mask, pad_token_id)
+    with eval_mode(model, backend):
+        dec = None  # the model's decoder of fixed buffers, where it has one
+        if hasattr(backend, "static_decoder"):
+            T = params.max_completion_length
+            dec = backend.static_decoder(model, prompt_ids, prompt_mask, num_generations, T, capture)
+        if dec is None:
+            dec = backend.decoder(model, prompt_ids, prompt_mask, num_generations)
+        calls, seen = decode_setup(dec, prompt_ids, prompt_mask, params, rows, tools)
+        kw = dict(
+            eos_token_id=eos_token_id, pad_token_id=pad_token_id, tools=calls, seen=seen, capture=capture
+        )
+        return decode_static(dec, params, generator, rows, **kw)
 
 
 def draw_budget(
@@ -49,7 +86,7 @@ def draw_budget(
     generator, on the CPU only (a GPU decode is given the trainer's CPU generator)."""
     if gen is None:
         if device.type != "cpu":
-            raise ValueError("the static-shape decode samples from a generator: give params.generator")
+            raise ValueError("the static-shape decode samples from a generator: give one")
         gen = torch.default_generator
     before = gen.get_state()
     return gen, before, torch.rand(n, generator=gen, device=gen.device)
@@ -77,12 +114,13 @@ def sample_live(
         rank = live.long().cumsum(0) - 1  # each live row's place among the live rows
         uniforms = stream[(used + rank).clamp(0, stream.numel() - 1)][:, None]  # (B, 1)
         used = used + live.sum()
-    return torch.where(live, sample_from_logits(logits, params, uniforms), pad_token_id), used
+    return torch.where(live, sample_from_logits(logits, params, uniforms=uniforms), pad_token_id), used
 
 
 def decode_static(
     dec: Decoder,
     params: SamplingParams,
+    generator: torch.Generator | None,
     rows: int,
     *,
     eos_token_id: int,
@@ -91,26 +129,26 @@ def decode_static(
     seen: torch.Tensor | None = None,
     capture: Capture | None = None,
 ) -> Rollout:
-    """The loop of `sample_completions(..., static=True)`: every step runs all of the decoder's B rows; the first
+    """The loop of `sample_static`: every step runs all of the decoder's B rows; the first
     `rows` are the real ones (the rest: a bucket's extra prompts, finished from the start), and are returned. See the
     module docstring for what makes its completions `decode`'s. With `capture` and a decoder of fixed buffers, the
     whole loop (sampling, bookkeeping and the model, every step) is one capture (`CapturedLoop`); with tools or a
     repetition penalty, each model step is (the decoder's own)."""
     if capture is not None and tools is None and seen is None and isinstance(dec, StaticGroupedDecoder):
-        key = (params.max_new_tokens, params.temperature, params.top_k, params.top_p, params.min_p)
+        key = (params.max_completion_length, params.temperature, params.top_k, params.top_p, params.min_p)
         key += (eos_token_id, pad_token_id)  # (every Python number the graphs hold)
         loop = dec.loops.get(key)
         if loop is None:
             loop = dec.loops[key] = CapturedLoop(dec, params, eos_token_id, pad_token_id, capture)
-        return loop.run(params.generator, rows)
+        return loop.run(generator, rows)
     logits = dec.logits  # (B, V)
-    B, T, device, R = logits.size(0), params.max_new_tokens, logits.device, rows
+    B, T, device, R = logits.size(0), params.max_completion_length, logits.device, rows
     live = torch.arange(B, device=device) < R  # the rows that still run
     completion_ids = torch.full((B, T), pad_token_id, dtype=torch.long, device=device)
     tool_mask = None if tools is None else torch.zeros(B, T, dtype=torch.bool, device=device)
     stream = used = None
     if params.temperature != 0 and T > 0:
-        gen, before, stream = draw_budget(params.generator, R * T, device)  # (an upper bound on the draws)
+        gen, before, stream = draw_budget(generator, R * T, device)  # (an upper bound on the draws)
         stream, used = stream.to(device), torch.zeros((), dtype=torch.long, device=device)
     width = torch.zeros((), dtype=torch.long, device=device)  # steps that some row ran: the rollout's width
     for step in range(T):
@@ -156,8 +194,8 @@ class CapturedLoop:
         capture: Capture,
     ) -> None:
         self.dec, self.eos, self.pad, self.capture = dec, eos_token_id, pad_token_id, capture
-        self.params = replace(params, generator=None)  # (each rollout draws from its own: `run`)
-        B, T, device = dec.logits.size(0), params.max_new_tokens, dec.logits.device
+        self.params = params  # (each rollout draws from its own generator: `run`)
+        B, T, device = dec.logits.size(0), params.max_completion_length, dec.logits.device
         self.T, self.draws = T, params.temperature != 0 and T > 0
         with torch.inference_mode():
             self.stream = torch.zeros(max(B * T, 1), device=device)

@@ -23,8 +23,10 @@ steps), `on_substep_end`, `on_pre_optimizer_step`, `on_optimizer_step` and `on_p
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from tinygrpo.run.config import LoggingConfig
 
 HOOKS = (
     "on_init_end",
@@ -38,87 +40,44 @@ HOOKS = (
 )
 
 
-# accelerate's trackers (`report_to`), each with the check that its package is installed.
-TRACKERS = ("aim", "clearml", "comet_ml", "dvclive", "mlflow", "swanlab", "tensorboard", "trackio", "wandb")
-
-
-def report_trackers(report_to: str) -> list[str]:
-    """The trackers `report_to` names: "none", one of TRACKERS, several joined by commas, or "all" (every one whose
-    package is installed, as transformers reads "all"). A ValueError names one that is unknown or not installed."""
-    import accelerate.utils as au
-
-    names = [n.strip() for n in str(report_to).split(",") if n.strip()]
-    if names in ([], ["none"]):
-        return []
-    installed = [t for t in TRACKERS if getattr(au, f"is_{t}_available")()]
-    if names == ["all"]:
-        return installed
-    for name in names:
-        if name not in TRACKERS:
-            raise ValueError(
-                f"report_to={report_to}: unknown tracker {name!r} (none, all, or any of {', '.join(TRACKERS)}, "
-                "joined by commas)"
-            )
-        if name not in installed:
-            raise ValueError(f"report_to={report_to}: {name} needs its package (pip install {name})")
-    return names
-
-
 def transformers_names(metrics: dict[str, float]) -> dict[str, float]:
     """Our metric names as transformers' Trainer writes them: `eval/accuracy` -> `eval_accuracy` (a held-out
     evaluation's prefix is `eval_`); the others keep theirs."""
     return {(f"eval_{k[5:]}" if k.startswith("eval/") else k): v for k, v in metrics.items()}
 
 
-def training_arguments(cfg) -> Any:
-    """The run's GRPOConfig as a `transformers.TrainingArguments`, the `args` every hook reads."""
-    import torch
-    from transformers import TrainingArguments
-
-    return TrainingArguments(
-        output_dir=cfg.output_dir,
-        max_steps=cfg.max_steps,
-        logging_steps=cfg.logging_steps,
-        eval_strategy="steps" if cfg.dataset_test_split else "no",
-        eval_steps=cfg.eval_steps,
-        save_strategy="steps",
-        save_steps=cfg.save_steps or cfg.max_steps,
-        save_total_limit=cfg.save_total_limit,
-        learning_rate=cfg.learning_rate,
-        seed=cfg.seed,
-        run_name=cfg.run_name,
-        metric_for_best_model=cfg.metric_for_best_model,
-        greater_is_better=cfg.greater_is_better,
-        report_to="none",
-        disable_tqdm=cfg.disable_tqdm,
-        # The run's own accelerate state, as its Accelerator set it up (left as it is: not reset, not placed again)
-        accelerator_config={"use_configured_state": True},
-        use_cpu=not torch.cuda.is_available(),
-    )
-
-
 class Callbacks:
     """The run's callbacks and the state they read and set (see the module docstring)."""
 
-    def __init__(self, callbacks: Sequence[Any], cfg, is_main: bool, **objects: Any) -> None:
+    def __init__(
+        self,
+        callbacks: Sequence[Any],
+        logging: LoggingConfig,
+        max_steps: int,
+        args: Callable[[], Any],
+        is_main: bool,
+        **objects: Any,
+    ) -> None:
+        """`args`: the run's `transformers.TrainingArguments`, built when there is a callback to read them
+        (GRPOConfig.training_arguments)."""
         from transformers import TrainerControl, TrainerState
 
         self.callbacks = [
             cb() if isinstance(cb, type) else cb for cb in callbacks
         ]  # (a class, as Trainer takes)
-        self.args = training_arguments(cfg) if self.callbacks else None
+        self.args = args() if self.callbacks else None
         self.state = TrainerState(
-            max_steps=cfg.max_steps,
-            logging_steps=cfg.logging_steps,
-            eval_steps=cfg.eval_steps,
-            save_steps=cfg.save_steps,
+            max_steps=max_steps,
+            logging_steps=logging.logging_steps,
+            eval_steps=logging.eval_steps,
+            save_steps=logging.save_steps,
             is_local_process_zero=is_main,
             is_world_process_zero=is_main,
         )
         self.control = TrainerControl()
         self.objects = objects  # model, processing_class, optimizer, lr_scheduler: passed to every hook
-        self.metric = cfg.metric_for_best_model
-        self.greater = cfg.greater_is_better if cfg.greater_is_better is not None else True
+        self.metric = logging.metric_for_best_model
+        self.greater = logging.greater_is_better if logging.greater_is_better is not None else True
         if self.metric and not self.metric.startswith("eval_"):
             self.metric = f"eval_{self.metric}"
 

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,8 +31,11 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from tinygrpo.data.writes import as_write_error, named_save_errors, write_atomic, writing
-from tinygrpo.run.config import ConfigError
+from tinygrpo.base.files import as_write_error, named_save_errors, save_model_files, write_atomic, writing
+from tinygrpo.run.config import ConfigError, GRPOConfig
+from tinygrpo.run.report import write_report
+from tinygrpo.run.report.curves import plot_metrics
+from tinygrpo.update.policy_update import NonFiniteError
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"
@@ -310,3 +314,127 @@ def prune(output_dir: str | Path, keep: int) -> None:
     for pattern in (".tmp-checkpoint-*", ".del-checkpoint-*", "checkpoint-*.old"):
         for p in out.glob(pattern):
             shutil.rmtree(p, ignore_errors=True)
+
+
+# Settings a resumed run may change: they decide what is logged, saved or shown, not what is trained. (max_steps
+# too, when the learning-rate schedule does not depend on it; threads change float rounding, not the run.)
+RESUMABLE_CHANGES = frozenset(
+    {
+        "resume_from_checkpoint",
+        "overwrite_output_dir",
+        "output_dir",
+        "dataset_test_split",
+        "logging_steps",
+        "eval_steps",
+        "eval_pass_k",
+        "save_steps",
+        "save_total_limit",
+        "num_completions_to_print",
+        "log_completions",
+        "report_to",
+        "run_name",
+        "metric_for_best_model",  # (callbacks' state starts afresh on resume)
+        "greater_is_better",
+        "disable_tqdm",
+        "make_plots",
+        "torch_num_threads",
+        "signal_forecast_prompts",  # (sampled before the first step, from generators of its own)
+        "signal_forecast_min",
+    }
+)
+
+
+def resume_point(cfg: GRPOConfig, say=print) -> Path | None:
+    """The checkpoint to resume from (verified against its manifest; `latest` skips, and says so, any that does
+    not verify), after checking that this launch's settings would continue the same run."""
+    if not cfg.resume_from_checkpoint:
+        return None
+    path = resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir, say)
+    saved = path / CONFIG_FILE
+    if saved.is_file():
+        try:
+            before = json.loads(saved.read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"resume_from_checkpoint: cannot read {saved}: {e}") from None
+        check_same_run(before, cfg, path)
+    return path
+
+
+def check_same_run(before: dict, cfg: GRPOConfig, path: Path) -> None:
+    now = asdict(cfg)
+    allowed = set(RESUMABLE_CHANGES)
+    if now["max_steps"] is None:  # (num_train_epochs, compared itself, gives it from the same split)
+        allowed.add("max_steps")
+    if before.get("lr_scheduler_type") == cfg.lr_scheduler_type == "constant":
+        allowed |= {"max_steps", "max_generations"}  # (a decaying schedule is a function of max_steps)
+    changed = [
+        f"{f.name} {before[f.name]!r} -> {now[f.name]!r}"
+        for f in fields(GRPOConfig)
+        if f.name in before and f.name not in allowed and before[f.name] != now[f.name]
+    ]
+    if changed:
+        raise ConfigError(
+            f"resume_from_checkpoint: {path} was trained with other settings ({'; '.join(changed)}); resume with "
+            f"the same values, or start a new run in another --output_dir"
+        )
+
+
+# ------------------------------------------------------------------------------------------------ a run's end
+
+
+def write_run_end(
+    out: Path,
+    *,
+    finished: bool,
+    step: int,
+    save_checkpoint: Callable[[], Path],
+    model: nn.Module,
+    tokenizer,
+    summary: dict,
+    is_main: bool,
+    make_plots: bool,
+    make_report: bool,
+    signal_name: str,
+) -> None:
+    """The last checkpoint (every process), then (main process) the end-of-run files of a run that reached its
+    last step; a run stopped earlier writes its report and raises KeyboardInterrupt saying how to resume."""
+    try:
+        save_checkpoint()
+        if not finished:
+            if make_report and is_main:
+                write_report(out, figures=make_plots)
+            raise KeyboardInterrupt(
+                f"{signal_name}: stopped after step {step}; checkpoint saved in {out}. Resume with the same command "
+                "plus --resume_from_checkpoint latest"
+            )
+        if is_main:
+            save_model_files(out / "final", [model, tokenizer])
+            if make_plots:
+                plot_metrics(out / "metrics.jsonl", out / "plots.png")
+            if make_report:
+                write_report(out, figures=make_plots)
+            write_atomic(out / "summary.json", json.dumps(summary, indent=2))
+    except KeyboardInterrupt as e:
+        if str(e):
+            raise
+        wanted = ["final/", *(["plots.png"] if make_plots else []), "report.html", "summary.json"]
+        missing = [f for f in wanted if not (out / f.rstrip("/")).exists()]
+        raise KeyboardInterrupt(
+            f"interrupted during the end-of-run writes: {', '.join(missing) or 'nothing'} not written; "
+            f"{last_checkpoint(out, resume=True)}; `python -m tinygrpo.run.report {out}` writes the report from "
+            "the run's logs"
+        ) from None
+
+
+def say_skipped_steps(skipped: int, steps: int, out: Path, say: Callable[[str], None]) -> None:
+    """At the end of a run with on_nonfinite=skip: every step skipped is an error (the weights are still the ones the
+    run started with: nothing is saved); some skipped are said."""
+    if skipped and skipped == steps:
+        raise NonFiniteError(
+            f"on_nonfinite=skip skipped every one of the {skipped} steps (each had a NaN or infinite loss or "
+            f"gradient): the run learned nothing ({last_checkpoint(out, resume=True)})"
+        )
+    if skipped:
+        say(
+            f"on_nonfinite=skip: {skipped} of {steps} steps were skipped (a NaN or infinite loss or gradient)"
+        )

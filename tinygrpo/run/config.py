@@ -1,153 +1,298 @@
-"""GRPOConfig: every knob of a run, with TRL's names and meanings where TRL has the concept.
+"""GRPOConfig: every option of a run, composed of the components' option groups, each option declared once with its
+help, its bound or choices beside it (tinygrpo/base/options.py), under TRL's name and meaning where TRL has the
+concept. A component is handed its group (`Group.of(config)`), never GRPOConfig:
+
+    ModelConfig       model and data                  here: what a launch loads, checks and evaluates
+    BatchConfig       batches and steps               tinygrpo/update/config.py
+    SamplingParams    sampling                        tinygrpo/rollout/config.py (the decoder's settings)
+    RolloutConfig     generation and exploration      tinygrpo/rollout/config.py
+    AdvantageConfig   rewards and advantages          tinygrpo/algorithm/advantage_estimators.py
+    LossConfig        loss, KL and entropy            tinygrpo/algorithm/policy_losses.py
+    OptimizerConfig   optimizer and schedule          tinygrpo/update/config.py
+    RunConfig         seed, threads and checks        here
+    LoggingConfig     logging, evaluation and saving  here
 
 Parsed as TRL's `TrlParser` does: `--config recipe.yaml` sets the parser's defaults and command-line flags override
-them. Every field has a help text (`python train_grpo.py --help`); `__post_init__` rejects bad values with a message
-that names the field and the allowed values: single-field bounds and choices from the tables BOUNDS and CHOICES,
-rules that tie fields together one by one below them.
+them. `__post_init__` rejects a bad value with one line naming the field: each field's own rule, each group's rules
+among its fields, then the rules that tie groups together (below).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-import torch
-
-from tinygrpo.algorithm.advantage_estimators import (
-    ADV_ESTIMATORS,
-    MULTI_OBJECTIVE_AGGREGATIONS,
-    needs_binary_rewards,
-)
-from tinygrpo.algorithm.allocation import SAMPLE_ALLOCATIONS
-from tinygrpo.algorithm.core import IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, SCALE_REWARDS
-from tinygrpo.algorithm.policy_losses import POLICY_LOSSES, ppo_clip_loss
-from tinygrpo.rollout.prompt_stats import PROMPT_SAMPLERS
-from tinygrpo.run import trl_names
-from tinygrpo.run.callbacks import report_trackers
-from tinygrpo.run.checks import (
+from tinygrpo.algorithm.advantage_estimators import AdvantageConfig
+from tinygrpo.algorithm.group_sizes import per_group_estimator
+from tinygrpo.algorithm.policy_losses import LossConfig
+from tinygrpo.base.options import (
     AT_LEAST_1,
     NON_NEGATIVE,
     POSITIVE,
     PROBABILITY,
     Bound,
     ConfigError,
-    check_fields,
+    Options,
+    check_options,
     check_threads,
-    each,
+    option,
 )
-from tinygrpo.run.options_rollout import (
-    DEFAULT_EXPLORE_TEMPERATURES,
-    Exploration,
-    ModelAndData,
-    RewardsAndAdvantages,
-    Sampling,
-)
-from tinygrpo.run.options_run import BatchesAndSteps, Checks, SeedAndThreads
-from tinygrpo.run.options_update import KLAndEntropy, LoggingAndSaving, Loss, Optimizer
-from tinygrpo.run.recipe import parse_args
+from tinygrpo.base.parser import GRPO_HINTS, parse_args
+from tinygrpo.rollout.config import RolloutConfig, SamplingParams
+from tinygrpo.update.config import BatchConfig, OptimizerConfig
 
-__all__ = [
-    "BOUNDS",
-    "CHOICES",
-    "Bound",
-    "ConfigError",
-    "GRPOConfig",
-    "check_fields",
-    "check_threads",
-    "parse_config",
-]
+# accelerate's trackers (`report_to`), each with the check that its package is installed.
+TRACKERS = ("aim", "clearml", "comet_ml", "dvclive", "mlflow", "swanlab", "tensorboard", "trackio", "wandb")
 
 
-# Single-field bounds, checked in this order by one loop in __post_init__ (after the finite-number check). The
-# message is "{name} must be {bound.describe()}, got {value}". None (an Optional field left unset) is not checked.
-BOUNDS: dict[str, Bound] = {
-    "seed": Bound(0, 2**32, hi_open=True, words="in [0, 2**32)"),  # numpy and torch take 32-bit seeds
-    "num_generations": Bound(2, words=">= 2 (a group needs a baseline)"),
-    "steps_per_generation": AT_LEAST_1,
-    **each(AT_LEAST_1, "gradient_accumulation_steps num_mini_batches max_generations num_generations_eval"),
-    "num_train_epochs": POSITIVE,
-    # counts of tokens, steps and passes, and intervals between events (an interval of 0 would never fire)
-    **each(AT_LEAST_1, "max_completion_length max_steps num_iterations logging_steps eval_steps"),
-    "per_device_train_batch_size": AT_LEAST_1,  # (0 or -G would pass the whole-groups rule, and crash the first step)
-    # counts where 0 means "none" or "off" (save_steps 0: only at the end; top_k 0: every token; threads 0: auto)
-    **each(NON_NEGATIVE, "save_steps warmup_steps eval_pass_k top_k num_completions_to_print"),
-    **each(NON_NEGATIVE, "torch_num_threads max_dynamic_sampling_rounds signal_forecast_prompts"),
-    "signal_forecast_min": PROBABILITY,  # a share of groups
-    "save_total_limit": AT_LEAST_1,  # the newest checkpoint is always kept
-    "temperature": POSITIVE,  # log-probs divide by it (0 would be greedy)
-    "top_p": Bound(0, 1, lo_open=True),  # a probability mass; 0 keeps no token
-    "min_p": Bound(0, 1, hi_open=True),  # a share of the top token's probability; 1 would keep ties only
-    "repetition_penalty": POSITIVE,  # logits are divided by it
-    # PPO's clip range [1 - epsilon, 1 + epsilon_high] must have room on both sides of the ratio 1
-    **each(POSITIVE, "epsilon epsilon_high"),
-    "beta": NON_NEGATIVE,  # a negative KL coefficient pushes AWAY from the reference
-    # sapo's gate divides by its temperatures; vespo's Gamma weight must decay in w (lambda > 0), its power k may
-    # be 0; the adaptive entropy control's bounds, step and target are non-negative quantities
-    **each(POSITIVE, "sapo_temperature_pos sapo_temperature_neg vespo_lambda_pos vespo_lambda_neg"),
-    **each(NON_NEGATIVE, "vespo_k_pos vespo_k_neg entropy_coef_min entropy_coef_delta entropy_target"),
-    "off_policy_mask_threshold": POSITIVE,  # a KL threshold: None (not 0) turns the mask off
-    "top_entropy_quantile": PROBABILITY,
-    "learning_rate": POSITIVE,
-    "weight_decay": NON_NEGATIVE,
-    "adam_epsilon": POSITIVE,  # AdamW divides by sqrt(v) + epsilon
-    "warmup_ratio": PROBABILITY,  # a share of max_steps
-    **each(Bound(0, 1, hi_open=True), "adam_beta1 adam_beta2"),  # EMA decays: 1 would never update
-    "max_grad_norm": NON_NEGATIVE,  # 0 = no clip
-    "ref_model_mixup_alpha": PROBABILITY,  # a convex combination's weight
-    "ref_model_sync_steps": AT_LEAST_1,
-    "prompt_sampler_floor": POSITIVE,  # so that every prompt keeps a chance to be drawn
-    "pass_rate_ema": Bound(0, 1, lo_open=True),  # an EMA's weight: 0 would never learn a pass rate
-    "screen_hard_below": PROBABILITY,
-    "explore_rounds": NON_NEGATIVE,
-    "allocation_unit": AT_LEAST_1,  # samples per unit of sample_allocation
-    "max_num_generations": Bound(2, words=">= 2 (a group needs a baseline)"),
-    "max_tool_calling_iterations": NON_NEGATIVE,  # 0: calls are never answered
-    # temperatures of the explore rounds (log-probs divide by them); the list must not be empty
-    "explore_temperatures": Bound(0, lo_open=True, words="positive numbers"),
-    "explore_importance_sampling_clip_max": POSITIVE,  # a cap on weights that are > 0
-}
+def report_trackers(report_to: str) -> list[str]:
+    """The trackers `report_to` names: "none", one of TRACKERS, several joined by commas, or "all" (every one whose
+    package is installed, as transformers reads "all"). A ValueError names one that is unknown or not installed."""
+    import accelerate.utils as au
 
-# epsilon's range under PPO's clip (a rule below: other loss types read epsilon otherwise).
-PPO_EPSILON = Bound(0, 1, lo_open=True, hi_open=True)
+    names = [n.strip() for n in str(report_to).split(",") if n.strip()]
+    if names in ([], ["none"]):
+        return []
+    installed = [t for t in TRACKERS if getattr(au, f"is_{t}_available")()]
+    if names == ["all"]:
+        return installed
+    for name in names:
+        if name not in TRACKERS:
+            raise ValueError(
+                f"report_to={report_to}: unknown tracker {name!r} (none, all, or any of {', '.join(TRACKERS)}, "
+                "joined by commas)"
+            )
+        if name not in installed:
+            raise ValueError(f"report_to={report_to}: {name} needs its package (pip install {name})")
+    return names
+
+
 # The most generation rounds one step may run: the first, the explore rounds and the refills (see __post_init__).
 MAX_ROUNDS_PER_STEP = 32
 
-# Fields that name one of a fixed set of things: "{name}={value!r} is not one of {', '.join(allowed)}".
-# The registries' live names: a loss or estimator registered after this module is loaded is a valid choice too.
-CHOICES: dict[str, Collection[str]] = {
-    "prompt_sampler": PROMPT_SAMPLERS,
-    "sample_allocation": SAMPLE_ALLOCATIONS,
-    "loss_type": POLICY_LOSSES.keys(),
-    "kl_estimator": KL_ESTIMATORS,
-    "advantage_mode": ADV_ESTIMATORS.keys(),
-    "multi_objective_aggregation": MULTI_OBJECTIVE_AGGREGATIONS,
-    "scale_rewards": SCALE_REWARDS,
-    "importance_sampling_level": IMPORTANCE_SAMPLING_LEVELS,
-    "lr_scheduler_type": ("constant", "linear", "cosine"),
-    "on_nonfinite": ("stop", "skip"),
-    "dtype": ("float32", "float64"),
-}
+
+@dataclass
+class ModelConfig(Options):
+    """The model, its data and how it runs: what a launch loads, checks and evaluates."""
+
+    _argument_group_name: ClassVar[str] = "model and data"
+
+    task: str | None = option(
+        None,
+        "A task: a built-in name (reverse, countdown, ...), reasoning_gym:NAME, a file of your own "
+        "(path/to/my_task.py, or my_task.py:NAME) or module:NAME. Its dataset, held-out verifier, reference and "
+        "GRPO recipe become the defaults; a --config recipe and flags override them.",
+    )
+    model_name_or_path: str = option(
+        "checkpoints/reference",
+        "Directory of the initial policy (save_pretrained format). The default experiment trains "
+        "it first (python train_sft.py) when it is missing.",
+    )
+    ref_model_name_or_path: str | None = option(
+        None, "Reference policy for the KL term; default: the same as model_name_or_path."
+    )
+    dataset_name: str = option(
+        "addition",
+        "Problem set: a name under data/ (addition, seed_bank) or a directory "
+        "of <split>.jsonl files with at least a 'prompt' column (TRL's name).",
+    )
+    dataset_train_split: str = option("train", "Split whose prompts GRPO trains on.")
+    dataset_test_split: str | None = option(
+        "test", "Held-out split for greedy accuracy (None or '' to skip evaluation)."
+    )
+    allow_overlapping_splits: bool = option(
+        False,
+        "Train and evaluate on splits that share prompts (a run stops at start-up otherwise, with the "
+        "count and an example: held-out accuracy on prompts trained on measures memory, not generalisation).",
+    )
+    eval_reward: str | None = option(
+        None,
+        "The reward that decides held-out accuracy (right when it scores exactly 1.0): a registered name, "
+        "module:function or file.py:function. Default: the task's verifier, or `accuracy` (the strict integer "
+        "rule) for a dataset no task names. Every gold answer is checked to score 1.0 under it at start-up.",
+    )
+    grouped_forward: bool = option(
+        True,
+        "Use the model's grouped fast path when it has one (tiny_lm does): each prompt encoded once for "
+        "its G completions, finished rows dropped from decoding, tokens after EOS never computed. Exact (tests "
+        "compare it with the generic transformers forward); False forces the generic forward. Not used under "
+        "FSDP, which shards the parameters the fast path reads.",
+    )
+    bf16: bool = option(
+        False,
+        "Run the forwards (sampling, reference, policy) under torch.autocast in bfloat16, as TRL's bf16 "
+        "(mixed precision: weights, gradients and AdamW stay float32; log-probs are taken in float32). "
+        "BFLOAT16 training: Kalamkar et al. 2019. For GPUs; on a CPU it is slower at these sizes.",
+    )
+    dtype: str = option(
+        "float32",
+        "The policy's and the reference's weights, and so every forward, backward and AdamW step: "
+        "float32 or float64 (TRL's ModelConfig.dtype; bf16 above is the mixed-precision one). float64 is for "
+        "checking the math: two computation orders of the same sums (the grouped and the generic forward, one "
+        "process and two) agree to ~1e-12 in it, where float32's last bits differ from one CPU's kernels to "
+        "another's (Goldberg 1991, What Every Computer Scientist Should Know About Floating-Point Arithmetic). "
+        "Sampling and rewards are float32 either way.",
+        choices=("float32", "float64"),
+    )
+    static_shapes: bool | None = option(
+        None,
+        "Decode and score with static shapes (CUDA graphs need them: launch-bound decoding; PyTorch's "
+        "'Accelerating PyTorch with CUDA Graphs'): batches padded to a few buckets, finished rows masked rather "
+        "than removed, the uniforms drawn at once and indexed on the device, no host read per decode step; the "
+        "same completions (tinygrpo/rollout/static_decode.py, tinygrpo/model/static_shapes.py). None: on for "
+        "CUDA, off on the CPU (benchmarks/static_decode.py measures both).",
+    )
+    cuda_graphs: bool = option(
+        False,
+        "Replay the static-shape decode, scoring and update as CUDA graphs: the decode's whole loop, "
+        "captured once per bucket and sampling settings, one replay a rollout; the reference's and old policy's "
+        "forwards, once per model and bucket; on one process, the policy's forward and backward in the update "
+        "(torch.cuda.make_graphed_callables) (tinygrpo/rollout/static_decode.py, tinygrpo/model/static_shapes.py; "
+        "PyTorch's 'Accelerating PyTorch with CUDA Graphs'). Needs a CUDA device and static shapes; the same "
+        "completions. Off by default: not yet measured on a GPU (benchmarks/gpu.sh measures it).",
+    )
+
+    def rules(self) -> None:
+        if self.bf16 and self.dtype != "float32":
+            raise ConfigError(
+                f"bf16 autocasts float32 weights to bfloat16; dtype={self.dtype} asks for {self.dtype} weights: "
+                "set one of them"
+            )
+        if self.dataset_test_split in ("", "None", "none", "null"):  # (a command line cannot pass None)
+            self.dataset_test_split = None
+
+
+@dataclass
+class RunConfig(Options):
+    """The run's seed and threads, and the checks before the first step."""
+
+    _argument_group_name: ClassVar[str] = "seed, threads and checks"
+
+    seed: int = option(
+        42,
+        "Seed for data order, sampling and everything else.",
+        bound=Bound(0, 2**32, hi_open=True, words="in [0, 2**32)"),
+    )
+    torch_num_threads: int = option(
+        0, "torch threads per process (0 = cores / processes).", bound=NON_NEGATIVE
+    )
+    signal_forecast_prompts: int = option(
+        256,
+        "Before the first step, sample G completions of this many training prompts from the initial "
+        "policy and print the share of groups whose rewards differ (the groups GRPO learns from; a prompt of "
+        "pass rate p gives one with probability 1 - p^G - (1-p)^G, which dynamic sampling, DAPO, Yu et al. 2025, "
+        "is built around) and pass@G. Its own generator: training samples what it would without it (0 = off).",
+        bound=NON_NEGATIVE,
+    )
+    signal_forecast_min: float = option(
+        0.2,
+        "Below this forecast share of groups with signal, one line says so and what usually helps (a "
+        "larger G, explore rounds, a partial-credit reward, a better reference or format).",
+        bound=PROBABILITY,
+    )
+
+    def rules(self) -> None:
+        check_threads("torch_num_threads", self.torch_num_threads)
+
+
+@dataclass
+class LoggingConfig(Options):
+    """Where a run writes, what it logs and evaluates, and when it saves."""
+
+    _argument_group_name: ClassVar[str] = "logging, evaluation and saving"
+
+    output_dir: str = option("runs/default", "Where metrics, checkpoints, plots go.")
+    overwrite_output_dir: bool = option(
+        False, "Allow replacing an output_dir that already holds another run."
+    )
+    resume_from_checkpoint: str | None = option(
+        None, "A checkpoint directory, or 'latest' (the newest complete one in output_dir)."
+    )
+    logging_steps: int = option(10, "Write metrics.jsonl and sample completions every N.", bound=AT_LEAST_1)
+    eval_steps: int = option(
+        50, "Held-out evaluation every N steps (and at 0 and the end).", bound=AT_LEAST_1
+    )
+    num_generations_eval: int | None = option(
+        None,
+        "Completions sampled per held-out prompt (TRL's): the evaluation also reports their mean "
+        "accuracy (eval/sampled_accuracy) and pass@n, beside the greedy accuracy (eval_pass_k = n).",
+        bound=AT_LEAST_1,
+    )
+    eval_pass_k: int = option(
+        0, "Also report pass@k with k samples per prompt (0 = off).", bound=NON_NEGATIVE
+    )
+    logging_first_step: bool = option(False, "Also log the first optimizer step's row (TRL's).")
+    save_steps: int = option(100, "Checkpoint every N steps (0 = only at the end).", bound=NON_NEGATIVE)
+    save_total_limit: int = option(2, "Keep at most this many checkpoints.", bound=AT_LEAST_1)
+    log_completions: bool = option(
+        True,
+        "Log a sample of each logging step's completions to completions.jsonl (TRL's log_completions; "
+        "on by default here: the report draws them token by token).",
+    )
+    num_completions_to_print: int = option(
+        16,
+        "Completions logged per logging step: whole groups of the first round, those with signal first "
+        "(TRL's name).",
+        bound=NON_NEGATIVE,
+    )
+    report_to: str = option(
+        "none",
+        "Trackers that get every logged row, through accelerate (TRL's report_to): none, all (every one "
+        "installed), or tensorboard, wandb, trackio, mlflow, comet_ml, aim, clearml, dvclive, swanlab, joined by "
+        "commas.",
+    )
+    run_name: str | None = option(
+        None, "The run's name for the trackers (TRL's run_name; default: output_dir's)."
+    )
+    metric_for_best_model: str | None = option(
+        None,
+        "The held-out metric that ranks evaluations for callbacks (transformers' name: `accuracy` is "
+        "eval/accuracy), as EarlyStoppingCallback reads it.",
+    )
+    greater_is_better: bool | None = option(
+        None, "Whether a larger metric_for_best_model is better (default: yes)."
+    )
+    disable_tqdm: bool = option(False, "No progress bar.")
+    make_plots: bool = option(
+        True,
+        "Draw the figures at the end: plots.png and the report's (false: the report says where each "
+        "would be; `python -m tinygrpo.run.report RUN_DIR` draws them later from the logs).",
+    )
+    make_report: bool = option(
+        True,
+        "Write report.html at the end (and when stopped): one self-contained page of the run "
+        "(python -m tinygrpo.run.report RUN_DIR builds it for any run).",
+    )
+
+    def rules(self) -> None:
+        if self.num_generations_eval is not None:
+            if self.eval_pass_k not in (0, self.num_generations_eval):
+                raise ConfigError(
+                    f"num_generations_eval={self.num_generations_eval} and eval_pass_k={self.eval_pass_k} both say "
+                    "how many completions of each held-out prompt are sampled: set one of them"
+                )
+            self.eval_pass_k = self.num_generations_eval
+        try:  # (accelerate would warn and train on without the tracker the user asked for)
+            report_trackers(self.report_to)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 @dataclass
 class GRPOConfig(
-    LoggingAndSaving,
-    Checks,
-    SeedAndThreads,
-    Optimizer,
-    KLAndEntropy,
-    Loss,
-    Exploration,
-    RewardsAndAdvantages,
-    Sampling,
-    BatchesAndSteps,
-    ModelAndData,
+    LoggingConfig,
+    RunConfig,
+    OptimizerConfig,
+    LossConfig,
+    AdvantageConfig,
+    RolloutConfig,
+    SamplingParams,
+    BatchConfig,
+    ModelConfig,
 ):
-    """Every option of a GRPO run, in argument groups (one mixin each: options_rollout.py, options_update.py); the
-    rules that tie fields together and the properties derived from them."""
+    """Every option of a GRPO run: the option groups' fields, flat (as TRL's GRPOConfig, `args.temperature`)."""
 
     # The fields have TRL's names (its ScriptArguments' and GRPOConfig's); a flag or recipe key of this repository's
     # earlier name is refused in one line that names the new one: {earlier name: field}.
@@ -157,106 +302,39 @@ class GRPOConfig(
         "eval_split": "dataset_test_split",
         "num_completions_to_log": "num_completions_to_print",
     }
-    TRL_HINTS: ClassVar[dict[str, str]] = trl_names.GRPO  # TRL's options not taken here: what to use, or why
+    TRL_HINTS: ClassVar[dict[str, str]] = GRPO_HINTS  # TRL's options not taken here: what to use, or why
 
     def __post_init__(self) -> None:
         if self.max_steps == -1:  # (TRL's "not set": num_train_epochs decides)
             self.max_steps = None
-        check_fields(self, BOUNDS, CHOICES)
-        check_threads("torch_num_threads", self.torch_num_threads)
-        # Each explore round's rows carry their temperature as a float32 tensor (Batch.temperature).
-        too_hot = [t for t in self.explore_temperatures if t > torch.finfo(torch.float32).max]
-        if too_hot:
-            raise ConfigError(
-                f"explore_temperatures holds {too_hot[0]}, beyond float32's range (at most 3.4e+38): give temperatures "
-                "a float32 can hold"
-            )
-        try:  # (accelerate would warn and train on without the tracker the user asked for)
-            report_trackers(self.report_to)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        # Rules that tie fields together (each field is in range by now).
-        if self.bf16 and self.dtype != "float32":
-            raise ConfigError(
-                f"bf16 autocasts float32 weights to bfloat16; dtype={self.dtype} asks for {self.dtype} weights: "
-                "set one of them"
-            )
-        self._check_batches_and_steps()
-        if self.num_generations_eval is not None:
-            if self.eval_pass_k not in (0, self.num_generations_eval):
-                raise ConfigError(
-                    f"num_generations_eval={self.num_generations_eval} and eval_pass_k={self.eval_pass_k} both say "
-                    "how many completions of each held-out prompt are sampled: set one of them"
-                )
-            self.eval_pass_k = self.num_generations_eval
-        if not self.shuffle_dataset and self.prompt_sampler != "uniform":
-            raise ConfigError(
-                f"shuffle_dataset false draws the prompts in the dataset's order, which prompt_sampler "
-                f"{self.prompt_sampler} does not (it chooses by pass rate): set prompt_sampler uniform"
-            )
-        # PPO's clip (core.clipped_surrogate: the loss types registered with ppo_clip_loss) keeps the ratio within
-        # [1 - epsilon, 1 + epsilon_high]: epsilon >= 1 leaves it no lower side, and the first update off the
-        # sampling policy fails. (cispo reads epsilon as a cap on the weight and gmpo as a clip of log-ratios, where
-        # values >= 1 mean something.) Checked even where the ratio is exactly 1 and the clip never acts.
-        if POLICY_LOSSES[self.loss_type].fn is ppo_clip_loss and not PPO_EPSILON.admits(self.epsilon):
-            raise ConfigError(
-                f"epsilon must be {PPO_EPSILON.describe()} for loss_type {self.loss_type} (its clip range starts at "
-                f"1 - epsilon), got {self.epsilon}"
-            )
-        # Two-sided GRPO's cap on the unclipped ratio must lie above the clip range, or it clips inside it.
-        if self.delta is not None and not self.delta > 1 + (self.epsilon_high or self.epsilon):
-            raise ConfigError(f"delta must be > 1 + epsilon_high, got {self.delta}")
-        # Adaptive entropy control moves the coefficient within [min, max]: an empty interval.
-        if not self.entropy_coef_min <= self.entropy_coef_max:
-            raise ConfigError(
-                f"entropy_coef_min={self.entropy_coef_min} must be <= entropy_coef_max={self.entropy_coef_max}"
-            )
-        # train_pass_k is pass@k's: set for another mode it would do nothing, silently.
-        default_k = next(f.default for f in fields(self) if f.name == "train_pass_k")
-        if self.advantage_mode != "pass_at_k" and self.train_pass_k != default_k:
-            raise ConfigError(
-                f"train_pass_k={self.train_pass_k} is read by advantage_mode pass_at_k only; this run's is "
-                f"{self.advantage_mode}"
-            )
+        check_options(self)
+        for group in GROUPS:
+            group.rules(self)
+        self.check_steps(self.num_generations)
+        # The log-probs the loss reads are taken at the sampling temperature (they divide by it): greedy is for
+        # evaluation only.
+        if not POSITIVE.admits(self.temperature):
+            raise ConfigError(f"temperature must be {POSITIVE.describe()}, got {self.temperature}")
         # pass@k over G samples: k = G leaves every advantage 0.
         if self.advantage_mode == "pass_at_k" and not 1 <= self.train_pass_k < self.num_generations:
             raise ConfigError(
                 f"train_pass_k must be in [1, num_generations={self.num_generations}) (k = G leaves no signal), got "
                 f"{self.train_pass_k}"
             )
-        # A run needs a reward; reward_weights pairs with reward_funcs one to one.
-        if not self.reward_funcs:
-            raise ConfigError("reward_funcs is empty: give at least one reward function")
-        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
-            raise ConfigError(
-                f"reward_weights has {len(self.reward_weights)} values for {len(self.reward_funcs)} reward_funcs"
-            )
-        # All weights 0: every combined reward is 0, every group has zero variance, and no step has anything to
-        # learn from (the run would finish with rc 0 and the weights it started with).
-        if self.reward_weights is not None and not any(self.reward_weights):
-            raise ConfigError(
-                f"reward_weights are all 0 ({self.reward_weights}): every combined reward would be 0 and the run "
-                "could not learn anything; give at least one reward function a non-zero weight"
-            )
         # An estimator defined on 0/1 rewards (pass@k) cannot take them less beta x the KL.
-        if self.use_kl_in_reward and needs_binary_rewards(self):
+        if self.use_kl_in_reward and self.binary_rewards:
             raise ConfigError(
                 f"advantage_mode {self.advantage_mode} needs rewards of 0 or 1, and use_kl_in_reward subtracts "
                 "beta x the KL from them: put the KL in the loss (use_kl_in_reward false)"
             )
-        # The last explore temperature repeats, so a list shorter than the rounds is fine; values beyond the rounds
-        # would never be used. (The default list is a schedule that serves any number of rounds.)
-        temps = self.explore_temperatures
-        if self.explore_rounds and len(temps) > self.explore_rounds and temps != DEFAULT_EXPLORE_TEMPERATURES:
-            raise ConfigError(
-                f"explore_temperatures has {len(temps)} values {temps} for explore_rounds={self.explore_rounds}: "
-                f"the last {len(temps) - self.explore_rounds} would never be used; give at most {self.explore_rounds} "
-                "(the last one repeats)"
-            )
-        # What a step costs: the first round, each explore round and each dynamic-sampling refill samples up to a
-        # whole generation (an explore round samples the failed prompts again: all of them, with a policy that
-        # solves none). A step is bounded to MAX_ROUNDS_PER_STEP rounds, so that it costs at most that many plain
-        # steps (the default: 1 + 3 + 3 = 7; every recipe and study uses at most 7).
+        self._check_rounds()
+        self._check_allocation()
+
+    def _check_rounds(self) -> None:
+        """What a step costs: the first round, each explore round and each dynamic-sampling refill samples up to a
+        whole generation (an explore round samples the failed prompts again: all of them, with a policy that solves
+        none). A step is bounded to MAX_ROUNDS_PER_STEP rounds, so that it costs at most that many plain steps (the
+        default: 1 + 3 + 3 = 7; every recipe and study uses at most 7)."""
         refills = self.max_dynamic_sampling_rounds if self.dynamic_sampling else 0
         rounds = 1 + self.explore_rounds + refills
         if rounds > MAX_ROUNDS_PER_STEP:
@@ -267,77 +345,64 @@ class GRPOConfig(
                 f"plain steps); at most {MAX_ROUNDS_PER_STEP} rounds a step: lower explore_rounds or "
                 "max_dynamic_sampling_rounds"
             )
-        self._check_allocation()
-        if self.environment in ("", "None", "none", "null"):
-            self.environment = None
-        if self.environment is not None:
-            from tinygrpo.rollout.environment import get_environment
-
-            try:
-                get_environment(self.environment)
-            except ValueError as e:
-                raise ConfigError(f"environment: {e}") from None
-        # A command line cannot pass None: "" or the word None means "no evaluation split".
-        if self.dataset_test_split in ("", "None", "none", "null"):
-            self.dataset_test_split = None
-        # The KL in the reward and the reference's sync both need a reference, which beta == 0 does not build.
-        if self.use_kl_in_reward and self.beta == 0:
-            raise ConfigError("use_kl_in_reward needs beta > 0 (the KL's coefficient in the reward)")
-        if self.sync_ref_model and self.beta == 0:
-            raise ConfigError("sync_ref_model needs beta > 0 (with beta == 0 there is no reference)")
 
     def _check_allocation(self) -> None:
-        """sample_allocation other than fixed: units that divide G and the cap, and an estimator computed group by
-        group (groups then differ in size: tinygrpo/algorithm/group_sizes.py)."""
+        """sample_allocation other than fixed gives prompts groups of different sizes: an estimator computed group by
+        group (tinygrpo/algorithm/group_sizes.py), and pass@k's k below the unit."""
         if self.sample_allocation == "fixed":
             return
-        from tinygrpo.algorithm.advantage_estimators import AdvantageConfig
-        from tinygrpo.algorithm.group_sizes import per_group_estimator
-
         what = f"sample_allocation {self.sample_allocation}"
-        G, U, cap = self.num_generations, self.allocation_unit, self.max_num_generations
-        if G % U or cap % U or cap < G:
-            raise ConfigError(
-                f"{what}: allocation_unit={U} must divide num_generations={G} and max_num_generations={cap}, and "
-                f"max_num_generations must be at least num_generations"
-            )
-        if not per_group_estimator(
-            AdvantageConfig.from_config(self, [1.0] * len(self.reward_funcs or [None]))
-        ):
+        if not per_group_estimator(AdvantageConfig.of(self)):
             raise ConfigError(
                 f"{what} gives prompts groups of different sizes, whose advantages are computed group by group: "
                 f"advantage_mode {self.advantage_mode} with scale_rewards {self.scale_rewards} and "
                 f"multi_objective_aggregation {self.multi_objective_aggregation} reads the whole batch (use "
                 "scale_rewards group or none, an estimator other than reinforce_pp, and sum_then_normalize)"
             )
-        if self.advantage_mode == "pass_at_k" and self.train_pass_k >= U:
-            raise ConfigError(f"{what}: advantage_mode pass_at_k needs train_pass_k < allocation_unit={U}")
+        if self.advantage_mode == "pass_at_k" and self.train_pass_k >= self.allocation_unit:
+            raise ConfigError(
+                f"{what}: advantage_mode pass_at_k needs train_pass_k < allocation_unit={self.allocation_unit}"
+            )
 
-    @property
-    def unit(self) -> int:
-        """Completions sampled per prompt row: G, or allocation_unit when prompts get whole units of it."""
-        return self.num_generations if self.sample_allocation == "fixed" else self.allocation_unit
+    def training_arguments(self):
+        """This config as a `transformers.TrainingArguments`: the `args` a TrainerCallback reads (TRL's GRPOConfig is
+        one)."""
+        import torch
+        from transformers import TrainingArguments
 
-    @property
-    def entropy_bonus(self) -> bool:
-        """An entropy term is in the loss (TRL: a non-zero coefficient, or adaptive control that may raise it)."""
-        return self.entropy_coef != 0 or self.use_adaptive_entropy
+        return TrainingArguments(
+            output_dir=self.output_dir,
+            max_steps=self.max_steps,
+            logging_steps=self.logging_steps,
+            eval_strategy="steps" if self.dataset_test_split else "no",
+            eval_steps=self.eval_steps,
+            save_strategy="steps",
+            save_steps=self.save_steps or self.max_steps,
+            save_total_limit=self.save_total_limit,
+            learning_rate=self.learning_rate,
+            seed=self.seed,
+            run_name=self.run_name,
+            metric_for_best_model=self.metric_for_best_model,
+            greater_is_better=self.greater_is_better,
+            report_to="none",
+            disable_tqdm=self.disable_tqdm,
+            # The run's own accelerate state, as its Accelerator set it up (left as it is: not reset, not placed again)
+            accelerator_config={"use_configured_state": True},
+            use_cpu=not torch.cuda.is_available(),
+        )
 
-    @property
-    def loss_is_zero_without_advantage(self) -> bool:
-        """A group whose advantages are all zero adds exactly nothing to the loss or its gradient: no KL, no entropy
-        bonus, and no token pool (top_entropy_quantile) that its tokens would change."""
-        return not self.kl_in_loss and not self.entropy_bonus and self.top_entropy_quantile == 1
 
-    @property
-    def kl_in_loss(self) -> bool:
-        """The loss has a KL term (beta > 0, and the KL is not in the reward instead)."""
-        return self.beta > 0 and not self.use_kl_in_reward
-
-    @property
-    def needs_old_logps(self) -> bool:
-        """Old log-probs differ from the current ones only if the policy moves before the batch is used up."""
-        return self.num_iterations > 1 or self.mini_batches > 1
+GROUPS: tuple[type[Options], ...] = (
+    ModelConfig,
+    BatchConfig,
+    SamplingParams,
+    RolloutConfig,
+    AdvantageConfig,
+    LossConfig,
+    OptimizerConfig,
+    RunConfig,
+    LoggingConfig,
+)
 
 
 def flag_value(argv: list[str], flag: str) -> str | None:
@@ -392,7 +457,7 @@ def check_task_flag(argv: list[str]) -> None:
 
 def parse_config(argv: list[str] | None = None) -> GRPOConfig:
     """`--task NAME` sets the task's defaults, `--config file.yaml` (optional, anywhere in argv) overrides them, and
-    flags override both (tinygrpo/run/recipe.py)."""
+    flags override both (tinygrpo/base/parser.py)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     check_task_flag(argv)
     spec = flag_value(argv, "--task") or recipe_task(flag_value(argv, "--config"))

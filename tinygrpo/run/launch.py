@@ -1,27 +1,45 @@
-"""What a launch checks and sets up before any expensive work: the output directory (apart from every input, writable,
-held by this run alone, not another run's unless asked), the launcher, and the checkpoint a resume starts from and its
-settings.
+"""A GRPO launch, `main` (train_grpo.py's): the options, then what it checks and sets up before any expensive work
+(the launcher's processes; the output directory, apart from every input, writable, held by this run alone, not
+another run's unless asked; the checkpoint a resume starts from and its settings; the data; the reference, trained
+first when a task's is missing; the models), then the trainer's run, and the line that says how it went.
 
-Every check fails with a ConfigError naming the problem; train_grpo.py prints it as one `error:` line.
+Every check fails with a ConfigError naming the problem, printed as one `error:` line (exit code 1).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import os
 import shutil
-import signal
-import threading
-from dataclasses import asdict, fields
+import sys
 from pathlib import Path
-from typing import NamedTuple
 
-from tqdm.auto import tqdm
+import torch
 
-from tinygrpo.data.writes import writing
+from rewards import RewardError
+from rewards.registry import reward_file
+from tinygrpo.base.files import (
+    Input,
+    check_apart,
+    check_writable,
+    describe_write_error,
+    lock_output_dir,
+    write_atomic,
+    writing,
+)
+from tinygrpo.data.problems import dataset_dir, load_splits
+from tinygrpo.data.task import task_of_dataset, task_of_reference
+from tinygrpo.data.verifier import Verifier
 from tinygrpo.run import checkpoint as ckpt
-from tinygrpo.run.config import ConfigError, GRPOConfig
+from tinygrpo.run.config import ConfigError, GRPOConfig, parse_config
+from tinygrpo.run.signals import stop_with_launcher
+from tinygrpo.run.trainer import GRPOTrainer, NonFiniteError, SaveError, build_accelerator
+from tinygrpo.sft.config import SFTConfig
+from tinygrpo.sft.train import train_reference
+
+# A saved tokenizer's vocabulary: tokenizers' own file, or a slow tokenizer's (BPE, WordPiece, SentencePiece).
+VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "tokenizer.model", "spiece.model")
 
 RUN_FILES = (
     "metrics.jsonl",
@@ -37,34 +55,6 @@ RUN_FILES = (
 )
 # What shows that a run happened (config.json alone is a failed start).
 RUN_EVIDENCE = ("metrics.jsonl", "completions.jsonl", "summary.json", "final")
-LOCK_FILE = ".lock"
-
-# Settings a resumed run may change: they decide what is logged, saved or shown, not what is trained. (max_steps
-# too, when the learning-rate schedule does not depend on it; threads change float rounding, not the run.)
-RESUMABLE_CHANGES = frozenset(
-    {
-        "resume_from_checkpoint",
-        "overwrite_output_dir",
-        "output_dir",
-        "dataset_test_split",
-        "logging_steps",
-        "eval_steps",
-        "eval_pass_k",
-        "save_steps",
-        "save_total_limit",
-        "num_completions_to_print",
-        "log_completions",
-        "report_to",
-        "run_name",
-        "metric_for_best_model",  # (callbacks' state starts afresh on resume)
-        "greater_is_better",
-        "disable_tqdm",
-        "make_plots",
-        "torch_num_threads",
-        "signal_forecast_prompts",  # (sampled before the first step, from generators of its own)
-        "signal_forecast_min",
-    }
-)
 
 
 def recipe_path(argv: list[str]) -> str | None:
@@ -77,24 +67,10 @@ def recipe_path(argv: list[str]) -> str | None:
     return None
 
 
-class Input(NamedTuple):
-    """A file or directory a run reads: its field, its value as given, the path read, and whether the input owns
-    its directory (a model, a dataset) or is one file in a directory that holds others (a recipe.yaml beside runs/,
-    the README's `--reward_funcs my_rewards.py:brevity` in the working directory)."""
-
-    field: str
-    value: str
-    path: Path
-    owns_dir: bool
-
-
 def grpo_inputs(cfg: GRPOConfig, recipe: str | None) -> list[Input]:
     """What a GRPO run reads from disk."""
-    from rewards.registry import reward_file
-    from tinygrpo.data.problems import dataset_dir
-
     found = [Input("model_name_or_path", cfg.model_name_or_path, Path(cfg.model_name_or_path), True)]
-    if cfg.beta > 0 and cfg.ref_model_name_or_path:  # (with beta == 0 no reference is read)
+    if cfg.needs_reference and cfg.ref_model_name_or_path:  # (with beta == 0 no reference is read)
         found.append(
             Input(
                 "ref_model_name_or_path", cfg.ref_model_name_or_path, Path(cfg.ref_model_name_or_path), True
@@ -107,73 +83,6 @@ def grpo_inputs(cfg: GRPOConfig, recipe: str | None) -> list[Input]:
     if recipe:
         found.append(Input("--config", recipe, Path(recipe), False))
     return found
-
-
-def check_apart(out: str | Path, inputs: list[Input]) -> None:
-    """A run never writes where it reads. Refused, by real paths (symlinks, relative paths, trailing slashes
-    resolved): output_dir equal to an input's directory, or inside a directory the input owns (a model, a dataset),
-    and any input inside output_dir. The last also covers `--model_name_or_path runs/x/final --output_dir runs/x`:
-    output_dir is the run's to replace (final/ at the end, checkpoints pruned, and all of it cleared by
-    --overwrite_output_dir before the model is even loaded), so an input there could be deleted under the run."""
-    # (realpath, not resolve(): a symlink loop is left as it is, for check_writable to report, not an error here)
-    o = Path(os.path.realpath(out))
-    for field, value, path, owns_dir in inputs:
-        p = Path(os.path.realpath(path))
-        where = p if owns_dir else p.parent
-        if o == where:
-            problem = f"output_dir {out} is {'' if owns_dir else 'the directory of '}{field} {value}"
-        elif owns_dir and where in o.parents:
-            problem = f"output_dir {out} is inside {field} {value}"
-        elif o in p.parents:
-            problem = f"{field} {value} is inside output_dir {out}"
-        else:
-            continue
-        if str(o) != str(out) or str(p) != value:  # (say why two different spellings are the same place)
-            problem += f" (both are {o})" if o == where else f" (real paths: {o} and {p})"
-        raise ConfigError(f"{problem}: a run never writes where it reads; choose another --output_dir")
-
-
-def check_writable(out: Path) -> None:
-    """Create the output directory if needed and write a file in it, so that a read-only or missing place fails
-    now, not after the models are loaded."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output_dir {out} exists and is not a directory")
-    probe = out / ".write-test"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        with contextlib.suppress(OSError):  # (a probe created, then not written)
-            probe.unlink(missing_ok=True)
-        raise ConfigError(f"output_dir {out} is not writable: {e.strerror or e}") from None
-
-
-def lock_output_dir(out: Path) -> int:
-    """Hold output_dir for this run (an exclusive lock on its .lock file, released when the process ends, even by
-    SIGKILL); a second run into the same directory is refused, naming the holder's pid. Returns the lock's fd,
-    which must stay open for the run."""
-    import fcntl
-
-    with writing(out / LOCK_FILE):
-        fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise ConfigError(
-            f"output_dir {out} is in use by another run (pid {holder}); wait for it to finish or choose another "
-            f"--output_dir"
-        ) from None
-    try:
-        with writing(out / LOCK_FILE):
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
 
 
 def prepare_output_dir(cfg: GRPOConfig) -> None:
@@ -194,46 +103,9 @@ def prepare_output_dir(cfg: GRPOConfig) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def resume_point(cfg: GRPOConfig, say=print) -> Path | None:
-    """The checkpoint to resume from (verified against its manifest; `latest` skips, and says so, any that does
-    not verify), after checking that this launch's settings would continue the same run."""
-    if not cfg.resume_from_checkpoint:
-        return None
-    path = ckpt.resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir, say)
-    saved = path / ckpt.CONFIG_FILE
-    if saved.is_file():
-        try:
-            before = json.loads(saved.read_text())
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"resume_from_checkpoint: cannot read {saved}: {e}") from None
-        check_same_run(before, cfg, path)
-    return path
-
-
-def check_same_run(before: dict, cfg: GRPOConfig, path: Path) -> None:
-    now = asdict(cfg)
-    allowed = set(RESUMABLE_CHANGES)
-    if now["max_steps"] is None:  # (num_train_epochs, compared itself, gives it from the same split)
-        allowed.add("max_steps")
-    if before.get("lr_scheduler_type") == cfg.lr_scheduler_type == "constant":
-        allowed |= {"max_steps", "max_generations"}  # (a decaying schedule is a function of max_steps)
-    changed = [
-        f"{f.name} {before[f.name]!r} -> {now[f.name]!r}"
-        for f in fields(GRPOConfig)
-        if f.name in before and f.name not in allowed and before[f.name] != now[f.name]
-    ]
-    if changed:
-        raise ConfigError(
-            f"resume_from_checkpoint: {path} was trained with other settings ({'; '.join(changed)}); resume with "
-            f"the same values, or start a new run in another --output_dir"
-        )
-
-
 def on_main_process(acc, fn) -> None:
     """Run `fn` on the main process only; if it raises a ConfigError there, the other processes raise an empty one
     (the main process reports it) instead of waiting for the main one forever."""
-    import torch
-
     error = None
     if acc.is_main_process:
         try:
@@ -274,69 +146,196 @@ def launcher_processes() -> int:
         return 1
 
 
-def stop_with_launcher() -> None:
-    """Under `accelerate launch`, ask the kernel for a SIGTERM when the launcher dies (Linux): its plain launcher
-    does not pass SIGTERM on, and the training process would run on as an orphan. SIGTERM stops at the next step
-    boundary with a checkpoint, as Ctrl-C does."""
-    if not any(k.startswith("ACCELERATE_") for k in os.environ):
-        return
+def main(argv: list[str] | None = None) -> int:
+    """train_grpo.py: a GRPO run from its command line; its exit code (0, 1 for a bad input or a failed run, 130
+    when interrupted). Bad input is one `error:` line, before any expensive work."""
+    quiet_libraries()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cfg, locks = None, []  # (the output_dir lock, a file descriptor, held for the run)
     try:
-        import ctypes
+        cfg = parse_config(argv)
+        summary, is_main = run(cfg, argv, locks)
+    except ConfigError as e:
+        if str(e):  # (empty on the other processes when the main one reported the problem)
+            print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as e:
+        print(f"\n{e}" if str(e) else "\ninterrupted", file=sys.stderr)
+        return 130
+    except OSError as e:  # a full disk, a file removed under the run: say what and where, and what was kept
+        kept = ckpt.last_checkpoint(cfg.output_dir) if cfg is not None else "no checkpoint was kept"
+        print(f"error: {describe_write_error(e, kept)}", file=sys.stderr)
+        return 1
+    except (NonFiniteError, RewardError, SaveError) as e:
+        if str(e):  # (a SaveError is empty on the processes that did not fail: the one that did says why)
+            print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        for fd in locks:
+            os.close(fd)
+    if is_main:
+        say_outcome(summary, Path(cfg.output_dir))
+    return 0
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        return
+
+def quiet_libraries() -> None:
+    """No library progress bar or warning between the run's own lines (a one-line error stays one line)."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    datasets.disable_progress_bars()  # no "Generating train split" bars before a one-line error
+    # accelerate warns on every checkpoint that the tied lm_head is stored once (it is re-tied on load).
+    logging.getLogger("accelerate").setLevel(logging.ERROR)
 
 
-def build_accelerator(cfg: GRPOConfig):
-    """The run's Accelerator (the one place that builds it): the CPU unless a GPU is there; the trackers report_to
-    names."""
-    import torch
-    from accelerate import Accelerator
+def run(cfg: GRPOConfig, argv: list[str], locks: list[int]) -> tuple[dict, bool]:
+    """The checks and set-up, in order (the cheap ones first), then the trainer's run: its summary, and whether this
+    is the main process."""
+    stop_with_launcher()
+    acc = build_accelerator(cfg.output_dir, cfg.report_to)
+    check_processes(acc)
+    out = Path(cfg.output_dir)
 
-    from tinygrpo.run.callbacks import report_trackers
+    # The output directory and the resume point, checked before anything expensive; every process checks the resume
+    # point (each prints nothing but the main one).
+    def take_output_dir() -> None:
+        check_apart(out, grpo_inputs(cfg, recipe_path(argv)))
+        check_writable(out)
+        locks.append(lock_output_dir(out))
+        prepare_output_dir(cfg)
 
-    return Accelerator(
-        cpu=not torch.cuda.is_available(),
-        log_with=report_trackers(cfg.report_to) or None,
-        project_dir=cfg.output_dir,
-    )
+    on_main_process(acc, take_output_dir)
+    resume_from = ckpt.resume_point(cfg, acc.print)
+    train, evald = load_data(cfg, acc)
+    ensure_reference(cfg, acc)
+    model, tokenizer = load_model_and_tokenizer(cfg.model_name_or_path, "model_name_or_path")
+    ref_model = None
+    if cfg.needs_reference:
+        ref_path = cfg.ref_model_name_or_path or cfg.model_name_or_path
+        ref_model, _ = load_model_and_tokenizer(ref_path, "ref_model_name_or_path")
+    if evald is not None:  # which rule decides held-out accuracy, and why that one
+        try:
+            verifier, why = Verifier.choose(cfg.dataset_name, cfg.eval_reward, cfg.task)
+        except ValueError as e:
+            raise ConfigError(f"eval_reward={cfg.eval_reward}: {e}") from None
+        acc.print(
+            f"held-out accuracy: {cfg.dataset_test_split} split, decided by the reward {verifier.name!r} ({why})"
+        )
+    trainer = GRPOTrainer(cfg, model, tokenizer, train, evald, ref_model=ref_model, accelerator=acc)
+    if acc.is_main_process:
+        write_atomic(out / "config.json", json.dumps(cfg.__dict__, indent=2))
+    return trainer.train(resume_from), acc.is_main_process  # (summary.json too, while output_dir is locked)
 
 
-class StopOnSignal:
-    """Ctrl-C (SIGINT) or SIGTERM (what Docker, Kubernetes and Slurm send) asks for a stop at the next step
-    boundary, where a checkpoint is exact; a second Ctrl-C stops at once. A SIGTERM after the first signal is taken
-    as the same request (a launcher that dies on Ctrl-C sends one: see launch.stop_with_launcher). Installed only in
-    the main thread (signal handlers can be set nowhere else)."""
+def check_processes(acc) -> None:
+    """The launcher started as many processes as it was asked for (its plain launcher starts one on a CPU, and
+    says nothing); FSDP on a CPU is said to be plain data parallelism."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and acc.distributed_type != "FSDP":
+        # accelerate drops FSDP when it runs on CPU (cpu=True): say so rather than let the user believe it.
+        acc.print(
+            f"note: the accelerate config asks for FSDP, but on CPU accelerate runs {acc.num_processes} "
+            f"process(es) as {acc.distributed_type.value} (plain data parallelism, every process holding the "
+            "whole model): accelerate's FSDP needs GPUs"
+        )
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    asked = launcher_processes() if "WORLD_SIZE" not in os.environ else world
+    if world != acc.num_processes or asked != acc.num_processes:
+        raise ConfigError(
+            f"accelerate launch asked for {max(world, asked)} processes but started {acc.num_processes} (its "
+            f"plain launcher starts one unless mpirun is installed); on CPU launch with `accelerate launch "
+            f"--config_file configs/accelerate/cpu_2proc.yaml train_grpo.py`"
+        )
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, verbose: bool) -> None:
-        self.verbose = verbose
-        self.requested = False
-        self.last_step_done = False  # (set by the loop once no step is left: a signal then stops nothing)
-        self.name = "interrupted"
-        self._previous: dict = {}
+def load_data(cfg: GRPOConfig, acc):
+    """The training and held-out splits, before any model is trained or loaded; a family's problems are written on
+    first use, by the main process (the others wait, and read them)."""
 
-    def __enter__(self) -> StopOnSignal:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        return self
+    def write_data() -> None:
+        try:
+            if (named := task_of_dataset(cfg.dataset_name)) is not None:
+                named.ensure_data()
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
-    def __exit__(self, *exc) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
+    on_main_process(acc, write_data)
+    try:
+        return load_splits(cfg.dataset_name, cfg.dataset_train_split, cfg.dataset_test_split or None)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
-            return
-        self.requested = True
-        self.name = signal.Signals(signum).name
-        if self.verbose and self.last_step_done:
-            tqdm.write(f"{self.name}: the last step is done: finishing the end-of-run writes first")
-        elif self.verbose:
-            tqdm.write(f"{self.name}: stopping after this step and saving a checkpoint (again to abort)")
+
+def ensure_reference(cfg: GRPOConfig, acc) -> None:
+    """A task's reference that is missing is trained first, with its recipe (main process; the others wait)."""
+    task = task_of_reference(cfg.model_name_or_path)
+    if task is not None and not Path(cfg.model_name_or_path, "config.json").is_file():
+        if acc.is_main_process:
+            print(
+                f"no reference at {cfg.model_name_or_path}: training it first (python train_sft.py --task {task.name})"
+            )
+            train_reference(SFTConfig.for_task(task.name))
+        acc.wait_for_everyone()
+
+
+def say_outcome(summary: dict, out: Path) -> None:
+    """The run's last lines: held-out accuracy before and after, and what it wrote."""
+    before, after = (summary[k].get("eval/accuracy") for k in ("eval_before", "eval_after"))
+    if after is not None:
+        b = f"{before:.1%}" if before is not None else "n/a (resumed)"
+        skipped = summary["nonfinite_skipped_steps"]
+        print(
+            f"held-out greedy accuracy: {b} -> {after:.1%}  ({summary['steps']} steps, "
+            f"{summary['wall_seconds']:.0f}s, {summary['num_completions']:,} completions sampled"
+            + (f", {skipped} steps skipped for a NaN or infinite loss" if skipped else "")
+            + ")"
+        )
+    written = [f"{n}/" if (out / n).is_dir() else n for n in (*RUN_FILES, "final") if (out / n).exists()]
+    print(f"outputs in {out}: {', '.join(written)}")
+
+
+def _one_line(e: Exception) -> str:
+    """A library's whole message on one line (its first line alone may stop mid-sentence)."""
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def load_model_and_tokenizer(path: str, what: str):
+    """A model and its tokenizer from a save_pretrained directory, refused in one line naming `what` (the option)
+    when either is missing or does not load, the weights do not match the architecture, a weight is not finite, or
+    the tokenizer has no pad or eos token."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import tiny_lm  # noqa: F401  (registers the model type with the Auto classes)
+
+    p = Path(path)
+    if not (p / "config.json").is_file():
+        raise ConfigError(f"{what}={path}: no model there (missing config.json)")
+    # No vocabulary file: say so, rather than transformers' guess at what might have converted one.
+    if not any((p / f).is_file() for f in VOCABULARY_FILES):
+        raise ConfigError(
+            f"{what}={path}: no tokenizer there (missing tokenizer.json, the tokenizer's vocabulary); save the "
+            "tokenizer beside the model (tokenizer.save_pretrained)"
+        )
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(p, use_safetensors=True, output_loading_info=True)
+    except Exception as e:  # noqa: BLE001  (any load failure is the user's checkpoint; say which and why)
+        raise ConfigError(f"{what}={path}: cannot load the model: {_one_line(e)}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(p)
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"{what}={path}: cannot load the tokenizer: {_one_line(e)}") from None
+    # transformers initialises absent weights silently: a checkpoint that does not match the model is an error.
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        keys = sorted(str(k) for k in info.get(kind, []))
+        if keys:
+            raise ConfigError(
+                f"{what}={path}: the weights do not match the {type(model).__name__} architecture "
+                f"({len(keys)} {kind.replace('_', ' ')}, e.g. {keys[0]})"
+            )
+    for name, param in model.named_parameters():
+        if not torch.isfinite(param).all():
+            raise ConfigError(f"{what}={path}: weight {name} holds NaN or infinite values")
+    if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
+        raise ConfigError(f"{what}={path}: the tokenizer needs a pad and an eos token")
+    return model, tokenizer

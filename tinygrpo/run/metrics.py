@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from rewards import reward_metrics
+from tinygrpo.base.processes import Processes
 from tinygrpo.data.task import Formats
-from tinygrpo.rollout.distributed import Processes
+from tinygrpo.data.verifier import format_counts, format_metrics
 from tinygrpo.rollout.round import Round, ScoredBatch
-from tinygrpo.run.evaluation import format_counts, format_metrics
 from tinygrpo.update.policy_update import UpdateStats
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tinygrpo.run.config import RunConfig
+
 WINDOW = 5  # steps in a row
 TRUNCATED = (
     0.9  # the share of completions cut off at max_completion_length (over the window) that is "nearly all"
@@ -76,26 +78,28 @@ class LearningWatch:
 
 
 def forecast_before_training(
-    generator, verifier, cfg, say: Callable[[str], None], warn: Callable[[str], None]
+    generator, verifier, run: RunConfig, say: Callable[[str], None], warn: Callable[[str], None]
 ) -> dict:
-    """The signal forecast (tinygrpo/algorithm/forecast.py) of `cfg.signal_forecast_prompts` training prompts, before
+    """The signal forecast (tinygrpo/algorithm/forecast.py) of `run.signal_forecast_prompts` training prompts, before
     the first step: its line said, and below signal_forecast_min a warning with what usually helps; its metrics
     ({} when off). A reward that fails raises the generator's RewardFailure."""
-    if not cfg.signal_forecast_prompts:
+    if not run.signal_forecast_prompts:
         return {}
-    f = generator.forecast(cfg.signal_forecast_prompts, verifier)
+    f = generator.forecast(run.signal_forecast_prompts, verifier)
     say(f.line())
-    if (warning := f.warning(cfg.signal_forecast_min)) is not None:
+    if (warning := f.warning(run.signal_forecast_min)) is not None:
         warn(warning)
     return f.metrics
 
 
-def target_lengths(columns: dict[str, list], cfg) -> tuple[str, tuple[int, int] | None]:
+def target_lengths(
+    columns: dict[str, list], task: str | None, dataset: str
+) -> tuple[str, tuple[int, int] | None]:
     """The column a right completion reads like, the run's task's target (`answer`, or a worked task's own
     column), and its shortest and longest text: what the truncation warning compares max_completion_length with."""
     from tinygrpo.data.task import get_task, task_of_dataset
 
-    task = get_task(cfg.task) if getattr(cfg, "task", None) else task_of_dataset(cfg.dataset_name)
-    column = task.target if task is not None and task.target in columns else "answer"
+    named = get_task(task) if task else task_of_dataset(dataset)
+    column = named.target if named is not None and named.target in columns else "answer"
     lengths = [len(str(a)) for a in columns.get(column) or []]
     return column, ((min(lengths), max(lengths)) if lengths else None)

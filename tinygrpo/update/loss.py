@@ -8,7 +8,8 @@
 
 Plain GRPO is the lines without brackets, with k3 for the KL (nano_grpo.py writes them out). The policy loss is
 looked up by loss_type in tinygrpo.algorithm.policy_losses.POLICY_LOSSES; every formula is a function of
-tinygrpo.algorithm. The loss reads a LossConfig (tinygrpo/algorithm/loss_config.py). What this file adds is the
+tinygrpo.algorithm. The loss reads a LossConfig (tinygrpo/algorithm/policy_losses.py) and the sampling's
+temperature and length (SamplingParams: the log-probs are taken at the temperature). What this file adds is the
 bookkeeping around a mini-batch whose zero-advantage groups were left out of the forward: the loss of the groups
 that were run is normalised as if the whole mini-batch had been (their loss terms are exactly zero), so skipping
 them changes nothing.
@@ -24,9 +25,9 @@ import torch
 from torch import Tensor
 
 from tinygrpo.algorithm.core import aggregate_loss, entropy_from_logits, masked_mean, selective_log_softmax
-from tinygrpo.algorithm.loss_config import LossConfig
-from tinygrpo.algorithm.policy_losses import POLICY_LOSSES
+from tinygrpo.algorithm.policy_losses import POLICY_LOSSES, LossConfig
 from tinygrpo.rollout.batch import Batch
+from tinygrpo.rollout.config import SamplingParams
 from tinygrpo.update.loss_terms import TOKEN_TERMS, Tokens, kl_terms
 from tinygrpo.update.loss_terms import explore_weights as explore_weights  # (importable from here, as before)
 
@@ -107,12 +108,14 @@ def grpo_loss(
     logits: Tensor,
     inputs: LossInputs,
     cfg: LossConfig,
+    sampling: SamplingParams,
     num_items_in_batch: Tensor | None = None,
     *,
     entropy_coef: float = 0.0,
     gather: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, LossStats]:
-    """Scalar loss of one mini-batch and its token statistics. logits: (n, Tc, V) of `inputs.batch`.
+    """Scalar loss of one mini-batch and its token statistics. logits: (n, Tc, V) of `inputs.batch`, scored at
+    `sampling`'s temperature (dr_grpo's constant is its max_completion_length).
 
     num_items_in_batch (loss_type "dapo"): the normaliser, the completion tokens of the GLOBAL batch divided by the
     number of processes (DDP averages the processes' gradients, so their losses must add up to a global mean).
@@ -130,23 +133,28 @@ def grpo_loss(
         return logits.sum() * 0.0, LossStats(names, logits.new_zeros(len(names)))
     sub = inputs.batch
     mask = sub.completion_mask
-    logp = selective_log_softmax(logits, sub.completion_ids, cfg.temperature)  # (n, Tc)
+    T = sampling.temperature
+    logp = selective_log_softmax(logits, sub.completion_ids, T)  # (n, Tc)
     # (n, Tc). With an entropy bonus the entropy is differentiated; otherwise it is a statistic (and a token mask).
-    entropy = entropy_from_logits(logits if cfg.entropy_bonus else logits.detach(), cfg.temperature)
+    entropy = entropy_from_logits(logits if cfg.entropy_bonus else logits.detach(), T)
     advantages = sub.advantages.to(logp.device)  # (rewards and advantages live on the CPU)
     # The policy loss: the clipped surrogate of the ratio to the policy that sampled (or loss_type's variant).
     policy_loss = POLICY_LOSSES[cfg.loss_type]
     per_token, st = policy_loss.fn(logp, inputs.old_logps, advantages, mask, cfg)
     acts_on = mask.bool()  # the tokens the policy loss (and the entropy bonus) act on
-    tokens = Tokens(sub, logits, logp, inputs.old_logps, entropy, advantages)
+    tokens = Tokens(sub, logits, logp, inputs.old_logps, entropy, advantages, T)
     for applies, term in TOKEN_TERMS:  # (variants that weight or mask tokens: none in plain GRPO)
         if applies(cfg, sub):
             per_token, acts_on = term(per_token, acts_on, tokens, cfg, gather)
     kl = None
     if cfg.kl_in_loss:  # + beta * the per-token KL to the reference (k3 in plain GRPO)
-        kl, kl_term = kl_terms(logits, logp, inputs.old_logps, inputs.ref_logps, inputs.ref_logits, mask, cfg)
+        kl, kl_term = kl_terms(
+            logits, logp, inputs.old_logps, inputs.ref_logps, inputs.ref_logits, mask, cfg, T
+        )
         per_token = per_token + cfg.beta * kl_term
-    loss = aggregate(per_token, mask, inputs, policy_loss.aggregation, cfg, num_items_in_batch)
+    loss = aggregate(
+        per_token, mask, inputs, policy_loss.aggregation, sampling.max_completion_length, num_items_in_batch
+    )
     if entropy_coef:
         # The mean entropy of the tokens the loss acts on, whatever the loss type (TRL): groups are never skipped
         # with a bonus (GRPOConfig.loss_is_zero_without_advantage), so this is the whole mini-batch's mean.
@@ -161,14 +169,14 @@ def aggregate(
     mask: Tensor,
     inputs: LossInputs,
     aggregation: str,
-    cfg: LossConfig,
+    max_completion_length: int,
     num_items: Tensor | None,
 ) -> Tensor:
     """The per-token loss reduced by the loss type's aggregation (core.aggregate_loss), over the whole mini-batch:
     the groups left out of the forward contribute exact zeros, and the normaliser counts them."""
     if aggregation == "dapo":
         return aggregate_loss(per_token, mask, "dapo", num_items_in_batch=num_items)
-    loss = aggregate_loss(per_token, mask, aggregation, max_completion_length=cfg.max_completion_length)
+    loss = aggregate_loss(per_token, mask, aggregation, max_completion_length=max_completion_length)
     if aggregation == "bnpo":
         return loss * mask.sum() / inputs.tokens.clamp(min=1)
     return loss * inputs.batch.completion_ids.size(0) / inputs.rows

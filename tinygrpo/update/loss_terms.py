@@ -18,8 +18,7 @@ import torch
 from torch import Tensor
 
 from tinygrpo.algorithm.core import full_kl, kl_estimate, log_importance_weights, selective_log_softmax
-from tinygrpo.algorithm.loss_config import LossConfig
-from tinygrpo.algorithm.policy_losses import entropy_threshold, high_entropy_mask, off_policy_mask
+from tinygrpo.algorithm.policy_losses import LossConfig, entropy_threshold, high_entropy_mask, off_policy_mask
 from tinygrpo.rollout.batch import Batch
 
 Gather = Callable[[Tensor], Tensor] | None  # concatenates a 1-D tensor over processes (None: this one only)
@@ -35,15 +34,16 @@ class Tokens:
     old_logps: Tensor | None  # before this batch's first update; None: on-policy
     entropy: Tensor
     advantages: Tensor  # (n,)
+    temperature: float  # the run's: the log-probs are taken at it
 
 
-def explore_weights(logits: Tensor, sub: Batch, logp: Tensor, cfg: LossConfig) -> Tensor:
+def explore_weights(logits: Tensor, sub: Batch, logp: Tensor, cfg: LossConfig, temperature: float) -> Tensor:
     """(n, Tc) truncated importance weights of the tokens of rows sampled at another temperature; exactly 1 on the
     rows sampled at the run's temperature."""
     t = sub.temperature.to(logits.device, logits.dtype)  # (n,)
     behaviour = selective_log_softmax(logits / t[:, None, None], sub.completion_ids)  # (n, Tc)
     w = torch.exp(logp - behaviour).clamp(max=cfg.explore_importance_sampling_clip_max)
-    return torch.where((t == cfg.temperature)[:, None], torch.ones_like(w), w)
+    return torch.where((t == temperature)[:, None], torch.ones_like(w), w)
 
 
 def off_policy(per_token: Tensor, acts_on: Tensor, x: Tokens, cfg: LossConfig, gather: Gather):
@@ -65,7 +65,9 @@ def high_entropy(per_token: Tensor, acts_on: Tensor, x: Tokens, cfg: LossConfig,
 def explore_importance(per_token: Tensor, acts_on: Tensor, x: Tokens, cfg: LossConfig, gather: Gather):
     """Tokens sampled at another temperature T' (explore rounds): truncated importance weights min(pi_T(y) /
     pi_T'(y), C) bring them back to the policy's temperature (TIS, Yao et al. 2025)."""
-    return per_token * explore_weights(x.logits.detach(), x.batch, x.logp.detach(), cfg), acts_on
+    return per_token * explore_weights(
+        x.logits.detach(), x.batch, x.logp.detach(), cfg, x.temperature
+    ), acts_on
 
 
 TokenTerm = Callable[[Tensor, Tensor, Tokens, LossConfig, Gather], tuple[Tensor, Tensor]]
@@ -88,6 +90,7 @@ def kl_terms(
     ref_logits,
     mask: Tensor,
     cfg: LossConfig,
+    temperature: float,
 ):
     """(kl, what the loss adds per token before beta): the per-token KL to the reference by kl_estimator, and the
     same times the ratio with use_bias_correction_kl. The ratio keeps its gradient (exactly 1 in value on-policy):
@@ -95,7 +98,7 @@ def kl_terms(
     (DeepSeek-V3.2). The exact per-position KL ("full") depends on no sampled token at its position: nothing to
     correct there."""
     if cfg.kl_estimator == "full":
-        return (kl := full_kl(logits, ref_logits, cfg.temperature)), kl
+        return (kl := full_kl(logits, ref_logits, temperature)), kl
     kl = kl_estimate(logp, ref_logps, cfg.kl_estimator)
     if not cfg.use_bias_correction_kl:
         return kl, kl

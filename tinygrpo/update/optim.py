@@ -7,9 +7,7 @@ nothing there but per-call checks. Under DeepSpeed, FSDP or mixed-precision scal
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn as nn
@@ -17,6 +15,8 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType
 from torch.optim.adamw import adamw
 from transformers import get_scheduler
+
+from tinygrpo.update.config import OptimizerConfig
 
 # The one speed switch of the update. `AdamW(fused=True).step()` runs two fused kernels, wrapped in hooks, profiler
 # records and a lazy-state scan of every parameter: on this ~100 k-parameter model the wrapper cost ~0.2 ms a step,
@@ -29,50 +29,11 @@ FUNCTIONAL_ADAMW = True
 PLAIN = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
 
 
-@dataclass(frozen=True)
-class OptimizerConfig:
-    """What the optimizer reads of a run's options (GRPOConfig's fields of these names, documented there)."""
-
-    learning_rate: float
-    adam_beta1: float
-    adam_beta2: float
-    weight_decay: float
-    lr_scheduler_type: str
-    warmup_steps: float  # (a value in (0, 1): a share of max_steps, as transformers 5 reads it)
-    max_steps: int
-    adam_epsilon: float = 1e-8  # (torch's AdamW default)
-    warmup_ratio: float = 0.0
-
-    @property
-    def warmup(self) -> int:
-        """Warm-up steps: warmup_steps, or else warmup_ratio of max_steps rounded up (as transformers reads them;
-        transformers 5 reads a warmup_steps in (0, 1) as that ratio)."""
-        if 0 < self.warmup_steps < 1:
-            return math.ceil(self.warmup_steps * self.max_steps)
-        return int(self.warmup_steps) or math.ceil(self.warmup_ratio * self.max_steps)
-
-    def per_generation(self, k: int) -> OptimizerConfig:
-        """The schedule over generations of k optimizer steps: the learning rate steps once a generation (TRL steps it
-        once an optimizer step; the same with the default of one optimizer step a generation)."""
-        if k == 1:
-            return self
-        warmup = self.warmup_steps if self.warmup_steps < 1 else -(-int(self.warmup_steps) // k)
-        return replace(self, max_steps=self.max_steps // k, warmup_steps=warmup)
-
-    @classmethod
-    def of(cls, cfg: object) -> OptimizerConfig:
-        return (
-            cfg
-            if isinstance(cfg, OptimizerConfig)
-            else cls(**{f.name: getattr(cfg, f.name) for f in fields(cls)})
-        )
-
-
 def build_optimizer(
-    model: nn.Module, cfg: OptimizerConfig | object
+    model: nn.Module, cfg: OptimizerConfig, max_steps: int, updates_per_generation: int = 1
 ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW (no weight decay on biases and LayerNorms) and the schedule over max_steps."""
-    cfg = OptimizerConfig.of(cfg)
+    """AdamW (no weight decay on biases and LayerNorms) and the schedule over max_steps optimizer steps, stepped once
+    a generation of `updates_per_generation` (OptimizerConfig.schedule)."""
     decay, no_decay = [], []
     for n, p in model.named_parameters():
         (no_decay if p.ndim < 2 or "ln" in n else decay).append(p)
@@ -83,10 +44,11 @@ def build_optimizer(
     optimizer = torch.optim.AdamW(
         groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon, fused=True
     )
+    steps, warmup = cfg.schedule(max_steps, updates_per_generation)
     name = cfg.lr_scheduler_type
-    if name == "constant" and cfg.warmup:
+    if name == "constant" and warmup:
         name = "constant_with_warmup"  # transformers' "constant" ignores warm-up
-    scheduler = get_scheduler(name, optimizer, num_warmup_steps=cfg.warmup, num_training_steps=cfg.max_steps)
+    scheduler = get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=steps)
     return optimizer, scheduler
 
 

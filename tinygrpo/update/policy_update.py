@@ -11,53 +11,22 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 from tinygrpo.algorithm.core import at_least_float32, selective_log_softmax
-from tinygrpo.algorithm.loss_config import LossConfig
-from tinygrpo.algorithm.policy_losses import POLICY_LOSSES
+from tinygrpo.algorithm.policy_losses import POLICY_LOSSES, LossConfig
+from tinygrpo.base.processes import Processes
 from tinygrpo.model.backend import Backend
 from tinygrpo.model.static_shapes import replayed
 from tinygrpo.rollout.batch import Batch
-from tinygrpo.rollout.distributed import Processes
+from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.update.config import BatchConfig, OptimizerConfig
 from tinygrpo.update.loss import EntropyCoefficient, LossInputs, LossStats, grpo_loss
 from tinygrpo.update.optim import OptimizerStep
-
-
-@dataclass(frozen=True)
-class UpdateConfig:
-    """What the update reads of a run's options: the loss's (LossConfig) and the fields and properties of
-    GRPOConfig (tinygrpo/run/config.py) of these names, each documented there with its paper."""
-
-    loss: LossConfig
-    unit: (
-        int  # completions per prompt row (each group is one or more rows: tinygrpo/algorithm/group_sizes.py)
-    )
-    num_iterations: int
-    mini_batches: int
-    needs_old_logps: bool
-    skip_zero_advantage_groups: bool
-    loss_is_zero_without_advantage: bool
-    kl_estimator: str
-    temperature: float
-    loss_type: str
-    max_grad_norm: float | None
-    entropy_coef: float
-    entropy_bonus: bool
-    use_adaptive_entropy: bool
-    on_nonfinite: str
-
-    @classmethod
-    def of(cls, cfg: object) -> UpdateConfig:
-        """These fields of a GRPOConfig (or of anything with these attributes); an UpdateConfig as it is."""
-        if isinstance(cfg, UpdateConfig):
-            return cfg
-        own = {f.name: getattr(cfg, f.name) for f in fields(cls) if f.name != "loss"}
-        return cls(loss=LossConfig.from_config(cfg), **own)
 
 
 class NonFiniteError(RuntimeError):
@@ -101,7 +70,11 @@ class PolicyUpdate:
 
     def __init__(
         self,
-        cfg: UpdateConfig | object,
+        loss: LossConfig,
+        sampling: SamplingParams,
+        batches: BatchConfig,
+        optimizer_cfg: OptimizerConfig,
+        unit: int,
         policy: nn.Module,
         model: nn.Module,
         ref_model: nn.Module | None,
@@ -109,16 +82,20 @@ class PolicyUpdate:
         optimizer: OptimizerStep,
         processes: Processes,
     ) -> None:
-        self.cfg = cfg = UpdateConfig.of(cfg)
+        self.loss_cfg, self.sampling, self.batches, self.optimizer_cfg = (
+            loss,
+            sampling,
+            batches,
+            optimizer_cfg,
+        )
         self.policy = policy  # the prepared (possibly DDP-wrapped) PolicyForward: one call per backward
         self.model = model  # the bare policy model, for no-grad forwards
         self.ref_model = ref_model
         self.backend = backend
         self.opt = optimizer
         self.procs = processes
-        self.G = cfg.unit  # completions per prompt row (each group is one or more rows)
-        self.loss_cfg = cfg.loss  # what grpo_loss reads
-        self.entropy_coef = EntropyCoefficient(cfg.entropy_coef)
+        self.G = unit  # completions per prompt row (each group is one or more rows: tinygrpo/algorithm/group_sizes.py)
+        self.entropy_coef = EntropyCoefficient(loss.entropy_coef)
 
     def state_dict(self) -> dict:
         return {"entropy_coef": self.entropy_coef.state_dict()}
@@ -132,19 +109,19 @@ class PolicyUpdate:
         it)."""
         if batch.no_signal:
             return torch.zeros(0, dtype=torch.long)
-        if not (self.cfg.skip_zero_advantage_groups and self.cfg.loss_is_zero_without_advantage):
+        if not (self.loss_cfg.skip_zero_advantage_groups and self.loss_cfg.loss_is_zero_without_advantage):
             return torch.arange(batch.num_groups)
         return torch.nonzero(batch.advantages.view(batch.num_groups, self.G).ne(0).any(1)).flatten()
 
     def prepare(self, batch: Batch) -> list[MiniBatch]:
         """Split a batch into mini-batches of whole groups, keep the groups that are run, build their layouts, and
         compute the reference and old log-probs of all of them in one forward each, before any update."""
-        cfg, G = self.cfg, self.G
+        batches, G = self.batches, self.G
         active = self.active_groups(batch)  # ascending, so each mini-batch's active groups are a run of them
         train = batch.groups(active)
-        bounds = split_groups(batch.num_groups, cfg.mini_batches)
+        bounds = split_groups(batch.num_groups, batches.mini_batches)
         one = len(bounds) == 1
-        needs_logps = self.ref_model is not None or cfg.needs_old_logps
+        needs_logps = self.ref_model is not None or batches.needs_old_logps
         train_layout = self._layout(train) if active.numel() and (one or needs_logps) else None
         ref_logps, ref_logits, old_logps = self._reference_and_old(train, train_layout)
 
@@ -178,13 +155,13 @@ class PolicyUpdate:
 
     def run(self, minibatches: list[MiniBatch]) -> UpdateStats:
         """The update passes. Raises NonFiniteError for a NaN/inf loss or gradient when on_nonfinite is "stop"."""
-        cfg, procs = self.cfg, self.procs
+        procs = self.procs
         stats: LossStats | None = None
         grad_norms, losses = [], []
         skipped_updates = nonfinite = 0
         if not self.model.training:  # (checked first: a mode switch walks every module)
             self.policy.train()
-        for _ in range(cfg.num_iterations):
+        for _ in range(self.batches.num_iterations):
             for mb in minibatches:
                 if not procs.any(not mb.inputs.batch.no_signal):
                     # No group with signal on any process: no update (a zero-gradient AdamW step would still move
@@ -197,13 +174,13 @@ class PolicyUpdate:
                     continue
                 self.opt.zero_grad()
                 self.opt.backward(loss)
-                gn = self.opt.clip(cfg.max_grad_norm or float("inf"))
+                gn = self.opt.clip(self.optimizer_cfg.max_grad_norm or float("inf"))
                 if not math.isfinite(gn):
                     self.opt.zero_grad()
                     nonfinite += self._nonfinite("gradient norm")
                     continue
                 self.opt.step()
-                if cfg.use_adaptive_entropy:
+                if self.loss_cfg.use_adaptive_entropy:
                     self.entropy_coef.update(
                         s.bonus_entropy(procs.reduce(s.sums, "sum").tolist()), self.loss_cfg
                     )
@@ -232,8 +209,9 @@ class PolicyUpdate:
             logits,
             mb.inputs,
             self.loss_cfg,
+            self.sampling,
             self._dapo_normaliser(mb.inputs),
-            entropy_coef=self.entropy_coef.applied(self.loss_cfg) if self.cfg.entropy_bonus else 0.0,
+            entropy_coef=self.entropy_coef.applied(self.loss_cfg) if self.loss_cfg.entropy_bonus else 0.0,
             gather=self.procs.gather_varlen,
         )
 
@@ -245,30 +223,30 @@ class PolicyUpdate:
     @torch.inference_mode()
     def _reference_and_old(self, train: Batch, layout: Any) -> tuple[torch.Tensor | None, ...]:
         """The reference's log-probs (and logits for the exact KL), and the policy's before any update."""
-        cfg = self.cfg
+        T = self.sampling.temperature
         ref_logps = ref_logits = old_logps = None
         if layout is None:
             return ref_logps, ref_logits, old_logps
         with replayed(self.backend):  # (cuda_graphs: each a captured forward, replayed)
             if self.ref_model is not None:
                 logits = self.backend.logits(self.ref_model, layout)
-                ref_logps = selective_log_softmax(logits, train.completion_ids, cfg.temperature)
-                if cfg.kl_estimator == "full":
+                ref_logps = selective_log_softmax(logits, train.completion_ids, T)
+                if self.loss_cfg.kl_estimator == "full":
                     ref_logits = at_least_float32(logits)  # (a float64 run's stay float64)
-            if cfg.needs_old_logps:
+            if self.batches.needs_old_logps:
                 logits = self.backend.logits(self.model, layout)
-                old_logps = selective_log_softmax(logits, train.completion_ids, cfg.temperature)
+                old_logps = selective_log_softmax(logits, train.completion_ids, T)
         return ref_logps, ref_logits, old_logps
 
     def _dapo_normaliser(self, inputs: LossInputs) -> torch.Tensor | None:
         """loss_type "dapo" (and cispo, vespo): the global batch's tokens over the number of processes (DDP averages
         gradients)."""
-        if POLICY_LOSSES[self.cfg.loss_type].aggregation != "dapo":
+        if POLICY_LOSSES[self.loss_cfg.loss_type].aggregation != "dapo":
             return None
         return (self.procs.reduce(inputs.tokens.detach(), "sum") / self.procs.num).clamp(min=1)
 
     def _nonfinite(self, what: str) -> int:
-        if self.cfg.on_nonfinite == "stop":
+        if self.optimizer_cfg.on_nonfinite == "stop":
             raise NonFiniteError(f"the {what} is NaN or infinite")
         return 1
 

@@ -21,7 +21,7 @@ MAX_ENUMERATED = 20_000  # above this many pairs, sample instead of enumerating 
 SFT_SIZE, SFT_SEED = (
     400,
     0,
-)  # the default reference's training problems (tinygrpo/run/sft.py's train_size and seed)
+)  # the default reference's training problems (tinygrpo/sft/train.py's train_size and seed)
 
 
 def make_row(a: int, b: int, id_: int) -> dict:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tinygrpo.data.writes import write_atomic
-from tinygrpo.run.metrics_io import JsonlError
+from tinygrpo.base.files import write_atomic
+from tinygrpo.run.logs import JsonlError
 from tinygrpo.run.report.groups import section_groups, section_tokens
 from tinygrpo.run.report.html import STYLE, _e
 from tinygrpo.run.report.logs import LOGS, REPORT_FILE, _read_json, read_log

@@ -5,19 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tinygrpo.run.metrics_io import (
-    FORMAT_PREFIXES,
-    INT,
-    NUM,
-    NUM_OR_NULL,
-    STR,
-    Check,
-    Shape,
-    by_name,
-    curve_panels,
-    list_of,
-    read_checked,
-)
+from tinygrpo.run.logs import INT, NUM, NUM_OR_NULL, STR, Check, Shape, by_name, list_of, read_checked
+from tinygrpo.run.report.curves import FORMAT_PREFIXES, curve_panels
 
 REPORT_FILE = "report.html"
 
@@ -34,7 +23,7 @@ MAX_TOKEN_STEPS = 4  # logged steps in the tokens section: the last one (open) a
 MAX_TOKEN_GROUPS = 4  # groups with signal drawn per step
 
 
-# The per-token lists of a completions.jsonl row (tinygrpo/run/run_logs.py TOKEN_KEYS: runs of older versions lack them).
+# The per-token lists of a completions.jsonl row (tinygrpo/run/logs.py TOKEN_KEYS: runs of older versions lack them).
 TOKEN_NUMBERS = ("token_advantage", "token_p_old", "token_p_new", "token_ratio", "token_entropy")
 
 

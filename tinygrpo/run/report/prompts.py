@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
-from tinygrpo.run.metrics_io import PROMPT_GROUPS
+from tinygrpo.run.report.curves import PROMPT_GROUPS
 from tinygrpo.run.report.html import NO_FIGURE, _e, _pct, _png
 from tinygrpo.run.report.logs import MAX_HEATMAP_ROWS
 

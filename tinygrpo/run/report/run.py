@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from tinygrpo.run.metrics_io import CURVES_DPI, curves_figure
+from tinygrpo.run.report.curves import CURVES_DPI, curves_figure
 from tinygrpo.run.report.html import NO_FIGURE, _e, _pct, _png
 
 

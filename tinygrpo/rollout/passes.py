@@ -1,4 +1,4 @@
-"""The allocation rules that sample a step's prompts in passes (`sample_allocation` screen and until_signal): which
+"""The sample_allocation rules that sample a step's prompts in passes (`sample_allocation` screen and until_signal): which
 prompts get more samples is decided by what the earlier passes drew, so these rules sample as they go, unlike the
 knapsack (tinygrpo/algorithm/allocation.py), which decides every prompt's share before sampling.
 
@@ -35,7 +35,7 @@ def screen(sample: Sample, idx: list[int], cfg: RolloutConfig, pass_rate: torch.
     signal when its rewards are equal: dynamic sampling drops it)."""
     U = cfg.unit
     first = sample(idx, None)
-    lo, hi = reward_range(first.shaped_rewards(cfg.beta).view(-1, U))
+    lo, hi = reward_range(first.shaped_rewards.view(-1, U))
     ema = pass_rate[torch.tensor(idx)]
     hard = (ema > 0) & (ema < cfg.screen_hard_below)  # (NaN: unseen, neither)
     go = ((hi > lo) | hard).tolist()
@@ -54,7 +54,7 @@ def until_signal(sample: Sample, idx: list[int], cfg: RolloutConfig, pad_id: int
     fixed rule's; the last pass takes the prompts it has room for, in order)."""
     U = cfg.unit
     first = sample(idx, None)
-    lo, hi = reward_range(first.shaped_rewards(cfg.beta).view(-1, U))
+    lo, hi = reward_range(first.shaped_rewards.view(-1, U))
     units = torch.ones(len(idx), dtype=torch.long)
     room = len(idx) * (cfg.num_generations // U - 1)  # units left in the budget
     passes: list[Round] = []
@@ -64,7 +64,7 @@ def until_signal(sample: Sample, idx: list[int], cfg: RolloutConfig, pad_id: int
         if todo.numel() == 0:
             break
         s = sample([idx[j] for j in todo.tolist()], None)
-        lo_s, hi_s = reward_range(s.shaped_rewards(cfg.beta).view(-1, U))
+        lo_s, hi_s = reward_range(s.shaped_rewards.view(-1, U))
         lo[todo], hi[todo] = torch.minimum(lo[todo], lo_s), torch.maximum(hi[todo], hi_s)
         units[todo] += 1
         room -= todo.numel()

@@ -16,7 +16,9 @@ import re
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from tinygrpo.base.options import ConfigError
 
 # safetensors' words for an I/O error: "(os error 28)" (0.4+), "Os { code: 28, ... }" (older)
 _OS_ERROR = re.compile(r"os error (\d+)|code: (\d+)")
@@ -247,3 +249,84 @@ def describe_write_error(exc: OSError, kept: str) -> str:
     verb = "cannot write " if isinstance(exc, WriteError) else ""
     where = f"{verb}{exc.filename}: " if exc.filename else verb
     return f"{where}{meaning}; {kept}"
+
+
+LOCK_FILE = ".lock"
+
+
+class Input(NamedTuple):
+    """A file or directory a run reads: its field, its value as given, the path read, and whether the input owns
+    its directory (a model, a dataset) or is one file in a directory that holds others (a recipe.yaml beside runs/,
+    the README's `--reward_funcs my_rewards.py:brevity` in the working directory)."""
+
+    field: str
+    value: str
+    path: Path
+    owns_dir: bool
+
+
+def check_apart(out: str | Path, inputs: list[Input]) -> None:
+    """A run never writes where it reads. Refused, by real paths (symlinks, relative paths, trailing slashes
+    resolved): output_dir equal to an input's directory, or inside a directory the input owns (a model, a dataset),
+    and any input inside output_dir. The last also covers `--model_name_or_path runs/x/final --output_dir runs/x`:
+    output_dir is the run's to replace (final/ at the end, checkpoints pruned, and all of it cleared by
+    --overwrite_output_dir before the model is even loaded), so an input there could be deleted under the run."""
+    # (realpath, not resolve(): a symlink loop is left as it is, for check_writable to report, not an error here)
+    o = Path(os.path.realpath(out))
+    for field, value, path, owns_dir in inputs:
+        p = Path(os.path.realpath(path))
+        where = p if owns_dir else p.parent
+        if o == where:
+            problem = f"output_dir {out} is {'' if owns_dir else 'the directory of '}{field} {value}"
+        elif owns_dir and where in o.parents:
+            problem = f"output_dir {out} is inside {field} {value}"
+        elif o in p.parents:
+            problem = f"{field} {value} is inside output_dir {out}"
+        else:
+            continue
+        if str(o) != str(out) or str(p) != value:  # (say why two different spellings are the same place)
+            problem += f" (both are {o})" if o == where else f" (real paths: {o} and {p})"
+        raise ConfigError(f"{problem}: a run never writes where it reads; choose another --output_dir")
+
+
+def check_writable(out: Path) -> None:
+    """Create the output directory if needed and write a file in it, so that a read-only or missing place fails
+    now, not after the models are loaded."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output_dir {out} exists and is not a directory")
+    probe = out / ".write-test"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        with contextlib.suppress(OSError):  # (a probe created, then not written)
+            probe.unlink(missing_ok=True)
+        raise ConfigError(f"output_dir {out} is not writable: {e.strerror or e}") from None
+
+
+def lock_output_dir(out: Path) -> int:
+    """Hold output_dir for this run (an exclusive lock on its .lock file, released when the process ends, even by
+    SIGKILL); a second run into the same directory is refused, naming the holder's pid. Returns the lock's fd,
+    which must stay open for the run."""
+    import fcntl
+
+    with writing(out / LOCK_FILE):
+        fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise ConfigError(
+            f"output_dir {out} is in use by another run (pid {holder}); wait for it to finish or choose another "
+            f"--output_dir"
+        ) from None
+    try:
+        with writing(out / LOCK_FILE):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError:
+        os.close(fd)
+        raise
+    return fd

@@ -1,18 +1,27 @@
-"""A run's JSONL logs, written by the main process: metrics.jsonl, completions.jsonl, warnings.jsonl, and what the report
-(tinygrpo/run/report/) shows beside the metrics, written at every evaluation (prompt_stats.jsonl,
-eval_failures.jsonl, beliefs.jsonl). Each file is listed in launch.RUN_FILES and truncated on resume.
+"""The run's JSON-lines logs (metrics.jsonl, completions.jsonl and the evaluation details): writing them, the one
+reader of them, cutting them back on resume.
 
-completions.jsonl also holds, per logged completion, what the step's update did to each of its tokens (`StepTokens`:
-one no-grad forward of the policy on the logged rows before the update and one after, at logging steps only).
+A log is written one complete line at a time (JsonlWriter), so the only damage a kill or a full disk can do is a torn
+last line: the line was cut mid-write and has no trailing newline. The reader drops that line and nothing else; any
+other line that is not a JSON object is an error naming the file and the line, since it was not written by a
+JsonlWriter (an edited, truncated-and-appended or foreign file) and silently skipping it would misreport the run.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from tinygrpo.base.files import append_whole, write_atomic
+from tinygrpo.run.config import ConfigError
+
+if TYPE_CHECKING:
+    pass
 import math
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -23,7 +32,132 @@ from tinygrpo.algorithm.group_sizes import unit_group
 from tinygrpo.model.backend import Backend
 from tinygrpo.rollout.round import Round, ScoredBatch
 from tinygrpo.rollout.sampling import completion_logits
-from tinygrpo.run.metrics_io import JsonlWriter, truncate_after_step
+
+TIMING_PREFIXES = ("time/", "throughput/")  # the only keys that may differ between identical runs
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+class JsonlError(ConfigError):
+    """A JSON-lines log that cannot be read, with its file and line number. A ConfigError, so that train_grpo.py
+    (on resume) and `python -m tinygrpo.run.report` print it as one `error:` line."""
+
+
+class JsonlWriter:
+    """Appends one JSON object per line, flushed at once (a killed run keeps every line it wrote); a line that cannot
+    be written whole is not written at all (writes.append_whole)."""
+
+    def __init__(self, path: Path, enabled: bool = True) -> None:
+        self.path = Path(path)
+        self.enabled = enabled
+
+    def write(self, obj: dict) -> None:
+        if self.enabled:
+            append_whole(self.path, (json.dumps(obj, sort_keys=True) + "\n").encode())
+
+
+def read_jsonl_lines(path: Path) -> list[tuple[int, bytes, dict]]:
+    """(line number, the line as written, its object) for each line of a JSON-lines file, in order; [] when the file
+    does not exist. Blank lines are skipped; a torn last line (no trailing newline, does not parse) is dropped;
+    any other line that does not parse, or parses to something other than an object, raises JsonlError."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    # the last item is b"" unless the file ends in an unterminated line
+    lines = path.read_bytes().split(b"\n")
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:  # (bytes are decoded as UTF-8: a bad byte is a UnicodeDecodeError, a ValueError too)
+            obj = json.loads(line)
+        except ValueError as e:
+            if number == len(lines):  # cut mid-write (a kill, a full disk): the lines before it are whole
+                break
+            what = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+            raise JsonlError(f"{path} line {number}: not JSON ({what})") from None
+        if not isinstance(obj, dict):
+            kind = _JSON_TYPES.get(type(obj), "null")
+            raise JsonlError(f"{path} line {number}: {kind} where a JSON object belongs")
+        rows.append((number, line, obj))
+    return rows
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The objects of a JSON-lines log (see read_jsonl_lines for what is dropped and what is an error)."""
+    return [obj for _, _, obj in read_jsonl_lines(path)]
+
+
+def truncate_after_step(path: Path, step: int) -> None:
+    """Drop lines logged after `step` (on resume, those steps are about to be redone), and a torn last line: the
+    rewritten file holds complete lines only, so the resumed run's first line does not land on a cut one. Lines
+    without a step are kept; the lines kept are copied byte for byte."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    kept = []
+    for number, line, obj in read_jsonl_lines(path):
+        s = obj.get("step", 0)
+        if not isinstance(s, int | float) or isinstance(s, bool):
+            raise JsonlError(f"{path} line {number}: 'step' is {json.dumps(s)[:40]}, not a number")
+        if s <= step:
+            kept.append(line + b"\n")
+    write_atomic(path, b"".join(kept))
+
+
+# ----------------------------------------------------------------------------------------------- checked rows
+# A reader of a log (the report) says what it needs of each row: the keys it indexes and the kind of each value it
+# formats or draws. A row that lacks one is a JsonlError naming the file and the line, not a KeyError or TypeError
+# from deep inside the reader.
+
+Check = tuple[Callable[[object], bool], str]  # (test of a value, what the value should be)
+INT: Check = (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
+NUM: Check = (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number")
+NUM_OR_NULL: Check = (lambda v: v is None or NUM[0](v), "a number or null")
+STR: Check = (lambda v: isinstance(v, str), "a string")
+
+
+def list_of(check: Check) -> Check:
+    return (lambda v: isinstance(v, list) and all(check[0](x) for x in v), f"a list, each item {check[1]}")
+
+
+def by_name(check: Check) -> Check:
+    return (
+        lambda v: isinstance(v, dict) and all(check[0](x) for x in v.values()),
+        f"an object, each value {check[1]}",
+    )
+
+
+class Shape(NamedTuple):
+    """What each row of a log must hold: `required` keys, and the kind of value of these and of `optional` ones
+    (an optional key ending in "/" stands for every key it begins); `same_length`: a list key whose length must be
+    the same in every row (the columns of one heatmap)."""
+
+    required: dict[str, Check]
+    optional: dict[str, Check] = {}  # (one dict shared by the Shapes that omit it: never mutated)
+    same_length: str = ""
+
+
+def read_checked(path: Path, shape: Shape) -> list[dict]:
+    """read_jsonl, each row checked against `shape`: the first row that does not fit raises JsonlError."""
+    prefixes = [(k, c) for k, c in shape.optional.items() if k.endswith("/")]
+    rows: list[dict] = []
+    for number, _, row in read_jsonl_lines(path):
+        where = f"{path} line {number}"
+        if missing := [k for k in shape.required if k not in row]:
+            raise JsonlError(f"{where}: no {missing[0]!r} in the row")
+        for key, value in row.items():
+            check = shape.required.get(key) or shape.optional.get(key)
+            check = check or next((c for p, c in prefixes if key.startswith(p)), None)
+            if check is not None and not check[0](value):
+                shown = json.dumps(value)
+                shown = shown if len(shown) <= 40 else shown[:37] + "..."
+                raise JsonlError(f"{where}: {key!r} should be {check[1]}, not {shown}")
+        if shape.same_length and rows and len(row[shape.same_length]) != len(rows[0][shape.same_length]):
+            n, first = len(row[shape.same_length]), len(rows[0][shape.same_length])
+            raise JsonlError(f"{where}: {shape.same_length!r} has {n} items, the first row {first}")
+        rows.append(row)
+    return rows
+
 
 DETAIL_FILES = ("prompt_stats", "eval_failures", "beliefs")  # <name>.jsonl, written at every evaluation
 MAX_BELIEF_PROMPTS, MAX_BELIEF_ANSWERS = 64, 32  # beliefs are logged for problem sets this small

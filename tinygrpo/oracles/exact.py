@@ -43,14 +43,14 @@ import torch.nn as nn
 from torch import Tensor
 
 from rewards import EOS, combine_rewards, compute_rewards, resolve_rewards
-from tinygrpo.algorithm.completion_space import (
+from tinygrpo.algorithm.core import full_kl
+from tinygrpo.model.backend import Backend, GenericBackend
+from tinygrpo.model.text import decode_rows
+from tinygrpo.oracles.completion_space import (
     CompletionSpace,
     expected_position_sum,
     sequence_logprobs,
 )
-from tinygrpo.algorithm.core import full_kl
-from tinygrpo.model.backend import Backend, GenericBackend
-from tinygrpo.model.text import decode_rows
 
 
 def _chunks(space: CompletionSpace, chunk_rows: int) -> list[tuple[int, int]]:

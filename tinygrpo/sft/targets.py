@@ -9,9 +9,9 @@ import random
 import torch
 
 from tiny_lm.tokenization_tiny_lm import EOS_TOKEN
-from tinygrpo.data.progress import chunks, progress
+from tinygrpo.base.progress import chunks, progress
 from tinygrpo.rollout.tool_calls import written_calls
-from tinygrpo.run.sft_config import SFTConfig
+from tinygrpo.sft.config import SFTConfig
 
 
 def encode_examples(

@@ -25,16 +25,17 @@ import torch.nn.functional as F
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer, check_text
 from tiny_lm.tokenization_tiny_lm import vocabulary_chars
+from tinygrpo.base.files import Input, check_apart, save_model_files
+from tinygrpo.base.options import ConfigError
+from tinygrpo.data.checks import check_held_out
 from tinygrpo.data.problems import MANIFEST, dataset_dir, first_row_columns, load_split
-from tinygrpo.data.writes import save_model_files
+from tinygrpo.data.verifier import Verifier, format_counts, format_metrics
+from tinygrpo.model.memory import ModelShape, gigabytes, memory_budget
 from tinygrpo.rollout.environment import get_environment
+from tinygrpo.rollout.evaluation import greedy_accuracy
 from tinygrpo.rollout.tool_calls import ToolUse
-from tinygrpo.run.checks import ConfigError
-from tinygrpo.run.evaluation import Verifier, format_counts, format_metrics, greedy_accuracy
-from tinygrpo.run.launch import Input, check_apart
-from tinygrpo.run.sft_config import SFTConfig
-from tinygrpo.run.sft_targets import encode_examples, missing_columns, target_replies, training_targets
-from tinygrpo.run.validation import ModelShape, check_held_out, gigabytes, memory_budget
+from tinygrpo.sft.config import SFTConfig
+from tinygrpo.sft.targets import encode_examples, missing_columns, target_replies, training_targets
 from tinygrpo.update.policy_update import NonFiniteError, nonfinite_weight
 
 
@@ -87,7 +88,7 @@ def visible_to_a_child(task: str) -> bool:
 
 
 def train_in_child(cfg: SFTConfig, verbose: bool) -> dict:
-    """train_reference in a process started on PORTABLE's kernels (`python -m tinygrpo.run.sft CONFIG_JSON`): its
+    """train_reference in a process started on PORTABLE's kernels (`python -m tinygrpo.sft.train CONFIG_JSON`): its
     lines printed as they come, its error raised here as the same class with the same message."""
     if cfg.task and not visible_to_a_child(cfg.task):
         raise ConfigError(
@@ -95,7 +96,7 @@ def train_in_child(cfg: SFTConfig, verbose: bool) -> dict:
             "process that cannot see it: put it in a task file (--task path/to/file.py), or pass --kernels native"
         )
     child = subprocess.run(
-        [sys.executable, "-m", "tinygrpo.run.sft", json.dumps(asdict(cfg)), "1" if verbose else "0"],
+        [sys.executable, "-m", "tinygrpo.sft.train", json.dumps(asdict(cfg)), "1" if verbose else "0"],
         env={**os.environ, **PORTABLE},
         stdout=None if verbose else subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -149,7 +150,9 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         train = train.shuffle(seed=cfg.seed).select(range(cfg.train_size))
     if cfg.dataset_test_split:  # GRPO's checks of a held-out evaluation, before any training
         verifier = Verifier.of(cfg.dataset_name, task=cfg.task or None)
-        check_held_out(verifier, train, load_split(cfg.dataset_name, cfg.dataset_test_split), cfg)
+        splits = (cfg.dataset_name, cfg.dataset_train_split, cfg.dataset_test_split)
+        test = load_split(cfg.dataset_name, cfg.dataset_test_split)
+        check_held_out(verifier, train, test, splits, cfg.allow_overlapping_splits)
     targets = training_targets(cfg, train)
     known = vocabulary_chars(tokenizer)
     for i, (p, a) in enumerate(zip(train["prompt"], targets, strict=True)):
@@ -273,10 +276,10 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
 
 
 def child_main(argv: list[str]) -> int:
-    """`python -m tinygrpo.run.sft CONFIG_JSON VERBOSE`: train_in_child's process."""
+    """`python -m tinygrpo.sft.train CONFIG_JSON VERBOSE`: train_in_child's process."""
     if len(argv) != 2 or argv[1] not in ("0", "1"):  # (--help among them: this is no command for a person)
         usage = (
-            "usage: python -m tinygrpo.run.sft CONFIG_JSON 0|1 -- the portable reference's training process, "
+            "usage: python -m tinygrpo.sft.train CONFIG_JSON 0|1 -- the portable reference's training process, "
             "started by train_sft.py (--kernels portable); to train a reference, run python train_sft.py --help"
         )
         if argv in (["--help"], ["-h"]):
@@ -298,7 +301,7 @@ def child_main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # a full disk, a read-only place: the file, the cause, and that nothing was saved
-        from tinygrpo.data.writes import describe_write_error
+        from tinygrpo.base.files import describe_write_error
 
         where = json.loads(argv[0])["output_dir"]
         print(f"error: {describe_write_error(e, f'no model was saved in {where}')}", file=sys.stderr)
