@@ -208,7 +208,7 @@ class Estimator:
     def batch(self, draw: Draw):
         """The trainer's Batch of a draw, with this variant's advantages (over the whole batch, as the trainer's)."""
         from tinygrpo.algorithm.advantage_estimators import advantages
-        from tinygrpo.rollout.batch import Batch
+        from tinygrpo.rollout.round import Batch
 
         cfg = self.cfg
         adv, _ = advantages(

@@ -15,6 +15,7 @@ Conventions (defaults follow TRL's GRPOTrainer):
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -234,52 +235,38 @@ def clipped_surrogate(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO's clipped objective, negated to a per-token loss: -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A).
 
-    logp, old_logp, mask: (B, T); advantages: (B,). r = exp(logp - old_logp) per token ("token"), or for
-    "sequence" (GSPO, Zheng et al. 2025) the length-normalised sequence ratio exp(sum_t mask * (logp - old_logp) /
-    max(1, sum_t mask)), the same for every token of a row. epsilon_high None -> epsilon_low (set it higher for
-    DAPO's clip-higher). delta (two-sided GRPO, as in TRL): the unclipped ratio of the first term is clamped to
-    max=delta, bounding the loss of negative-advantage tokens whose ratio explodes.
+    logp, old_logp, mask: (B, T); advantages: (B,). r = exp(logp - old_logp) per token ("token"), or for "sequence"
+    (GSPO, Zheng et al. 2025) the length-normalised sequence ratio exp(sum_t mask * (logp - old_logp) / max(1, sum_t
+    mask)), the same for every token of a row. epsilon_high None -> epsilon_low (higher: DAPO's clip-higher). delta
+    (two-sided GRPO, as in TRL) clamps the first term's unclipped ratio at delta.
 
-    old_logp None means on-policy (num_iterations 1: the samples came from this very policy): old_logp is
-    logp.detach(), so r = exp(logp - logp.detach()) is exactly 1, nothing is clipped, and the gradient is the plain
-    policy gradient -A * grad(logp). With token-level ratios and no delta below 1, min(r A, clip(r) A) is then r A in
-    value and in gradient (torch's min splits a tie in halves, each of derivative A), and is computed so, in a third of
-    the operations (tests/test_core.py: the same bits as with old_logp = logp.detach()).
+    old_logp None means on-policy (num_iterations 1): old_logp is logp.detach(), so r is exactly 1, nothing is
+    clipped, and the gradient is the plain policy gradient -A * grad(logp). With token-level ratios and no delta
+    below 1, min(r A, clip(r) A) is then r A in value and in gradient (torch's min splits a tie in halves, each of
+    derivative A), and is computed so, in a third of the operations (tests/test_core.py: the same bits).
 
-    Returns (per_token_loss (B, T), stats) with stats tensors, not reduced: "ratio" (B, T) (before the delta
-    clamp), "low_clipped" = (r < 1 - eps_low) & (A < 0), "high_clipped" = (r > 1 + eps_high) & (A > 0),
-    "clipped" = either; these are exactly the tokens whose gradient the clip zeroes. Masked positions may hold
-    anything; `aggregate_loss` / `masked_mean` apply the mask.
+    Returns (per_token_loss (B, T), stats), not reduced: "ratio" (B, T) (before the delta clamp), "low_clipped" =
+    (r < 1 - eps_low) & (A < 0), "high_clipped" = (r > 1 + eps_high) & (A > 0), "clipped" = either: exactly the
+    tokens whose gradient the clip zeroes. Masked positions may hold anything; `aggregate_loss` applies the mask.
     """
     _check_choice("importance_sampling_level", importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
-    if epsilon_high is None:
-        epsilon_high = epsilon_low
-    if not 0 <= epsilon_low < 1:
-        raise ValueError(f"epsilon_low must be in [0, 1), got {epsilon_low!r}")
-    if not epsilon_high >= 0:
-        raise ValueError(f"epsilon_high must be >= 0, got {epsilon_high!r}")
-    if delta is not None and not delta > 0:
-        raise ValueError(f"delta must be > 0 (TRL recommends > 1 + epsilon), got {delta!r}")
+    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
+    if not (0 <= epsilon_low < 1 and epsilon_high >= 0 and (delta is None or delta > 0)):
+        raise ValueError(
+            f"epsilon_low must be in [0, 1), epsilon_high >= 0 and delta > 0 (TRL recommends > 1 + epsilon), got "
+            f"{epsilon_low!r}, {epsilon_high!r} and {delta!r}"
+        )
     if old_logp is None and importance_sampling_level == "token" and (delta is None or delta >= 1):
         ratio = torch.exp(logp - logp.detach())  # (B, T), exactly 1
         never = torch.zeros_like(logp, dtype=torch.bool)
-        per_token_loss = -(ratio * advantages.unsqueeze(-1).to(ratio.dtype))
-        return per_token_loss, {
-            "ratio": ratio.detach(),
-            "low_clipped": never,
-            "high_clipped": never,
-            "clipped": never,
-        }
-    if old_logp is None:
-        old_logp = logp.detach()
-    if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
+        stats = {"ratio": ratio.detach(), "low_clipped": never, "high_clipped": never, "clipped": never}
+        return -(ratio * advantages.unsqueeze(-1).to(ratio.dtype)), stats
+    old_logp = logp.detach() if old_logp is None else old_logp
+    shapes = (old_logp.shape, mask.shape, advantages.shape)
+    if logp.dim() != 2 or shapes != (logp.shape, logp.shape, logp.shape[:1]):
         raise ValueError(
-            "logp, old_logp and mask must share one (B, T) shape, got "
-            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}"
-        )
-    if advantages.shape != logp.shape[:1]:
-        raise ValueError(
-            f"advantages must have shape (B,)={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}"
+            "logp, old_logp and mask must share one (B, T) shape and advantages be (B,), got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)} and {tuple(advantages.shape)}"
         )
     ratio = torch.exp(
         log_importance_weights(logp, old_logp, mask, importance_sampling_level)
@@ -289,7 +276,6 @@ def clipped_surrogate(
     adv = advantages.unsqueeze(-1).to(ratio.dtype)  # (B, 1)
     per_token_loss = -torch.min(unclipped_ratio * adv, clipped_ratio * adv)  # (B, T) or (B, 1)
     per_token_loss = per_token_loss.expand_as(logp)  # (B, T)
-
     ratio_bt = ratio.detach().expand_as(logp)  # (B, T)
     low = (ratio_bt < 1.0 - epsilon_low) & (adv < 0)
     high = (ratio_bt > 1.0 + epsilon_high) & (adv > 0)
@@ -373,3 +359,36 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     m = mask.bool()
     total = torch.where(m, x, torch.zeros_like(x)).sum()
     return total / m.sum().clamp(min=1).to(total.dtype)
+
+
+def off_policy_mask(
+    advantages: Tensor, logp: Tensor, old_logp: Tensor | None, mask: Tensor, threshold: float
+) -> Tensor:
+    """DeepSeek-V3.2's off-policy sequence masking (TRL's off_policy_mask_threshold): a completion with a negative
+    advantage whose mean per-token KL estimate log pi_old - log pi (k1, over its tokens) exceeds `threshold` is left
+    out of the loss: pushing down a sample the policy has already moved away from mostly adds noise. Returns (B, 1)
+    in logp's dtype: 1 keep, 0 drop. On-policy (old_logp None) the KL is 0 and every row is kept."""
+    if old_logp is None:
+        return torch.ones(logp.size(0), 1, dtype=logp.dtype, device=logp.device)
+    m = mask.bool()
+    kl = torch.where(m, old_logp - logp.detach(), torch.zeros_like(logp))  # (B, T)
+    mean_kl = kl.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1).to(logp.dtype)  # (B, 1)
+    keep = (advantages.unsqueeze(-1) >= 0) | (mean_kl <= threshold)
+    return keep.to(logp.dtype)
+
+
+def entropy_threshold(entropies: Tensor, top_entropy_quantile: float) -> Tensor:
+    """The entropy above which a token is among the top `top_entropy_quantile` of `entropies` (a 1-D pool: every
+    process's completion tokens): torch.quantile at 1 - rho, linear interpolation (as TRL). Empty pool: +inf."""
+    if entropies.numel() == 0:
+        return torch.full((), math.inf, dtype=entropies.dtype)
+    x = (
+        entropies.float() if entropies.dtype in _LOW_PRECISION else entropies
+    )  # (quantile takes no half precision)
+    return torch.quantile(x, 1.0 - top_entropy_quantile).to(entropies.dtype)
+
+
+def high_entropy_mask(entropies: Tensor, mask: Tensor, threshold: Tensor | float) -> Tensor:
+    """Beyond the 80/20 rule (Wang et al. 2025; TRL's top_entropy_quantile): the completion tokens whose entropy is
+    at least the threshold (see entropy_threshold): (B, T) bool, False on padding."""
+    return (entropies >= threshold) & mask.bool()

@@ -1,4 +1,5 @@
-"""The policy-loss variants beside PPO's clip (tinygrpo.algorithm.core.clipped_surrogate), and the token masks some add.
+"""The policy-loss variants beside PPO's clip (tinygrpo.algorithm.core.clipped_surrogate), their registry, and the
+loss's options (LossConfig).
 
 Each maps the policy's log-probs of the sampled tokens, the old policy's, the advantages and the completion mask to a
 (B, T) per-token loss (minimised), with TRL's definitions where TRL has the variant and verl's for GMPO:
@@ -12,8 +13,8 @@ r = pi / pi_old per token, or GSPO's length-normalised sequence ratio (importanc
 stop-gradient. On-policy (old_logp None: r is exactly 1 in value) every variant's gradient is a multiple of the
 plain policy gradient -A grad log pi: 1 for sapo, vespo and gmpo, min(1, eps_high) for cispo.
 
-The masks: `off_policy_mask` (DeepSeek-V3.2's off-policy sequence masking) and `high_entropy_mask` (train only on
-the highest-entropy tokens, Wang et al. 2025). Shapes as in tinygrpo.algorithm.core: B completions, T tokens, (B,) advantages.
+Shapes as in tinygrpo.algorithm.core: B completions, T tokens, (B,) advantages (which also holds the token masks some
+variants add: off_policy_mask, high_entropy_mask).
 
 The registry: every loss type is one function of one signature, registered by name with the aggregation that
 reduces its per-token loss (as verl's `register_policy_loss`):
@@ -411,39 +412,6 @@ def gmpo_surrogate(
     low = (log_ratio.detach() < -epsilon_low) & (adv < 0)
     high = (log_ratio.detach() > epsilon_high) & (adv > 0)
     return per_seq.unsqueeze(-1).expand_as(logp), _stats(ratio, logp, low, high)
-
-
-def off_policy_mask(
-    advantages: Tensor, logp: Tensor, old_logp: Tensor | None, mask: Tensor, threshold: float
-) -> Tensor:
-    """DeepSeek-V3.2's off-policy sequence masking (TRL's off_policy_mask_threshold): a completion with a negative
-    advantage whose mean per-token KL estimate log pi_old - log pi (k1, over its tokens) exceeds `threshold` is left
-    out of the loss: pushing down a sample the policy has already moved away from mostly adds noise. Returns (B, 1)
-    in logp's dtype: 1 keep, 0 drop. On-policy (old_logp None) the KL is 0 and every row is kept."""
-    if old_logp is None:
-        return torch.ones(logp.size(0), 1, dtype=logp.dtype, device=logp.device)
-    m = mask.bool()
-    kl = torch.where(m, old_logp - logp.detach(), torch.zeros_like(logp))  # (B, T)
-    mean_kl = kl.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1).to(logp.dtype)  # (B, 1)
-    keep = (advantages.unsqueeze(-1) >= 0) | (mean_kl <= threshold)
-    return keep.to(logp.dtype)
-
-
-def entropy_threshold(entropies: Tensor, top_entropy_quantile: float) -> Tensor:
-    """The entropy above which a token is among the top `top_entropy_quantile` of `entropies` (a 1-D pool: every
-    process's completion tokens): torch.quantile at 1 - rho, linear interpolation (as TRL). Empty pool: +inf."""
-    if entropies.numel() == 0:
-        return torch.full((), math.inf, dtype=entropies.dtype)
-    x = (
-        entropies.float() if entropies.dtype in (torch.float16, torch.bfloat16) else entropies
-    )  # quantile: no half
-    return torch.quantile(x, 1.0 - top_entropy_quantile).to(entropies.dtype)
-
-
-def high_entropy_mask(entropies: Tensor, mask: Tensor, threshold: Tensor | float) -> Tensor:
-    """Beyond the 80/20 rule (Wang et al. 2025; TRL's top_entropy_quantile): the completion tokens whose entropy is
-    at least the threshold (see entropy_threshold): (B, T) bool, False on padding."""
-    return (entropies >= threshold) & mask.bool()
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""How a causal language model is run, whatever the model: the scoring forward of prompt + completion (plain, or
-TinyLM's grouped one that encodes each prompt once for its G completions), the decoder that samples token by token
-with a KV cache (backend.py), and completion ids back to text (text.py). Imports tinygrpo.data at most.
+"""How a causal language model is run, whatever the model. Imports tinygrpo.base and tinygrpo.data at most.
+
+backend.py        the scoring forward of prompt + completion (plain, or TinyLM's grouped one that encodes each
+                  prompt once for its G completions) and the decoder that samples with a KV cache
+static_shapes.py  the same on a few padded shapes, and CUDA-graph captures of it (cuda_graphs)
+text.py           completion ids back to text, <eos> kept
+memory.py         the memory a run's sizes need at once, estimated from the model's shape
 """

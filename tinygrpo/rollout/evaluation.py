@@ -98,9 +98,10 @@ def held_out_metrics(
     and the greedy completions.
 
     Greedy decoding and pass@k both stop at `params.max_completion_length`; pass@k samples as `params` says, drawing
-    from `generator`, which must be the caller's own (seeded) one so that evaluating never moves the training RNG. `rows` are the prompts' columns ({column: values}, one per prompt) that `verifier` (default: the
-    strict integer rule) reads; its `kinds` add "eval/accuracy/<kind>", the greedy accuracy on those prompts, and
-    its `formats` the share of the greedy completions in each format, the accuracy within each and their mean length.
+    from `generator`, which must be the caller's own (seeded) one so that evaluating never moves the training RNG.
+    `rows` are the prompts' columns ({column: values}, one per prompt) that `verifier` (default: the strict integer
+    rule) reads; its `kinds` add "eval/accuracy/<kind>", the greedy accuracy on those prompts, and its `formats` the
+    share of the greedy completions in each format, the accuracy within each and their mean length.
     `sampled_accuracy` adds "eval/sampled_accuracy", the mean over the pass@k samples (TRL's sampled evaluation).
     """
     verifier = verifier or Verifier()
@@ -108,9 +109,8 @@ def held_out_metrics(
     if pass_k and generator is None:
         # torch's global generator would serve: an evaluation that changes what training samples next.
         raise ValueError("pass@k needs its own generator, not torch's global one")
-    outs = greedy_completions(
-        model, tokenizer, prompt_ids, prompt_mask, params.max_completion_length, backend, tools
-    )
+    length = params.max_completion_length
+    outs = greedy_completions(model, tokenizer, prompt_ids, prompt_mask, length, backend, tools)
     right, n = verifier(outs, rows), len(outs)
     res = {"eval/accuracy": sum(right) / max(1, n)}
     kinds = verifier.kinds(rows) if verifier.kinds is not None else {}
@@ -125,19 +125,10 @@ def held_out_metrics(
         lengths = [len(ids) for ids in tokenizer(outs)["input_ids"]] if outs else [0]
         res["eval/mean_length"] = sum(lengths) / len(lengths)
     if pass_k:
-        eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
         ro = sample_completions(
-            model,
-            prompt_ids,
-            prompt_mask,
-            pass_k,
-            params,
-            generator,
-            eos_token_id=eos,
-            pad_token_id=pad,
-            backend=backend,
-            tools=tools,
-        )
+            model, prompt_ids, prompt_mask, pass_k, params, generator, backend=backend, tools=tools,
+            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        )  # fmt: skip
         samples = decode_completions(tokenizer, ro.completion_ids, ro.completion_mask)
         hits = torch.tensor(verifier(samples, rows, k=pass_k), dtype=torch.float32)
         res[f"eval/pass@{pass_k}"] = float(hits.view(-1, pass_k).amax(1).sum()) / n

@@ -26,6 +26,7 @@ from tinygrpo.algorithm.advantage_estimators import (
     ADV_ESTIMATORS,
     AdvantageConfig,
     AdvantageInputs,
+    compute_advantages,
 )
 from tinygrpo.algorithm.allocation import knapsack_units, pass_rate_estimates
 from tinygrpo.algorithm.core import selective_log_softmax
@@ -190,15 +191,16 @@ class BatchGenerator:
         is_eos = ro.is_eos.clone()  # (out of inference mode: autograd may save what it touches)
         if cfg.mask_truncated_completions:  # DAPO: a truncated completion says nothing about its answer
             completion_mask = completion_mask * is_eos[:, None]
-        tool_mask = None if ro.tool_mask is None else ro.tool_mask.clone()
+        tool_mask = None
+        if ro.tool_mask is not None:  # the environment's tokens: read by the policy, not its own
+            tool_mask = ro.tool_mask.clone()
+            completion_mask = policy_mask(completion_mask, tool_mask)
         return Round(
             idx=idx,
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,
             completion_ids=ro.completion_ids.clone(),
-            completion_mask=policy_mask(
-                completion_mask, tool_mask
-            ),  # (the environment's tokens: not the policy's)
+            completion_mask=completion_mask,
             is_eos=is_eos,
             lengths=ro.completion_mask.sum(1),  # (n,) tokens per completion, EOS included
             seconds_generate=time.perf_counter() - t0,
@@ -235,6 +237,8 @@ class BatchGenerator:
         )
         cfg = self.adv_cfg
         cfg = cfg if scale_rewards == cfg.scale_rewards else replace(cfg, scale_rewards=scale_rewards)
+        if sizes is None:  # one prompt row a group: a uniform batch of G = unit
+            return compute_advantages(x, cfg)
         return sized_advantages(x, cfg, sizes, self.unit)
 
     def allocate(self, idx: list[int]) -> list[int]:

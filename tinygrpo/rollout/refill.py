@@ -19,9 +19,8 @@ import torch
 
 from tinygrpo.algorithm.group_sizes import group_reduce, group_starts, rows_of
 from tinygrpo.base.processes import Processes
-from tinygrpo.rollout.batch import Batch, concat_batches
 from tinygrpo.rollout.config import RolloutConfig
-from tinygrpo.rollout.round import Round, ScoredBatch
+from tinygrpo.rollout.round import Batch, Round, ScoredBatch, concat_batches
 
 
 class Rounds(Protocol):
@@ -70,33 +69,36 @@ class Refill:
     def __call__(self, first: Round) -> ScoredBatch:
         """The step's batch from its first round (scored, advantages set): itself when neither variant is on."""
         cfg, procs, target = self.cfg, self.procs, self.target
+        if not (
+            cfg.explore_rounds or cfg.dynamic_sampling
+        ):  # plain GRPO: the first round is the step's batch
+            seconds = (first.seconds_generate, first.seconds_reward)
+            return ScoredBatch(first.batch, first, len(first.all_rewards), None, *seconds)
         rounds = [first]
-        batch = first.batch
         explored: list[Round] = []  # the explore rounds (this process's)
-        if cfg.explore_rounds or cfg.dynamic_sampling:
-            # Dynamic sampling keeps only the groups with signal; without it the whole first batch is trained on.
-            kept = (
-                first.batch.groups(torch.nonzero(first.has_signal).flatten())
-                if cfg.dynamic_sampling
-                else batch
-            )
-            parts, have = [kept], kept.num_groups
-            if cfg.explore_rounds:
-                found, explored = self.explore(first)
-                parts += found
-                have += sum(f.num_groups for f in found)
-            for _ in range(cfg.max_dynamic_sampling_rounds if cfg.dynamic_sampling else 0):
-                if not procs.any(have < target):  # every process is full
-                    break
-                r = self.rounds.round()
-                rounds.append(r)
-                sel = signal_rows(r, max(0, target - have))
-                parts.append(r.batch.groups(sel))
-                have += sel.numel()
-            if have == 0:  # nothing with signal in any round: one group, kept for DDP's forward (no_signal)
-                parts = [replace(first.batch.groups(torch.zeros(1, dtype=torch.long)), no_signal=True)]
-            parts = [p for p in parts if p.num_groups]
-            batch = concat_batches(parts, self.pad_id, self.temperature) if len(parts) > 1 else parts[0]
+        # Dynamic sampling keeps only the groups with signal; without it the whole first batch is trained on.
+        kept = (
+            first.batch.groups(torch.nonzero(first.has_signal).flatten())
+            if cfg.dynamic_sampling
+            else first.batch
+        )
+        parts, have = [kept], kept.num_groups
+        if cfg.explore_rounds:
+            found, explored = self.explore(first)
+            parts += found
+            have += sum(f.num_groups for f in found)
+        for _ in range(cfg.max_dynamic_sampling_rounds if cfg.dynamic_sampling else 0):
+            if not procs.any(have < target):  # every process is full
+                break
+            r = self.rounds.round()
+            rounds.append(r)
+            sel = signal_rows(r, max(0, target - have))
+            parts.append(r.batch.groups(sel))
+            have += sel.numel()
+        if have == 0:  # nothing with signal in any round: one group, kept for DDP's forward (no_signal)
+            parts = [replace(first.batch.groups(torch.zeros(1, dtype=torch.long)), no_signal=True)]
+        parts = [p for p in parts if p.num_groups]
+        batch = concat_batches(parts, self.pad_id, self.temperature) if len(parts) > 1 else parts[0]
         timed = [*rounds, *explored]
         return ScoredBatch(
             batch=batch,

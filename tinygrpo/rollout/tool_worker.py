@@ -21,11 +21,33 @@ import multiprocessing
 import os
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from tinygrpo.rollout.environment import Environment, Reply
+Reply = Any  # an environment's Reply (tinygrpo/rollout/environment.py): text, outcome, done
+
+
+class Environment(Protocol):
+    """What the worker runs of an environment (tinygrpo/rollout/environment.py's Environment is one; it calls the
+    worker, so the worker reads it through this, not by importing it)."""
+
+    factory: Callable[[], Any] | None
+    timeout_s: float
+    max_reply_chars: int
+    max_calls: int
+    delimiters: tuple[str, ...]
+
+    def answer(self, text: str, instance: Any = None) -> Reply: ...
+
+    def failed(self, outcome: str, done: bool = False) -> Reply: ...
+
+    def observation(self, text: str, done: bool) -> Reply: ...
+
+    def calls_in(
+        self, text: str, max_calls: int, replies: Callable[[str], str] | None = None
+    ) -> list[tuple[str, int, int]]: ...
+
 
 READY = "ready"  # the worker's first message: it can take calls
 STARTUP_S = 60.0  # a worker not up by then is taken for dead

@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -80,12 +80,7 @@ def save_checkpoint(
         with named_save_errors():
             acc.save_state(str(tmp), safe_serialization=True)
         for name, component in per_process.items():
-            plain, tensors = _split_tensors(component.state_dict())
-            write_json_atomic(tmp / f"{name}_{procs.rank}.json", plain)
-            if tensors:
-                path = tmp / f"{name}_{procs.rank}.safetensors"
-                with writing(path):
-                    save_file(tensors, str(path))
+            _write_state(tmp, f"{name}_{procs.rank}", component.state_dict())
     except Exception as e:  # noqa: BLE001  (settled below, with the other processes)
         failed = as_write_error(e, tmp) or e
     if not procs.any(failed is not None) and procs.is_main:
@@ -108,21 +103,39 @@ def save_checkpoint(
     if procs.any(failed is not None):
         if procs.is_main:
             shutil.rmtree(tmp, ignore_errors=True)  # a partial checkpoint is of no use
-        if failed is None:
-            raise SaveError("")
-        if not isinstance(failed, OSError):
-            raise failed
-        if published:  # (only the removal of an older checkpoint failed)
-            raise SaveError(
-                f"step {step}: saved {final}, but could not remove an older checkpoint: "
-                f"{failed.strerror or failed} ({failed.filename}); {last_checkpoint(out)}"
-            )
-        raise SaveError(
-            f"step {step}: could not write the checkpoint: {failed.strerror or failed}"
-            + (f" ({failed.filename})" if failed.filename else "")
-            + f"; {last_checkpoint(out)}"
-        )
+        raise _save_error(failed, published, step, final, out)
     return final
+
+
+def _write_state(directory: Path, name: str, state: dict) -> None:
+    """A component's state as <name>.json and, for its tensors, <name>.safetensors."""
+    plain, tensors = _split_tensors(state)
+    write_json_atomic(directory / f"{name}.json", plain)
+    if tensors:
+        path = directory / f"{name}.safetensors"
+        with writing(path):
+            save_file(tensors, str(path))
+
+
+def _save_error(
+    failed: BaseException | None, published: bool, step: int, final: Path, out: Path
+) -> BaseException:
+    """What a failed save raises: an empty SaveError on a process that did not fail, the failure itself if it is
+    not a write's, else a SaveError saying what was not written and what was kept."""
+    if failed is None:
+        return SaveError("")
+    if not isinstance(failed, OSError):
+        return failed
+    if published:  # (only the removal of an older checkpoint failed)
+        return SaveError(
+            f"step {step}: saved {final}, but could not remove an older checkpoint: "
+            f"{failed.strerror or failed} ({failed.filename}); {last_checkpoint(out)}"
+        )
+    return SaveError(
+        f"step {step}: could not write the checkpoint: {failed.strerror or failed}"
+        + (f" ({failed.filename})" if failed.filename else "")
+        + f"; {last_checkpoint(out)}"
+    )
 
 
 def load_checkpoint(
@@ -438,3 +451,23 @@ def say_skipped_steps(skipped: int, steps: int, out: Path, say: Callable[[str], 
         say(
             f"on_nonfinite=skip: {skipped} of {steps} steps were skipped (a NaN or infinite loss or gradient)"
         )
+
+
+@dataclass
+class TrainerState:
+    """The loop's own counters (the components' state is theirs: see GRPOTrainer.checkpoint_parts)."""
+
+    step: int = 0
+    total_completions: int = 0  # sampled in every round, over all processes
+    nonfinite_skipped: int = 0  # updates skipped for a NaN/inf loss or gradient (on_nonfinite="skip")
+    nonfinite_steps: int = (
+        0  # steps that made no update, every one of theirs being NaN/inf (on_nonfinite="skip")
+    )
+    elapsed_seconds: float = 0.0  # wall-clock seconds in training steps (evaluation and checkpoints excluded)
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)

@@ -32,11 +32,13 @@ from tinygrpo.data.problems import dataset_dir, load_splits
 from tinygrpo.data.task import task_of_dataset, task_of_reference
 from tinygrpo.data.verifier import Verifier
 from tinygrpo.run import checkpoint as ckpt
+from tinygrpo.run.checkpoint import SaveError
 from tinygrpo.run.config import ConfigError, GRPOConfig, parse_config
 from tinygrpo.run.signals import stop_with_launcher
-from tinygrpo.run.trainer import GRPOTrainer, NonFiniteError, SaveError, build_accelerator
+from tinygrpo.run.trainer import GRPOTrainer, build_accelerator
 from tinygrpo.sft.config import SFTConfig
 from tinygrpo.sft.train import train_reference
+from tinygrpo.update.policy_update import NonFiniteError
 
 # A saved tokenizer's vocabulary: tokenizers' own file, or a slow tokenizer's (BPE, WordPiece, SentencePiece).
 VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "tokenizer.model", "spiece.model")

@@ -27,10 +27,6 @@ class StepTimes:
     ref_old: float  # layouts, reference and old log-probs
     update: float  # the update passes, schedule included
 
-    @property
-    def step(self) -> float:
-        return self.collect + self.ref_old + self.update
-
 
 def step_metrics(
     scored: ScoredBatch,
@@ -51,6 +47,7 @@ def step_metrics(
     truncated = first.gather(procs, (~first.is_eos).float())
     per_func = first.gather(procs, first.rewards_per_func)
     valid = all_rewards[~all_rewards.isnan()]
+    with_signal = procs.sum(0 if trained.no_signal else int(trained.advantages.ne(0).sum()))
     m: dict[str, float] = dict(update.token_means)
     if update.skipped_updates:
         m["skipped_updates"] = update.skipped_updates
@@ -71,36 +68,35 @@ def step_metrics(
             "num_completions": num_completions,
             "trained_completions": int(procs.sum(0 if trained.no_signal else trained.completion_ids.size(0))),
             # sampled completions that carried signal: a non-zero advantage in a group that was trained on
-            "frac_completions_with_signal": procs.sum(
-                0 if trained.no_signal else int(trained.advantages.ne(0).sum())
-            )
-            / max(scored.num_sampled, 1),
+            "frac_completions_with_signal": with_signal / max(scored.num_sampled, 1),
         }
     )
     if first.tool_calls is not None:  # an environment: TRL's tools/* and the share of completions that call
-        calls, failures = (first.gather(procs, x).float() for x in (first.tool_calls, first.tool_failures))
-        m["tools/call_frequency"] = float(calls.mean())
-        m["tools/failure_frequency"] = float(failures.sum() / calls.sum()) if bool(calls.sum() > 0) else 0.0
-        m["tools/completions_with_calls"] = float((calls > 0).float().mean())
+        m.update(tool_metrics(first, procs))
     if first.kl is not None:  # use_kl_in_reward: the per-token k1 the rewards paid
         m["kl"] = float(first.gather(procs, first.kl).sum()) / max(sum(lengths), 1)
     if "accuracy" in reward_names:
         m["accuracy"] = m["rewards/accuracy/mean"]
     if scored.refill_rounds is not None:
         m["dynamic_sampling_rounds"] = scored.refill_rounds
-    dt = times.step
-    m.update(
-        {
-            "time/step": dt,
-            "time/generate": scored.seconds_generate,
-            "time/reward": scored.seconds_reward,
-            "time/ref_old_logps": times.ref_old,
-            "time/optimize": times.update,
-            "throughput/completions_per_s": scored.num_sampled / dt,
-            "throughput/tokens_per_s": sum(lengths) / dt,
-        }
+    dt = times.collect + times.ref_old + times.update  # the step's
+    m |= {"time/step": dt, "time/generate": scored.seconds_generate, "time/reward": scored.seconds_reward}
+    m |= {"time/ref_old_logps": times.ref_old, "time/optimize": times.update}
+    m["throughput/completions_per_s"], m["throughput/tokens_per_s"] = (
+        scored.num_sampled / dt,
+        sum(lengths) / dt,
     )
     return m
+
+
+def tool_metrics(first: Round, procs: Processes) -> dict[str, float]:
+    """TRL's tools/* of a round whose completions call an environment, and the share of completions that call."""
+    calls, failures = (first.gather(procs, x).float() for x in (first.tool_calls, first.tool_failures))
+    return {
+        "tools/call_frequency": float(calls.mean()),
+        "tools/failure_frequency": float(failures.sum() / calls.sum()) if bool(calls.sum() > 0) else 0.0,
+        "tools/completions_with_calls": float((calls > 0).float().mean()),
+    }
 
 
 def reward_std(rewards: torch.Tensor, sizes: list[int] | None, unit: int) -> float:

@@ -44,7 +44,7 @@ from tinygrpo.rollout.prompts import PromptSource, PromptStats
 from tinygrpo.rollout.tool_calls import tool_use
 from tinygrpo.run import checkpoint as ckpt
 from tinygrpo.run.callbacks import Callbacks
-from tinygrpo.run.checkpoint import SaveError, write_run_end
+from tinygrpo.run.checkpoint import TrainerState, write_run_end
 from tinygrpo.run.config import GRPOConfig, LoggingConfig, ModelConfig, RunConfig, report_trackers
 from tinygrpo.run.logs import (
     ProgressBar,
@@ -63,8 +63,6 @@ from tinygrpo.update.config import BatchConfig, OptimizerConfig
 from tinygrpo.update.optim import OptimizerStep, build_optimizer
 from tinygrpo.update.policy_update import NonFiniteError, PolicyUpdate, mix_reference, nonfinite_weight
 
-__all__ = ["GRPOTrainer", "NonFiniteError", "SaveError", "StepOutput", "TrainerState", "build_accelerator"]
-
 
 @dataclass
 class StepOutput:
@@ -74,26 +72,6 @@ class StepOutput:
     metrics: dict[str, float]
     scored: ScoredBatch
     tokens: StepTokens | None = None
-
-
-@dataclass
-class TrainerState:
-    """The loop's own counters (the components' state is theirs: see GRPOTrainer.checkpoint_parts)."""
-
-    step: int = 0
-    total_completions: int = 0  # sampled in every round, over all processes
-    nonfinite_skipped: int = 0  # updates skipped for a NaN/inf loss or gradient (on_nonfinite="skip")
-    nonfinite_steps: int = (
-        0  # steps that made no update, every one of theirs being NaN/inf (on_nonfinite="skip")
-    )
-    elapsed_seconds: float = 0.0  # wall-clock seconds in training steps (evaluation and checkpoints excluded)
-
-    def state_dict(self) -> dict:
-        return asdict(self)
-
-    def load_state_dict(self, state: dict) -> None:
-        for key, value in state.items():
-            setattr(self, key, value)
 
 
 def crossed(step: int, k: int, every: int) -> bool:
@@ -132,57 +110,24 @@ class GRPOTrainer:
             self.out.mkdir(parents=True, exist_ok=True)
         if cfg.torch_num_threads or procs.num > 1:
             torch.set_num_threads(cfg.torch_num_threads or max(1, (os.cpu_count() or 1) // procs.num))
-        # Each component's options: the group it reads, never the whole config.
-        self.sampling, rollout, advantages = (
-            SamplingParams.of(cfg),
-            RolloutConfig.of(cfg),
-            AdvantageConfig.of(cfg),
-        )
-        # Rewards, data and model checked on real rows before anything expensive happens.
-        funcs = reward_funcs if reward_funcs is not None else cfg.reward_funcs
-        self.rewards = reward_spec(*resolve_rewards(funcs, cfg.reward_weights), cfg.max_completion_length)
-        m = ModelConfig.of(cfg)
-        batches, pass_k = BatchConfig.of(cfg), cfg.eval_pass_k
-        check_inputs(
-            m,
-            batches,
-            self.sampling,
-            rollout,
-            advantages,
-            pass_k,
-            model,
-            tokenizer,
-            train_dataset,
-            eval_dataset,
-            self.rewards,
-            self.acc.device,
-        )
+        # Each component is handed the option groups it reads, never the whole config.
+        self.sampling, rollout, batches = SamplingParams.of(cfg), RolloutConfig.of(cfg), BatchConfig.of(cfg)
+        self._check(model, tokenizer, train_dataset, eval_dataset, reward_funcs, rollout, batches)
         self.prompt_stats = PromptStats(len(train_dataset), cfg.pass_rate_ema)
-        self.prompts = PromptSource(
-            train_dataset,
-            tokenizer,
-            cfg.seed,
-            cfg.prompt_sampler,
-            cfg.prompt_sampler_floor,
-            self.prompt_stats,
-            cfg.shuffle_dataset,
-        )
+        sampler = (cfg.prompt_sampler, cfg.prompt_sampler_floor, self.prompt_stats, cfg.shuffle_dataset)
+        self.prompts = PromptSource(train_dataset, tokenizer, cfg.seed, *sampler)
         set_seed(cfg.seed)
-        self._models(model, ref_model, m)
+        self._models(model, ref_model, ModelConfig.of(cfg))
         self.tools = tool_use(rollout, tokenizer)
-        rows = eval_dataset.to_dict() if eval_dataset is not None else None
-        verifier = Verifier.of(cfg.dataset_name, cfg.eval_reward, cfg.task)
-        sampled = cfg.num_generations_eval is not None
-        self.evaluator = HeldOutEvaluator(
-            rows, tokenizer, self.backend, self.sampling, verifier, cfg.seed, pass_k, sampled, self.tools
-        )
-        optimizer, scheduler = build_optimizer(
-            self.model, OptimizerConfig.of(cfg), cfg.max_steps, cfg.updates_per_generation
-        )
+        self.evaluator = self._evaluator(eval_dataset)
+        self.k = k = (
+            cfg.updates_per_generation
+        )  # optimizer steps a generation makes: what `step` counts (TRL's)
+        optimizer, scheduler = build_optimizer(self.model, OptimizerConfig.of(cfg), cfg.max_steps, k)
         policy, optimizer = self.acc.prepare(PolicyForward(self.model, self.backend), optimizer)
         policy.train()
         self.optim = OptimizerStep(policy, optimizer, scheduler, self.acc)
-        self._components(rollout, advantages, batches, policy)
+        self._components(rollout, batches, policy)
         self.state, self.logs = TrainerState(), RunLogs(self.out, enabled=procs.is_main)
         target, lengths = target_lengths(self.prompts.columns, cfg.task, cfg.dataset_name)
         self.watch = LearningWatch(cfg.max_completion_length, cfg.num_generations, lengths, target)
@@ -190,11 +135,35 @@ class GRPOTrainer:
         objects = dict(
             model=self.model, processing_class=tokenizer, optimizer=optimizer, lr_scheduler=scheduler
         )
-        logging = LoggingConfig.of(cfg)
-        self.callbacks = Callbacks(
-            callbacks or [], logging, cfg.max_steps, cfg.training_arguments, procs.is_main, **objects
-        )
+        args = (LoggingConfig.of(cfg), cfg.max_steps, cfg.training_arguments, procs.is_main)
+        self.callbacks = Callbacks(callbacks or [], *args, **objects)
         self.callbacks.event("on_init_end", 0)
+
+    def _check(self, model, tokenizer, train_dataset, eval_dataset, reward_funcs, rollout, batches) -> None:
+        """The rewards resolved, and the data, model and rewards checked on real rows before anything expensive
+        happens (tinygrpo/run/validation.py)."""
+        cfg = self.cfg
+        funcs = reward_funcs if reward_funcs is not None else cfg.reward_funcs
+        self.rewards = reward_spec(*resolve_rewards(funcs, cfg.reward_weights), cfg.max_completion_length)
+        data = (model, tokenizer, train_dataset, eval_dataset, self.rewards, self.acc.device)
+        groups = (
+            ModelConfig.of(cfg),
+            batches,
+            self.sampling,
+            rollout,
+            AdvantageConfig.of(cfg),
+            cfg.eval_pass_k,
+        )
+        check_inputs(*groups, *data)
+
+    def _evaluator(self, eval_dataset) -> HeldOutEvaluator:
+        """The held-out evaluation, under the task's verifier, with pass@k at the run's sampling settings."""
+        cfg = self.cfg
+        rows = eval_dataset.to_dict() if eval_dataset is not None else None
+        verifier = Verifier.of(cfg.dataset_name, cfg.eval_reward, cfg.task)
+        sampled = cfg.num_generations_eval is not None
+        pass_k = (cfg.seed, cfg.eval_pass_k, sampled, self.tools)
+        return HeldOutEvaluator(rows, self.tokenizer, self.backend, self.sampling, verifier, *pass_k)
 
     def _models(self, model: nn.Module, ref_model: nn.Module | None, m: ModelConfig) -> None:
         """The policy and the reference (beta > 0 only) in the run's dtype, and one way of running them, decided
@@ -216,11 +185,9 @@ class GRPOTrainer:
         if m.bf16:
             self.backend = AutocastBackend(self.backend, self.acc.device.type)
 
-    def _components(
-        self, rollout: RolloutConfig, advantages: AdvantageConfig, batches: BatchConfig, policy
-    ) -> None:
+    def _components(self, rollout: RolloutConfig, batches: BatchConfig, policy) -> None:
         """The rollout and the update: the KL to the reference goes in the reward (use_kl_in_reward) or in the loss."""
-        cfg, loss = self.cfg, LossConfig.of(self.cfg)
+        cfg, loss, advantages = self.cfg, LossConfig.of(self.cfg), AdvantageConfig.of(self.cfg)
         self.generator = BatchGenerator(
             rollout,
             self.sampling,
@@ -278,7 +245,7 @@ class GRPOTrainer:
             ) from None
         t1 = time.perf_counter()
         # Every process, as the held-out evaluation: under FSDP a forward of the sharded model is collective.
-        k = cfg.updates_per_generation  # optimizer steps this generation makes: what `step` counts, as in TRL
+        k = self.k
         logged = (
             logged_rows(scored.first, cfg.num_completions_to_print)
             if self.logs_completions(state.step + k)
@@ -322,16 +289,16 @@ class GRPOTrainer:
         m["time/elapsed"] = state.elapsed_seconds
         if cfg.on_nonfinite == "skip":
             m["nonfinite_skipped"] = state.nonfinite_skipped
-        if cfg.entropy_bonus:
+        if self.update.loss_cfg.entropy_bonus:
             m["entropy_coef"] = self.update.entropy_coef.value
-        if not cfg.needs_old_logps:
+        if not self.update.needs_old:
             m["ratio_is_exactly_one"] = 1  # mu = 1: the gradient is the plain policy gradient (see README)
         return m
 
     def logs_completions(self, step: int) -> bool:
         """Whether the loop logs the sampled completions after `step`."""
         cfg = self.cfg
-        every = crossed(step, cfg.updates_per_generation, cfg.logging_steps)
+        every = crossed(step, self.k, cfg.logging_steps)
         return cfg.log_completions and cfg.num_completions_to_print > 0 and every
 
     def token_probs(self, scored: ScoredBatch, rows: list[int]) -> TokenProbs:
@@ -422,7 +389,7 @@ class GRPOTrainer:
     def loop_step(self, bar: ProgressBar, stop: StopOnSignal) -> dict | None:
         """One step of the loop and what follows it: the watch, evaluation, logs, a checkpoint. Its metrics, or None
         when the run stops here (a signal, a callback)."""
-        cfg, k = self.cfg, self.cfg.updates_per_generation
+        cfg, k = self.cfg, self.k
         self.callbacks.event("on_step_begin", self.step)
         out = self.training_step()
         self.callbacks.event("on_step_end", self.step)
@@ -459,16 +426,12 @@ class GRPOTrainer:
         return m
 
     def summary(self, forecast: dict, first_eval: dict, m: dict, seconds: float) -> dict:
-        return {
-            "forecast": forecast,
-            "eval_before": first_eval,
-            "eval_after": {k: v for k, v in m.items() if k.startswith("eval/")},
-            "steps": self.step,
-            "wall_seconds": seconds,
-            "num_completions": self.state.total_completions,
-            "nonfinite_skipped_steps": self.state.nonfinite_steps,
-            "stopped_by_callback": self.callbacks.should_stop,
-        }
+        """summary.json: held-out accuracy before and after, the run's length, time and samples."""
+        after = {k: v for k, v in m.items() if k.startswith("eval/")}
+        state, stopped = self.state, self.callbacks.should_stop
+        done = {"steps": self.step, "wall_seconds": seconds, "num_completions": state.total_completions}
+        skipped = {"nonfinite_skipped_steps": state.nonfinite_steps, "stopped_by_callback": stopped}
+        return {"forecast": forecast, "eval_before": first_eval, "eval_after": after, **done, **skipped}
 
     def finish(self, summary: dict, signal_name: str) -> None:
         """The end of a run: a run whose every step was skipped fails; then its files (checkpoint.write_run_end)."""

@@ -21,7 +21,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
+from torch import Tensor
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer, check_text
 from tiny_lm.tokenization_tiny_lm import vocabulary_chars
@@ -131,6 +133,56 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         torch.set_num_threads(cfg.torch_num_threads)
     torch.manual_seed(cfg.seed)
     tokenizer = build_tokenizer(cfg.chars)
+    train, targets, tools, (ids, mask, labels) = training_examples(cfg, tokenizer)
+    if (
+        cfg.kernels == "portable" and not on_portable_kernels()
+    ):  # (every check above made here: one line, at once)
+        return train_in_child(cfg, verbose)
+    sizes = {k: getattr(cfg, k) for k in ("n_positions", "n_embd", "n_layer", "n_head")}
+    special = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    model = TinyLMForCausalLM(TinyLMConfig(vocab_size=len(tokenizer), **sizes, **special))
+    first_loss, last_loss = fit(model, cfg, ids, mask, labels, verbose)
+    train_time = time.time() - t0
+    summary = {
+        "train_problems": len(train),
+        **({"mixed_problems": round(cfg.mix_share * len(train))} if cfg.mix_share > 0 else {}),
+        "steps": cfg.max_steps,
+        **{"first_loss": first_loss, "final_loss": last_loss},
+        "train_seconds": round(train_time, 2),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "kernels": f"{cfg.kernels} ({torch.backends.cpu.get_cpu_capability()})",
+    }
+    if cfg.dataset_test_split:
+        summary.update(held_out_summary(cfg, model, tokenizer, max(len(a) for a in targets) + 2, tools))
+    bad = nonfinite_weight(model)  # (the last step's update may have made them so, after a finite loss)
+    if bad is not None:
+        raise NonFiniteError(
+            f"step {cfg.max_steps}: the weights are NaN or infinite ({bad}; learning_rate={cfg.learning_rate} too "
+            "large?); nothing saved"
+        )
+    texts = {
+        "sft_config.json": json.dumps(asdict(cfg), indent=2),
+        "sft_summary.json": json.dumps(summary, indent=2),
+    }
+    save_model_files(out, [model, tokenizer], texts)  # (all or nothing: a failed save leaves no half model)
+    if verbose:
+        acc = summary.get("eval_accuracy")
+        acc_s = (
+            f", held-out greedy accuracy {acc:.1%} on {summary['eval_problems']} problems"
+            if acc is not None
+            else ""
+        )
+        print(
+            f"reference saved to {out}: {summary['parameters']:,} parameters, {len(train)} training problems, "
+            f"{cfg.max_steps} steps in {train_time:.1f}s, loss {first_loss:.3f} -> {last_loss:.3f}{acc_s}"
+        )
+    return summary
+
+
+def training_examples(cfg: SFTConfig, tokenizer):
+    """The training split (a task's problems written first), each problem's target, checked on the tokenizer, the
+    held-out verifier and the environment, and encoded: (train, targets, the environment's tools or None, (ids,
+    mask, labels)). Every check an SFT run makes before training."""
     if cfg.task:
         from tinygrpo.data.task import get_task
 
@@ -140,9 +192,10 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             # longest example is at most n_positions tokens).
             check_memory(cfg, len(tokenizer), cfg.n_positions)
         task.ensure_data()
+    where = f"{cfg.dataset_name}/{cfg.dataset_train_split}"
     columns = first_row_columns(
         cfg.dataset_name, cfg.dataset_train_split
-    )  # (a column named wrong: said before the load)
+    )  # (a column named wrong: said first)
     if columns is not None:
         missing_columns(cfg, columns)
     train = load_split(cfg.dataset_name, cfg.dataset_train_split)
@@ -156,48 +209,37 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
     targets = training_targets(cfg, train)
     known = vocabulary_chars(tokenizer)
     for i, (p, a) in enumerate(zip(train["prompt"], targets, strict=True)):
-        check_text(
-            p + a, tokenizer, where=f"{cfg.dataset_name}/{cfg.dataset_train_split} row {i + 1}", known=known
-        )
+        check_text(p + a, tokenizer, where=f"{where} row {i + 1}", known=known)
     tools = reply_spans = None
     if cfg.environment:
         env = get_environment(cfg.environment)
         tools = ToolUse(env, tokenizer, env.max_calls)
         columns = {c: train[c] for c in train.column_names} if env.stateful else None
         rows = [{c: v[i] for c, v in columns.items()} for i in range(len(train))] if columns else None
-        reply_spans = target_replies(targets, env, f"{cfg.dataset_name}/{cfg.dataset_train_split}", rows)
+        reply_spans = target_replies(targets, env, where, rows)
     ids, mask, labels = encode_examples(tokenizer, train["prompt"], targets, reply_spans)
     if ids.size(1) > cfg.n_positions:
         raise ValueError(f"n_positions={cfg.n_positions} is shorter than the longest example ({ids.size(1)})")
     check_memory(cfg, len(tokenizer), ids.size(1))
-    if (
-        cfg.kernels == "portable" and not on_portable_kernels()
-    ):  # (every check above made here: one line, at once)
-        return train_in_child(cfg, verbose)
+    return train, targets, tools, (ids, mask, labels)
 
-    config = TinyLMConfig(
-        vocab_size=len(tokenizer),
-        n_positions=cfg.n_positions,
-        n_embd=cfg.n_embd,
-        n_layer=cfg.n_layer,
-        n_head=cfg.n_head,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    model = TinyLMForCausalLM(config)
+
+def fit(
+    model: nn.Module, cfg: SFTConfig, ids: Tensor, mask: Tensor, labels: Tensor, verbose: bool
+) -> tuple[float, float]:
+    """The SFT loop: max_steps AdamW steps on batches drawn with replacement (a generator seeded by cfg.seed),
+    cross-entropy on the labelled tokens (the answer and <eos>), the gradient clipped at 1. Its first and last loss;
+    a NaN or infinite loss stops it (NonFiniteError: nothing is saved)."""
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    cosine = cfg.lr_scheduler_type == "cosine"
+    steps = cfg.max_steps
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        lambda s: (
-            0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.max_steps) / cfg.max_steps))
-            if cfg.lr_scheduler_type == "cosine"
-            else 1.0
-        ),
+        opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)) if cosine else 1.0
     )
     gen = torch.Generator().manual_seed(cfg.seed)
     first_loss = last_loss = float("nan")
-    for step in range(1, cfg.max_steps + 1):
+    for step in range(1, steps + 1):
         idx = torch.randint(0, ids.size(0), (cfg.per_device_train_batch_size,), generator=gen)
         logits = model(ids[idx], attention_mask=mask[idx], use_cache=False).logits  # (B, T, V)
         # Position t predicts token t + 1; only the answer and <eos> carry labels (-100 elsewhere).
@@ -222,56 +264,24 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             first_loss = last_loss
         if verbose and cfg.logging_steps and step % cfg.logging_steps == 0:
             print(f"sft step {step:5d}  loss {last_loss:.4f}", flush=True)
-    train_time = time.time() - t0
+    return first_loss, last_loss
 
-    max_new = max(len(a) for a in targets) + 2
-    summary = {
-        "train_problems": len(train),
-        **({"mixed_problems": round(cfg.mix_share * len(train))} if cfg.mix_share > 0 else {}),
-        "steps": cfg.max_steps,
-        "first_loss": first_loss,
-        "final_loss": last_loss,
-        "train_seconds": round(train_time, 2),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "kernels": f"{cfg.kernels} ({torch.backends.cpu.get_cpu_capability()})",
-    }
-    if cfg.dataset_test_split:
-        test = load_split(cfg.dataset_name, cfg.dataset_test_split)
-        summary["eval_split"] = cfg.dataset_test_split
-        verifier = Verifier.of(cfg.dataset_name, task=cfg.task or None)
-        rows = test.to_dict()
-        summary["eval_accuracy"], outs = greedy_accuracy(
-            model, tokenizer, rows, max_new, verifier, tools=tools
-        )
-        summary["eval_problems"] = len(test)
-        if verifier.formats is not None:  # the form the greedy completions take, and which are right
-            m = format_metrics(
-                "", verifier.formats, format_counts(verifier.formats, outs, verifier(outs, rows))
-            )
-            for key, name in (("format/", "eval_formats"), ("format_accuracy/", "eval_format_accuracy")):
-                summary[name] = {k.removeprefix(key): v for k, v in m.items() if k.startswith(key)}
-    bad = nonfinite_weight(model)  # (the last step's update may have made them so, after a finite loss)
-    if bad is not None:
-        raise NonFiniteError(
-            f"step {cfg.max_steps}: the weights are NaN or infinite ({bad}; learning_rate={cfg.learning_rate} too "
-            "large?); nothing saved"
-        )
-    texts = {
-        "sft_config.json": json.dumps(asdict(cfg), indent=2),
-        "sft_summary.json": json.dumps(summary, indent=2),
-    }
-    save_model_files(out, [model, tokenizer], texts)  # (all or nothing: a failed save leaves no half model)
-    if verbose:
-        acc = summary.get("eval_accuracy")
-        acc_s = (
-            f", held-out greedy accuracy {acc:.1%} on {summary['eval_problems']} problems"
-            if acc is not None
-            else ""
-        )
-        print(
-            f"reference saved to {out}: {summary['parameters']:,} parameters, {len(train)} training problems, "
-            f"{cfg.max_steps} steps in {train_time:.1f}s, loss {first_loss:.3f} -> {last_loss:.3f}{acc_s}"
-        )
+
+def held_out_summary(
+    cfg: SFTConfig, model: nn.Module, tokenizer, max_new: int, tools: ToolUse | None
+) -> dict:
+    """The trained reference on the held-out split: greedy accuracy under the task's verifier (and the share of
+    each answer format, where the task defines them), as sft_summary.json records it."""
+    test = load_split(cfg.dataset_name, cfg.dataset_test_split)
+    verifier = Verifier.of(cfg.dataset_name, task=cfg.task or None)
+    rows = test.to_dict()
+    summary = {"eval_split": cfg.dataset_test_split}
+    summary["eval_accuracy"], outs = greedy_accuracy(model, tokenizer, rows, max_new, verifier, tools=tools)
+    summary["eval_problems"] = len(test)
+    if verifier.formats is not None:  # the form the greedy completions take, and which are right
+        m = format_metrics("", verifier.formats, format_counts(verifier.formats, outs, verifier(outs, rows)))
+        for key, name in (("format/", "eval_formats"), ("format_accuracy/", "eval_format_accuracy")):
+            summary[name] = {k.removeprefix(key): v for k, v in m.items() if k.startswith(key)}
     return summary
 
 

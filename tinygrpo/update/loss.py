@@ -1,7 +1,7 @@
 """The GRPO loss of one mini-batch, from the policy's logits: a pure function over tensors and a LossConfig.
 
     logits -> log-probs of the sampled tokens -> the clipped surrogate of the ratio to the policy that sampled
-           [x the token terms of the variants that are on (loss_terms.TOKEN_TERMS)]
+           [x the token terms of the variants that are on (loss_terms.token_terms)]
            + beta * the per-token KL to the reference (loss_terms.kl_terms)
            -> aggregated by loss_type (dapo: over the batch's tokens) [- entropy_coef * mean entropy]
            -> (loss, statistics)
@@ -26,9 +26,9 @@ from torch import Tensor
 
 from tinygrpo.algorithm.core import aggregate_loss, entropy_from_logits, masked_mean, selective_log_softmax
 from tinygrpo.algorithm.policy_losses import POLICY_LOSSES, LossConfig
-from tinygrpo.rollout.batch import Batch
 from tinygrpo.rollout.config import SamplingParams
-from tinygrpo.update.loss_terms import TOKEN_TERMS, Tokens, kl_terms
+from tinygrpo.rollout.round import Batch
+from tinygrpo.update.loss_terms import Tokens, kl_terms, token_terms
 from tinygrpo.update.loss_terms import explore_weights as explore_weights  # (importable from here, as before)
 
 # The per-token statistics a loss reports, as masked sums ("tokens" first: divide by it for means).
@@ -143,9 +143,8 @@ def grpo_loss(
     per_token, st = policy_loss.fn(logp, inputs.old_logps, advantages, mask, cfg)
     acts_on = mask.bool()  # the tokens the policy loss (and the entropy bonus) act on
     tokens = Tokens(sub, logits, logp, inputs.old_logps, entropy, advantages, T)
-    for applies, term in TOKEN_TERMS:  # (variants that weight or mask tokens: none in plain GRPO)
-        if applies(cfg, sub):
-            per_token, acts_on = term(per_token, acts_on, tokens, cfg, gather)
+    for term in token_terms(cfg, sub):  # (variants that weight or mask tokens: none in plain GRPO)
+        per_token, acts_on = term(per_token, acts_on, tokens, cfg, gather)
     kl = None
     if cfg.kl_in_loss:  # + beta * the per-token KL to the reference (k3 in plain GRPO)
         kl, kl_term = kl_terms(

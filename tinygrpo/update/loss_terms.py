@@ -1,6 +1,6 @@
 """The variants of the GRPO loss, off its plain path: each a function the loss calls only when its option is on.
 
-    TOKEN_TERMS  in order, each weighting or masking the per-token loss (and narrowing the tokens the entropy
+    token_terms  in order, each weighting or masking the per-token loss (and narrowing the tokens the entropy
                  bonus acts on): DeepSeek-V3.2's off-policy sequence mask, the high-entropy token mask of "Beyond
                  the 80/20 rule", the explore rounds' truncated importance weights
     kl_terms     the KL to the reference, per token: a sample estimator (k1, k2, k3) or the exact one over the
@@ -17,9 +17,17 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tinygrpo.algorithm.core import full_kl, kl_estimate, log_importance_weights, selective_log_softmax
-from tinygrpo.algorithm.policy_losses import LossConfig, entropy_threshold, high_entropy_mask, off_policy_mask
-from tinygrpo.rollout.batch import Batch
+from tinygrpo.algorithm.core import (
+    entropy_threshold,
+    full_kl,
+    high_entropy_mask,
+    kl_estimate,
+    log_importance_weights,
+    off_policy_mask,
+    selective_log_softmax,
+)
+from tinygrpo.algorithm.policy_losses import LossConfig
+from tinygrpo.rollout.round import Batch
 
 Gather = Callable[[Tensor], Tensor] | None  # concatenates a 1-D tensor over processes (None: this one only)
 
@@ -71,15 +79,19 @@ def explore_importance(per_token: Tensor, acts_on: Tensor, x: Tokens, cfg: LossC
 
 
 TokenTerm = Callable[[Tensor, Tensor, Tokens, LossConfig, Gather], tuple[Tensor, Tensor]]
-# (when it applies, the term), applied in this order: (per_token, acts_on) -> (per_token, acts_on)
-TOKEN_TERMS: list[tuple[Callable[[LossConfig, Batch], bool], TokenTerm]] = [
-    (lambda cfg, batch: cfg.off_policy_mask_threshold is not None, off_policy),
-    (lambda cfg, batch: cfg.top_entropy_quantile < 1, high_entropy),
-    (
-        lambda cfg, batch: batch.temperature is not None and cfg.explore_importance_sampling_correction,
-        explore_importance,
-    ),
-]
+
+
+def token_terms(cfg: LossConfig, batch: Batch) -> list[TokenTerm]:
+    """The token terms that apply to this mini-batch, in the order they are applied: (per_token, acts_on) ->
+    (per_token, acts_on). A new term is a function above and its line here."""
+    terms: list[TokenTerm] = []
+    if cfg.off_policy_mask_threshold is not None:
+        terms.append(off_policy)
+    if cfg.top_entropy_quantile < 1:
+        terms.append(high_entropy)
+    if batch.temperature is not None and cfg.explore_importance_sampling_correction:
+        terms.append(explore_importance)
+    return terms
 
 
 def kl_terms(

@@ -13,18 +13,9 @@ import torch
 import torch.nn as nn
 from accelerate import Accelerator
 from accelerate.utils import DistributedType
-from torch.optim.adamw import adamw
 from transformers import get_scheduler
 
 from tinygrpo.update.config import OptimizerConfig
-
-# The one speed switch of the update. `AdamW(fused=True).step()` runs two fused kernels, wrapped in hooks, profiler
-# records and a lazy-state scan of every parameter: on this ~100 k-parameter model the wrapper cost ~0.2 ms a step,
-# 3-4 % of a 4 prompts x 8 step. With FUNCTIONAL_ADAMW the same kernels are called through torch's public functional
-# API (`torch.optim.adamw.adamw`) on the optimizer's own state, once that state exists; `step()` otherwise (the first
-# step creates the state). Optimizer hooks are not run on that path: the trainer's optimizer has none.
-# tests/test_optim.py checks parameters and state against `step()` bit for bit.
-FUNCTIONAL_ADAMW = True
 
 PLAIN = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
 
@@ -70,7 +61,6 @@ class OptimizerStep:
         self.scheduler = scheduler
         self.module = module
         self.params = [p for p in module.parameters() if p.requires_grad]
-        self.functional = FUNCTIONAL_ADAMW and self.plain and functional_adamw_supported(self.optimizer)
 
     def zero_grad(self) -> None:
         if self.plain:
@@ -100,8 +90,6 @@ class OptimizerStep:
         return float(norm)
 
     def step(self) -> None:
-        if self.functional and functional_adamw_step(self.optimizer):
-            return
         self.optimizer.step()
 
     def schedule(self, updated: bool) -> None:
@@ -124,45 +112,3 @@ class OptimizerStep:
 
     def load_state_dict(self, state: dict) -> None:
         self.scheduler.load_state_dict(state["scheduler"])
-
-
-def functional_adamw_supported(optimizer: torch.optim.Optimizer) -> bool:
-    """An AdamW like `build_optimizer`'s: fused, float learning rates, none of the options the functional call here
-    leaves at their defaults."""
-    options = ("amsgrad", "maximize", "capturable", "differentiable")
-    return type(optimizer) is torch.optim.AdamW and all(
-        g["fused"] and not any(g[k] for k in options) and not isinstance(g["lr"], torch.Tensor)
-        for g in optimizer.param_groups
-    )
-
-
-def functional_adamw_step(optimizer: torch.optim.AdamW) -> bool:
-    """`optimizer.step()` through `torch.optim.adamw.adamw`; False (nothing done) until every parameter with a
-    gradient has its state, which `step()` creates."""
-    state = optimizer.state
-    work = []
-    for group in optimizer.param_groups:
-        params = [p for p in group["params"] if p.grad is not None]
-        if any(p not in state for p in params):
-            return False
-        work.append((group, params))
-    for group, params in work:
-        st = [state[p] for p in params]
-        beta1, beta2 = group["betas"]
-        adamw(
-            params,
-            [p.grad for p in params],
-            [s["exp_avg"] for s in st],
-            [s["exp_avg_sq"] for s in st],
-            [],
-            [s["step"] for s in st],
-            fused=True,
-            amsgrad=False,
-            beta1=beta1,
-            beta2=beta2,
-            lr=group["lr"],
-            weight_decay=group["weight_decay"],
-            eps=group["eps"],
-            maximize=False,
-        )
-    return True

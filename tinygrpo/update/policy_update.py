@@ -22,8 +22,8 @@ from tinygrpo.algorithm.policy_losses import POLICY_LOSSES, LossConfig
 from tinygrpo.base.processes import Processes
 from tinygrpo.model.backend import Backend
 from tinygrpo.model.static_shapes import replayed
-from tinygrpo.rollout.batch import Batch
 from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.rollout.round import Batch
 from tinygrpo.update.config import BatchConfig, OptimizerConfig
 from tinygrpo.update.loss import EntropyCoefficient, LossInputs, LossStats, grpo_loss
 from tinygrpo.update.optim import OptimizerStep
@@ -82,12 +82,16 @@ class PolicyUpdate:
         optimizer: OptimizerStep,
         processes: Processes,
     ) -> None:
-        self.loss_cfg, self.sampling, self.batches, self.optimizer_cfg = (
-            loss,
-            sampling,
-            batches,
-            optimizer_cfg,
+        self.loss_cfg, self.sampling, self.optimizer_cfg = loss, sampling, optimizer_cfg
+        # (what the batches' options decide, once: the step reads these)
+        self.mini_batches, self.iterations, self.needs_old = (
+            batches.mini_batches,
+            batches.num_iterations,
+            batches.needs_old_logps,
         )
+        self.dapo = (
+            POLICY_LOSSES[loss.loss_type].aggregation == "dapo"
+        )  # (its normaliser: the global batch's tokens)
         self.policy = policy  # the prepared (possibly DDP-wrapped) PolicyForward: one call per backward
         self.model = model  # the bare policy model, for no-grad forwards
         self.ref_model = ref_model
@@ -116,12 +120,12 @@ class PolicyUpdate:
     def prepare(self, batch: Batch) -> list[MiniBatch]:
         """Split a batch into mini-batches of whole groups, keep the groups that are run, build their layouts, and
         compute the reference and old log-probs of all of them in one forward each, before any update."""
-        batches, G = self.batches, self.G
+        G = self.G
         active = self.active_groups(batch)  # ascending, so each mini-batch's active groups are a run of them
         train = batch.groups(active)
-        bounds = split_groups(batch.num_groups, batches.mini_batches)
+        bounds = split_groups(batch.num_groups, self.mini_batches)
         one = len(bounds) == 1
-        needs_logps = self.ref_model is not None or batches.needs_old_logps
+        needs_logps = self.ref_model is not None or self.needs_old
         train_layout = self._layout(train) if active.numel() and (one or needs_logps) else None
         ref_logps, ref_logits, old_logps = self._reference_and_old(train, train_layout)
 
@@ -161,7 +165,7 @@ class PolicyUpdate:
         skipped_updates = nonfinite = 0
         if not self.model.training:  # (checked first: a mode switch walks every module)
             self.policy.train()
-        for _ in range(self.batches.num_iterations):
+        for _ in range(self.iterations):
             for mb in minibatches:
                 if not procs.any(not mb.inputs.batch.no_signal):
                     # No group with signal on any process: no update (a zero-gradient AdamW step would still move
@@ -205,13 +209,19 @@ class PolicyUpdate:
     def loss(self, mb: MiniBatch) -> tuple[torch.Tensor, LossStats]:
         """The policy's forward on a mini-batch and its loss (with autograd)."""
         logits = self.policy(mb.layout if mb.layout is not None else self._layout(mb.inputs.batch))
+        num_items = (
+            None  # dapo (cispo, vespo): the global batch's tokens over the processes (DDP averages gradients)
+        )
+        if self.dapo:
+            num_items = (self.procs.reduce(mb.inputs.tokens.detach(), "sum") / self.procs.num).clamp(min=1)
+        coef = self.entropy_coef.applied(self.loss_cfg) if self.loss_cfg.entropy_bonus else 0.0
         return grpo_loss(
             logits,
             mb.inputs,
             self.loss_cfg,
             self.sampling,
-            self._dapo_normaliser(mb.inputs),
-            entropy_coef=self.entropy_coef.applied(self.loss_cfg) if self.loss_cfg.entropy_bonus else 0.0,
+            num_items,
+            entropy_coef=coef,
             gather=self.procs.gather_varlen,
         )
 
@@ -225,7 +235,7 @@ class PolicyUpdate:
         """The reference's log-probs (and logits for the exact KL), and the policy's before any update."""
         T = self.sampling.temperature
         ref_logps = ref_logits = old_logps = None
-        if layout is None:
+        if layout is None or not (self.ref_model is not None or self.needs_old):
             return ref_logps, ref_logits, old_logps
         with replayed(self.backend):  # (cuda_graphs: each a captured forward, replayed)
             if self.ref_model is not None:
@@ -233,17 +243,10 @@ class PolicyUpdate:
                 ref_logps = selective_log_softmax(logits, train.completion_ids, T)
                 if self.loss_cfg.kl_estimator == "full":
                     ref_logits = at_least_float32(logits)  # (a float64 run's stay float64)
-            if self.batches.needs_old_logps:
+            if self.needs_old:
                 logits = self.backend.logits(self.model, layout)
                 old_logps = selective_log_softmax(logits, train.completion_ids, T)
         return ref_logps, ref_logits, old_logps
-
-    def _dapo_normaliser(self, inputs: LossInputs) -> torch.Tensor | None:
-        """loss_type "dapo" (and cispo, vespo): the global batch's tokens over the number of processes (DDP averages
-        gradients)."""
-        if POLICY_LOSSES[self.loss_cfg.loss_type].aggregation != "dapo":
-            return None
-        return (self.procs.reduce(inputs.tokens.detach(), "sum") / self.procs.num).clamp(min=1)
 
     def _nonfinite(self, what: str) -> int:
         if self.optimizer_cfg.on_nonfinite == "stop":

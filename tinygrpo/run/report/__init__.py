@@ -9,6 +9,10 @@ version's); a log it cannot read is one `error:` line naming the file and the li
 drawn with matplotlib and inlined as data URIs; there is no script, no stylesheet to fetch, no network: the file
 opens from disk and can be attached to an issue.
 
+Its modules: run.py (the run section and the curves), curves.py (the curves figure, plots.png's too), groups.py (the
+sampled groups and their tokens), prompts.py (the prompts and the beliefs), logs.py (the logs it reads), html.py (the
+page's HTML and style), __main__.py (the command line).
+
 Sections, each only where it has something to show (and its link at the top with it): the run (summary, the warnings
 or a row saying there were none, what was not recorded, settings, the command that reproduces it); curves (plots.png's
 figure: reward, held-out accuracy by step, by problem kind, against seconds and against completions, signal, KL or

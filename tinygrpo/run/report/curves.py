@@ -50,6 +50,23 @@ def _num(v: object) -> bool:
     return NUM[0](v)
 
 
+# The panels whose lines do not depend on the run (each: its key, title, x, the lines and their labels, x label).
+_STEP = "step"
+_KL = Panel("kl", "KL to the reference (mean per token)", _STEP, (("kl", ""),), _STEP)
+_ENTROPY = Panel("entropy", "policy entropy (nats per token)", _STEP, (("entropy", ""),), _STEP)
+_SIGNAL = (("frac_reward_zero_std", "zero-variance groups"), ("frac_completions_with_signal", "with signal"))
+_WORDS = (("mean_length", "mean"), ("max_length", "max"), ("mean_length_right", "right"))
+_LENGTHS = tuple((f"completions/{k}", w) for k, w in (*_WORDS, ("mean_length_wrong", "wrong")))
+_ACCURACY = (("eval/accuracy", ""),)
+_AGAINST_COST = [
+    Panel("accuracy_vs_seconds", "held-out greedy accuracy against seconds", "time/elapsed", _ACCURACY,
+          "training seconds (evaluation excluded)"),
+    Panel("accuracy_vs_completions", "held-out greedy accuracy against completions", "num_completions", _ACCURACY,
+          "completions sampled"),
+    Panel("completions/mean_length", "completion length (tokens, EOS included)", _STEP, _LENGTHS, _STEP),
+]  # fmt: skip
+
+
 def curve_panels(rows: list[dict]) -> list[Panel]:
     """The nine panels, row by row: (1) reward, held-out accuracy overall and by problem kind, KL to the reference
     (or, when none is logged, the policy's entropy); (2) where the samples went, the training prompts by their
@@ -60,83 +77,28 @@ def curve_panels(rows: list[dict]) -> list[Panel]:
     kinds = sorted({k for r in rows for k in r if k.startswith("eval/accuracy/")})
     by_kind = tuple((k, k.split("/")[-1]) for k in kinds)
     formats = sorted({k.split("/")[-1] for r in rows for k in r if k.startswith(FORMAT_PREFIXES)})
-    has_kl = any("kl" in r for r in rows)
-    return [
-        Panel("reward", "sampled reward (mean)", "step", (("reward", ""),), "step"),
-        Panel(
-            "eval/accuracy",
-            "held-out greedy accuracy (and by problem kind)",
-            "step",
-            (("eval/accuracy", "all"), *by_kind),
-            "step",
-        ),
-        Panel("kl", "KL to the reference (mean per token)", "step", (("kl", ""),), "step")
-        if has_kl
-        else Panel("entropy", "policy entropy (nats per token)", "step", (("entropy", ""),), "step"),
-        Panel(
-            "frac_reward_zero_std",
-            "where the samples went",
-            "step",
-            (
-                ("frac_reward_zero_std", "zero-variance groups"),
-                ("frac_completions_with_signal", "with signal"),
-            ),
-            "step",
-        ),
-        Panel(
-            "prompts/unsolved",
-            "training prompts, by their latest group",
-            "step",
-            PROMPT_GROUPS,
-            "step",
-        ),
+    accuracy = (("eval/accuracy", "all"), *by_kind)
+    panels = [
+        Panel("reward", "sampled reward (mean)", _STEP, (("reward", ""),), _STEP),
+        Panel("eval/accuracy", "held-out greedy accuracy (and by problem kind)", _STEP, accuracy, _STEP),
+        _KL if any("kl" in r for r in rows) else _ENTROPY,
+        Panel("frac_reward_zero_std", "where the samples went", _STEP, _SIGNAL, _STEP),
+        Panel("prompts/unsolved", "training prompts, by their latest group", _STEP, PROMPT_GROUPS, _STEP),
         Panel("kinds", "held-out accuracy by problem kind, first and last", "", by_kind, "problem kind"),
-        Panel(
-            "accuracy_vs_seconds",
-            "held-out greedy accuracy against seconds",
-            "time/elapsed",
-            (("eval/accuracy", ""),),
-            "training seconds (evaluation excluded)",
-        ),
-        Panel(
-            "accuracy_vs_completions",
-            "held-out greedy accuracy against completions",
-            "num_completions",
-            (("eval/accuracy", ""),),
-            "completions sampled",
-        ),
-        Panel(
-            "completions/mean_length",
-            "completion length (tokens, EOS included)",
-            "step",
-            (
-                ("completions/mean_length", "mean"),
-                ("completions/max_length", "max"),
-                ("completions/mean_length_right", "right"),
-                ("completions/mean_length_wrong", "wrong"),
-            ),
-            "step",
-        ),
-    ] + (
-        [
+        *_AGAINST_COST,
+    ]
+    if formats:
+        shares = tuple((f"{p}format/{f}", f"{f} ({w})") for p, w in _FORMAT_SOURCES for f in formats)
+        within = tuple((f"eval/format_accuracy/{f}", f) for f in formats)
+        panels.append(
             Panel(
-                "formats",
-                "share of each completion format (held-out greedy; sampled)",
-                "step",
-                tuple((f"{p}format/{f}", f"{f} ({w})") for p, w in _FORMAT_SOURCES for f in formats),
-                "step",
-            ),
-            Panel(
-                "format_accuracy",
-                "held-out greedy accuracy within each format",
-                "step",
-                tuple((f"eval/format_accuracy/{f}", f) for f in formats),
-                "step",
-            ),
-        ]
-        if formats
-        else []
-    )
+                "formats", "share of each completion format (held-out greedy; sampled)", _STEP, shares, _STEP
+            )
+        )
+        panels.append(
+            Panel("format_accuracy", "held-out greedy accuracy within each format", _STEP, within, _STEP)
+        )
+    return panels
 
 
 def _draw_lines(ax: Axes, rows: list[dict], panel: Panel) -> bool:
