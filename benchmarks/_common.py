@@ -446,8 +446,8 @@ def build_our_trainer(
 
     from tinygrpo.data.problems import load_split
     from tinygrpo.run.config import GRPOConfig
+    from tinygrpo.run.launch import load_model_and_tokenizer
     from tinygrpo.run.trainer import GRPOTrainer
-    from train_grpo import load_model_and_tokenizer
 
     out = output_dir or tempfile.mkdtemp(prefix="tinygrpo-bench-")
     cfg = GRPOConfig(

@@ -14,9 +14,9 @@ from pathlib import Path
 # its DATA_DIR (this data/, or $TINYGRPO_DATA_DIR).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tinygrpo.base.files import describe_write_error  # noqa: E402
 from tinygrpo.data.problems import DATA_DIR  # noqa: E402
 from tinygrpo.data.task import build_data, get_task  # noqa: E402
-from tinygrpo.data.writes import describe_write_error  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,7 +110,7 @@ def test_accuracy(run_dir: Path) -> float:
 
     from tinygrpo.data.problems import load_split
     from tinygrpo.rollout.evaluation import greedy_accuracy
-    from train_grpo import load_model_and_tokenizer
+    from tinygrpo.run.launch import load_model_and_tokenizer
 
     torch.set_num_threads(1)
     model, tok = load_model_and_tokenizer(str(run_dir / "final"), "final")

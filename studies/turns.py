@@ -109,7 +109,7 @@ def episodes(
     from tinygrpo.rollout.environment import get_environment
     from tinygrpo.rollout.sampling import completion_logits, sample_completions
     from tinygrpo.rollout.tool_calls import ToolUse
-    from train_grpo import load_model_and_tokenizer
+    from tinygrpo.run.launch import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(str(model_dir), "model")
     model.eval()

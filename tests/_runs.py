@@ -10,6 +10,7 @@ from pathlib import Path
 import train_grpo
 from tinygrpo.data.problems import load_split
 from tinygrpo.run.config import GRPOConfig
+from tinygrpo.run.launch import load_model_and_tokenizer
 from tinygrpo.run.trainer import GRPOTrainer
 
 REPO = Path(train_grpo.__file__).resolve().parent
@@ -50,7 +51,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
 def reference_trainer(seed_reference, tmp_path, reward_funcs=None, **overrides) -> GRPOTrainer:
     """A trainer on the seed reference (and, with beta > 0, the reference as ref_model too): plain GRPO (uniform
     order, no explore rounds) on the 36 seed-bank prompts, 16 per step, unless `overrides` say otherwise."""
-    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    model, tok = load_model_and_tokenizer(seed_reference, "model_name_or_path")
     kw = dict(
         output_dir=str(tmp_path / "t"),
         dataset_name="seed_bank",
@@ -66,9 +67,7 @@ def reference_trainer(seed_reference, tmp_path, reward_funcs=None, **overrides) 
         explore_rounds=0,
     )
     cfg = GRPOConfig(**{**kw, **overrides})
-    ref = (
-        train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")[0] if cfg.beta > 0 else None
-    )
+    ref = load_model_and_tokenizer(seed_reference, "model_name_or_path")[0] if cfg.beta > 0 else None
     return GRPOTrainer(
         cfg, model, tok, load_split("seed_bank", "train"), ref_model=ref, reward_funcs=reward_funcs
     )

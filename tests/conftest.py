@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def seed_reference(tmp_path_factory) -> str:
     """A char GPT SFT'd briefly on the 36 seed-bank questions: knows the format, gets many sums right."""
-    from tinygrpo.run.sft import SFTConfig, train_reference
+    from tinygrpo.sft.train import SFTConfig, train_reference
 
     out = tmp_path_factory.mktemp("seed_reference")
     cfg = SFTConfig(

@@ -28,7 +28,7 @@ from tinygrpo.algorithm.advantage_estimators import (
 )
 from tinygrpo.algorithm.core import group_advantages
 from tinygrpo.run.config import ConfigError, GRPOConfig
-from tinygrpo.run.metrics_io import read_jsonl
+from tinygrpo.run.logs import read_jsonl
 
 NAN = math.nan
 G = 6
@@ -295,7 +295,8 @@ def test_dispatcher_nan_rewards_get_exactly_zero_in_every_mode():
     rewards = _t([1.0, NAN, 0.0, 1.0, NAN, 0.0, 0.0, 1.0])
     lengths = torch.tensor([2, 3, 1, 4, 2, 2, 3, 1])
     for mode in ADVANTAGE_MODES:
-        adv, _ = advantages(rewards, 4, mode=mode, lengths=lengths, greedy_rewards=_t([1.0, NAN]), k=2)
+        k = 2 if mode == "pass_at_k" else 4  # (k is pass@k's alone: set for another mode it is refused)
+        adv, _ = advantages(rewards, 4, mode=mode, lengths=lengths, greedy_rewards=_t([1.0, NAN]), k=k)
         assert torch.isfinite(adv).all() and adv[1] == 0 and adv[4] == 0, mode
         assert (adv[[0, 2, 3, 5, 6, 7]] != 0).any(), mode
     grpo = advantages(rewards, 4, mode="grpo", scale_rewards="batch")
@@ -401,8 +402,8 @@ def length_baseline():
 
     @register_adv_est("shorter_is_better", needs=("lengths",))
     def shorter_is_better(x, cfg):
-        n = x.lengths.to(torch.float64).view(-1, cfg.num_generations)
-        r = x.rewards.to(torch.float64).view(-1, cfg.num_generations)
+        n = x.lengths.to(torch.float64).view(-1, x.num_generations)
+        r = x.rewards.to(torch.float64).view(-1, x.num_generations)
         adv = torch.where(r == 1, n.mean(1, keepdim=True) - n, torch.zeros_like(n))
         return adv.reshape(-1).to(x.rewards.dtype), ~adv.ne(0).any(1)
 

@@ -21,9 +21,9 @@ from tinygrpo.algorithm.allocation import (
     signal_probability,
 )
 from tinygrpo.algorithm.group_sizes import rows_of
-from tinygrpo.run.checks import ConfigError
+from tinygrpo.base.options import ConfigError
 from tinygrpo.run.config import GRPOConfig
-from tinygrpo.run.metrics_io import read_jsonl
+from tinygrpo.run.logs import read_jsonl
 
 
 def _total(p: torch.Tensor, units: list[int], unit: int) -> float:
@@ -106,12 +106,10 @@ def test_a_knapsack_round_samples_each_prompt_its_units_and_scores_each_group_as
     assert r.sizes == want and r.all_sizes == want and r.zero_std.shape == (P,)
     assert r.idx == [i for i, k in zip(nxt, want, strict=True) for _ in range(k)]
     assert r.completion_ids.size(0) == 2 * sum(want) == P * 4
-    cfg = AdvantageConfig("grpo", 2, "group")
+    cfg = AdvantageConfig(advantage_mode="grpo", scale_rewards="group")
     for j, k in enumerate(want):
         rows = rows_of(torch.tensor([j]), want, 2)
-        a, z = compute_advantages(
-            AdvantageInputs(r.rewards[rows]), AdvantageConfig(cfg.advantage_mode, 2 * k)
-        )
+        a, z = compute_advantages(AdvantageInputs(r.rewards[rows], 2 * k), cfg)
         assert torch.equal(r.advantages[rows], a) and bool(r.zero_std[j]) == bool(z[0])
         assert bool(r.has_signal[sum(want[:j])]) == (not bool(z[0]))
     assert (stats.samples - before)[nxt].tolist() == [2 * k for k in want]
@@ -192,7 +190,9 @@ def test_a_screen_round_spends_whole_groups_where_the_screen_differs(seed_refere
         screen = r.rewards[rows[:U]]
         if j > 0:  # (the hard prompt continues regardless)
             assert (k > 1) == bool(screen.max() > screen.min())
-        a, z = compute_advantages(AdvantageInputs(r.rewards[rows]), AdvantageConfig("grpo", k * U))
+        a, z = compute_advantages(
+            AdvantageInputs(r.rewards[rows], k * U), AdvantageConfig(advantage_mode="grpo")
+        )
         assert torch.equal(r.advantages[rows], a) and bool(r.zero_std[j]) == bool(z[0])
     texts = tr.prompts.texts
     assert r.prompts == [texts[i] for i in r.idx for _ in range(U)]
@@ -282,7 +282,9 @@ def test_an_until_signal_round_samples_each_prompt_until_its_rewards_differ(
         rows = rows_of(torch.tensor([j]), want, U)
         t = targets[j]
         assert r.rewards[rows].tolist() == [float(t is not None and s >= t) for s in range(1, k * U + 1)]
-        a, z = compute_advantages(AdvantageInputs(r.rewards[rows]), AdvantageConfig("grpo", k * U))
+        a, z = compute_advantages(
+            AdvantageInputs(r.rewards[rows], k * U), AdvantageConfig(advantage_mode="grpo")
+        )
         assert torch.equal(r.advantages[rows], a) and bool(r.zero_std[j]) == bool(z[0])
     assert (tr.prompt_stats.samples - before)[nxt].tolist() == [U * k for k in want]
     assert r.completion_ids.size(0) == U * sum(want) and r.completion_mask.shape == r.completion_ids.shape
@@ -313,7 +315,7 @@ def test_a_screen_on_two_processes_whose_rows_differ_runs_and_logs(seed_referenc
     per-function rewards, the metrics) takes as they are."""
     from _runs import launch_two
 
-    from tinygrpo.run.metrics_io import read_jsonl
+    from tinygrpo.run.logs import read_jsonl
 
     (tmp_path / "r.py").write_text(
         "import os\n"
@@ -381,7 +383,7 @@ def _cfg(**kw):
 def test_a_screen_spends_the_group_on_a_mixed_or_hard_prompt_never_on_one_never_solved():
     """Pass-rate estimate exactly 0 (never solved) is not 'hard': its alike screen stays alone; 0.3 is hard; a
     mixed screen always goes on; NaN (unseen) is neither."""
-    from tinygrpo.rollout.sampling_passes import screen
+    from tinygrpo.rollout.passes import screen
 
     calls = []
 
@@ -398,7 +400,7 @@ def test_a_screen_spends_the_group_on_a_mixed_or_hard_prompt_never_on_one_never_
 def test_a_unit_with_none_differs_by_its_valid_rewards_and_a_unit_of_nones_never_does():
     """[None, 0, 1, 0] differs (0 and 1); [None, None, None, None] has no two valid rewards: alike, under screen
     (no more samples) and until_signal (sampled again until the cap)."""
-    from tinygrpo.rollout.sampling_passes import reward_range, screen, until_signal
+    from tinygrpo.rollout.passes import reward_range, screen, until_signal
 
     lo, hi = reward_range(torch.tensor([[float("nan"), 0.0, 1.0, 0.0], [float("nan")] * 4]))
     assert (hi > lo).tolist() == [True, False]

@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 import train_grpo
 import train_sft
 from tinygrpo.data.problems import DATA_DIR
-from tinygrpo.run.validation import gigabytes, memory_budget
+from tinygrpo.model.memory import gigabytes, memory_budget
 
 # ------------------------------------------------------------------------------------------------ builders
 
@@ -881,8 +881,8 @@ def test_a_run_that_skips_some_steps_says_how_many(seed_reference, tmp_path, cap
 
 
 # ------------------------------------------------------------------------------------------------ train_sft.py
-# The SFT entry point shares GRPO's validation path (tinygrpo.run.config.check_fields) and its non-finite guard: every
-# bad setting is one exact line, rc 1, and no model is saved.
+# The SFT entry point shares GRPO's validation path (tinygrpo.base.options.check_options) and its non-finite guard:
+# every bad setting is one exact line, rc 1, and no model is saved.
 
 SFT = (
     "--dataset_name seed_bank --train_size 0 --max_steps 5 --per_device_train_batch_size 8 --n_embd 16 --n_head 2 --n_positions 16 "

@@ -2,7 +2,7 @@
 
 `_seed_*` below is written from the tutorial's code listing, with the tutorial's own building blocks (numpy
 advantages, Categorical.log_prob, torch.clamp/min, torch.distributions.kl.kl_divergence), and nothing from
-tinygrpo. tinygrpo.algorithm.bandit goes through tinygrpo.algorithm.core instead; the two must give the same runs, step for step.
+tinygrpo. tinygrpo.oracles.bandit goes through tinygrpo.algorithm.core instead; the two must give the same runs, step for step.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from _numerics import float32_tolerance
 from torch.distributions import Categorical
 
 from studies import bandit as bandit_study
-from tinygrpo.algorithm import bandit
+from tinygrpo.oracles import bandit
 
 # ---- transcription of demo.py ----
 N_A, N_B = 6, 6

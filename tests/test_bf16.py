@@ -8,7 +8,8 @@ from _lm import encode
 from test_grouped import PROMPTS, completions_with_eos
 
 from tinygrpo.model.backend import AutocastBackend, GenericBackend, GroupedBackend
-from tinygrpo.rollout.sampling import SamplingParams, completion_logits, sample_completions
+from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.rollout.sampling import completion_logits, sample_completions
 
 
 @pytest.mark.parametrize("grouped", [True, False])
@@ -28,13 +29,14 @@ def test_bf16_logits_are_the_float32_logits_to_bfloat16_precision(model, tok, gr
 def test_bf16_decoding_samples_valid_completions_on_both_paths(model, tok):
     ids, pmask = encode(tok, PROMPTS)
     for inner in (GroupedBackend(), GenericBackend()):
-        params = SamplingParams(6, temperature=1.0, generator=torch.Generator().manual_seed(3))
+        params = SamplingParams(6, temperature=1.0)
         ro = sample_completions(
             model,
             ids,
             pmask,
             4,
             params,
+            torch.Generator().manual_seed(3),
             eos_token_id=1,
             pad_token_id=0,
             backend=AutocastBackend(inner, "cpu"),
@@ -46,8 +48,8 @@ def test_bf16_decoding_samples_valid_completions_on_both_paths(model, tok):
 def test_a_bf16_training_step_keeps_float32_weights_and_moves_them(seed_reference, tmp_path):
     from tinygrpo.data.problems import load_split
     from tinygrpo.run.config import GRPOConfig
+    from tinygrpo.run.launch import load_model_and_tokenizer
     from tinygrpo.run.trainer import GRPOTrainer
-    from train_grpo import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(seed_reference, "model")
     ref, _ = load_model_and_tokenizer(seed_reference, "ref")

@@ -9,17 +9,17 @@ import pytest
 from transformers import EarlyStoppingCallback, TrainerCallback, TrainingArguments
 from transformers.trainer_callback import TrainerControl, TrainerState
 
-import train_grpo
 from tinygrpo.data.problems import load_split
 from tinygrpo.run.callbacks import transformers_names
 from tinygrpo.run.config import GRPOConfig
+from tinygrpo.run.launch import load_model_and_tokenizer
 from tinygrpo.run.trainer import GRPOTrainer
 
 pytestmark = pytest.mark.slow  # (GRPO runs of a few steps, about a second each)
 
 
 def _trainer(seed_reference, out, callbacks, **overrides) -> GRPOTrainer:
-    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    model, tok = load_model_and_tokenizer(seed_reference, "model_name_or_path")
     cfg = GRPOConfig(
         **{
             "output_dir": str(out),

@@ -1,5 +1,5 @@
 """`python -m studies.compare --quick`: every output exists, comparison.md says what results.json says, the
-format-only reference is near chance, and the tabular rows match `tinygrpo.algorithm.bandit.run_demo` recomputed here; the
+format-only reference is near chance, and the tabular rows match `tinygrpo.oracles.bandit.run_demo` recomputed here; the
 results file (docs/results/comparison.json) from synthetic runs, and the page drawn from it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from studies import results as results_module
 from studies.compare import cli, report, settings
-from tinygrpo.algorithm import bandit
+from tinygrpo.oracles import bandit
 
 # the quick run: ~20-40 s, it trains 4 tiny references and 8 short token-level runs
 slow = pytest.mark.slow
@@ -103,7 +103,7 @@ def test_format_only_reference_is_near_chance(quick_run):
 
 @slow
 def test_table_rows_equal_run_demo(quick_run):
-    """Recompute the tabular rows straight from tinygrpo.algorithm.bandit.run_demo (an independent path)."""
+    """Recompute the tabular rows straight from tinygrpo.oracles.bandit.run_demo (an independent path)."""
     _, res, _ = quick_run
     steps = res["settings"]["table_steps"]
     assert steps * bandit.DEMO_GROUP == res["settings"]["budget"]

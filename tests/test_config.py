@@ -14,18 +14,19 @@ from pathlib import Path
 import pytest
 
 import train_grpo
-from tinygrpo.run.callbacks import TRACKERS, report_trackers
+from tinygrpo.base.options import Bound, ConfigError, option_bounds, option_choices
+from tinygrpo.base.parser import ArgParser, _field_kind
 from tinygrpo.run.config import (
-    BOUNDS,
-    CHOICES,
-    Bound,
-    ConfigError,
+    TRACKERS,
     GRPOConfig,
     parse_config,
+    report_trackers,
 )
-from tinygrpo.run.recipe import ArgParser, _field_kind
 
 REPO = Path(train_grpo.__file__).resolve().parent
+# The single-field rules, derived from the fields' declarations (tinygrpo/base/options.py)
+BOUNDS = option_bounds(GRPOConfig)
+CHOICES = option_choices(GRPOConfig)
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "recipe.yaml") -> str:
@@ -376,9 +377,14 @@ def _edges(name: str, bound: Bound) -> list[tuple[object, object]]:
 CONTEXT = {"per_device_train_batch_size": {"num_generations": 2, "gradient_accumulation_steps": 2}}
 
 
+# Fields whose run is narrower than the field's own bound, by a rule of GRPOConfig's: temperature's field (SamplingParams,
+# the decoder's settings too) admits 0, greedy; the loss's log-probs divide by it, so a run's must be > 0.
+RUN_BOUNDS = {"temperature": Bound(0, lo_open=True)}
+
+
 @pytest.mark.parametrize("name", list(BOUNDS))
 def test_every_bound_rejects_just_outside_and_accepts_just_inside(name):
-    bound = BOUNDS[name]
+    bound = RUN_BOUNDS.get(name, BOUNDS[name])
     edges = _edges(name, bound)
     assert edges, name
     context = CONTEXT.get(name, {})
@@ -387,6 +393,20 @@ def test_every_bound_rejects_just_outside_and_accepts_just_inside(name):
             GRPOConfig(**{name: outside}, **context)
         assert str(e.value) == f"{name} must be {bound.describe()}, got {outside}"
         assert getattr(GRPOConfig(**{name: inside}, **context), name) == inside
+
+
+def test_temperature_field_admits_greedy_and_a_run_does_not():
+    from tinygrpo.rollout.config import SamplingParams
+
+    assert BOUNDS["temperature"].describe() == ">= 0 (0: greedy)"
+    assert SamplingParams(temperature=0.0).temperature == 0.0  # (the decoder's greedy setting)
+    for config in (SamplingParams, GRPOConfig):
+        with pytest.raises(ConfigError) as e:
+            config(temperature=-1.0)
+        assert str(e.value) == "temperature must be >= 0 (0: greedy), got -1.0"
+    with pytest.raises(ConfigError) as e:
+        GRPOConfig(temperature=0.0)
+    assert str(e.value) == "temperature must be > 0, got 0.0"
 
 
 @pytest.mark.parametrize(
@@ -473,7 +493,7 @@ def test_every_numeric_field_is_bounded_or_says_why_not():
     hints = typing.get_type_hints(GRPOConfig)
     numeric = {f.name for f in fields(GRPOConfig) if _numeric(hints[f.name])}
     assert numeric - set(BOUNDS) == set(UNBOUNDED), (
-        "bound the new field in config.BOUNDS, or say why not here"
+        "bound the new field (option(..., bound=...)), or say why not here"
     )
     for argv in (["--per_device_train_batch_size", "0"], ["--per_device_train_batch_size", "-8"]):
         with pytest.raises(ConfigError, match=r"^per_device_train_batch_size must be >= 1, got -?\d+$"):
@@ -572,7 +592,7 @@ def test_cli_error_is_one_line_without_traceback():
 def test_an_estimator_registered_as_binary_is_checked_as_pass_at_k():
     # A property of the estimator, not of the name pass_at_k: one registered later with binary_rewards is refused
     # with the KL in its rewards too, and GDPO's normalize_then_sum (which uses no estimator) is not.
-    from tinygrpo.algorithm.advantage_estimators import ADV_ESTIMATORS, needs_binary_rewards, register_adv_est
+    from tinygrpo.algorithm.advantage_estimators import ADV_ESTIMATORS, register_adv_est
 
     register_adv_est("binary_mode", binary_rewards=True)(lambda x, cfg: (x.rewards, x.rewards))
     try:
@@ -580,14 +600,12 @@ def test_an_estimator_registered_as_binary_is_checked_as_pass_at_k():
             ConfigError, match="^advantage_mode binary_mode needs rewards of 0 or 1, and use_kl"
         ):
             GRPOConfig(advantage_mode="binary_mode", use_kl_in_reward=True, beta=0.1)
-        assert needs_binary_rewards(GRPOConfig(advantage_mode="binary_mode"))
+        assert GRPOConfig(advantage_mode="binary_mode").binary_rewards
         gdpo = GRPOConfig(advantage_mode="binary_mode", multi_objective_aggregation="normalize_then_sum")
-        assert not needs_binary_rewards(gdpo)
+        assert not gdpo.binary_rewards
     finally:
         del ADV_ESTIMATORS["binary_mode"]
-    assert needs_binary_rewards(GRPOConfig(advantage_mode="pass_at_k")) and not needs_binary_rewards(
-        GRPOConfig()
-    )
+    assert GRPOConfig(advantage_mode="pass_at_k").binary_rewards and not GRPOConfig().binary_rewards
 
 
 # ================================================================================================ the command line
@@ -596,27 +614,26 @@ def test_an_estimator_registered_as_binary_is_checked_as_pass_at_k():
 def test_every_option_is_in_an_argument_group_of_the_help(capsys):
     import dataclasses
 
-    from tinygrpo.run.config import GRPOConfig
+    from tinygrpo.run.config import GROUPS, GRPOConfig
 
     groups = {}
     for f in dataclasses.fields(GRPOConfig):
         owner = next(c for c in GRPOConfig.__mro__ if f.name in c.__dict__.get("__annotations__", {}))
-        assert owner is not GRPOConfig, f"{f.name} is in no group: declare it in a mixin of options_*.py"
+        assert owner is not GRPOConfig, f"{f.name} is in no group: declare it in an option group"
         groups.setdefault(owner._argument_group_name, []).append(f.name)
     titles = [
         "model and data",
         "batches and steps",
         "sampling",
+        "generation and exploration",
         "rewards and advantages",
-        "exploration: which prompts, and sampling them again",
-        "loss",
-        "KL and entropy",
+        "loss, KL and entropy",
         "optimizer and schedule",
-        "seed and threads",
-        "checks before and during training",
-        "logging and saving",
+        "seed, threads and checks",
+        "logging, evaluation and saving",
     ]
     assert list(groups) == titles
+    assert [g._argument_group_name for g in GROUPS] == titles  # (GROUPS: the help's order)
     with pytest.raises(SystemExit):
         parse_config(["--help"])
     text = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""tinygrpo.algorithm.exact: the enumerated completion distribution against independent computations.
+"""tinygrpo.oracles.exact: the enumerated completion distribution against independent computations.
 
 Every test compares the oracle with something computed another way: a brute-force enumeration, the trainer's own
 scorer on single completions, Monte Carlo samples from `sample_completions` (within 5 standard errors), finite
@@ -19,12 +19,13 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from rewards import accuracy
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
-from tinygrpo.algorithm.bandit import TablePolicy
-from tinygrpo.algorithm.completion_space import completion_count, completion_space, enumerate_completions
 from tinygrpo.algorithm.core import selective_log_softmax
-from tinygrpo.algorithm.exact import exact_objective, score_completions
 from tinygrpo.model.backend import GenericBackend, GroupedBackend
-from tinygrpo.rollout.sampling import SamplingParams, completion_logits, sample_completions
+from tinygrpo.oracles.bandit import TablePolicy
+from tinygrpo.oracles.completion_space import completion_count, completion_space, enumerate_completions
+from tinygrpo.oracles.exact import exact_objective, score_completions
+from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.rollout.sampling import completion_logits, sample_completions
 
 PROMPTS = ["1+2=", "37+48="]  # different lengths: the batch is left-padded
 V, EOS, PAD = 14, 1, 0
@@ -147,8 +148,9 @@ def test_monte_carlo_reward_and_kl(tok):
         model, ids, mask, space, space_rewards(space, 2), temperature, ref_model=ref, grad=False
     )
 
-    params = SamplingParams(T, temperature, generator=torch.Generator().manual_seed(0))
-    ro = sample_completions(model, ids, mask, G, params, eos_token_id=EOS, pad_token_id=PAD)
+    params = SamplingParams(T, temperature)
+    gen = torch.Generator().manual_seed(0)
+    ro = sample_completions(model, ids, mask, G, params, gen, eos_token_id=EOS, pad_token_id=PAD)
     c = torch.nn.functional.pad(ro.completion_ids, (0, T - ro.completion_ids.size(1)), value=PAD)
     m = torch.nn.functional.pad(ro.completion_mask, (0, T - ro.completion_mask.size(1)))
     r = torch.tensor([synthetic_reward(row) for row in c.tolist()], dtype=torch.float64).view(2, G)
@@ -214,8 +216,9 @@ def test_score_function_estimator(tok):
     space = completion_space(V, EOS, PAD, T)
     res = exact_objective(model, ids, mask, space, space_rewards(space, 1), temperature)
 
-    params = SamplingParams(T, temperature, generator=torch.Generator().manual_seed(0))
-    ro = sample_completions(model, ids, mask, G, params, eos_token_id=EOS, pad_token_id=PAD)
+    params = SamplingParams(T, temperature)
+    gen = torch.Generator().manual_seed(0)
+    ro = sample_completions(model, ids, mask, G, params, gen, eos_token_id=EOS, pad_token_id=PAD)
     c, m = ro.completion_ids, ro.completion_mask
     r = torch.tensor(
         [synthetic_reward(row + [PAD] * (T - len(row))) for row in c.tolist()], dtype=torch.float64

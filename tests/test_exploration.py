@@ -14,12 +14,12 @@ from _numerics import same_math
 from _runs import cli, launch_two, reference_trainer, run_inproc
 from safetensors.torch import load_file
 
-from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.algorithm.policy_losses import LossConfig
 from tinygrpo.data.tasks.addition import problem_kinds
-from tinygrpo.rollout.batch import Batch
-from tinygrpo.rollout.prompt_stats import PromptStats, selection_weights
+from tinygrpo.rollout.prompts import PromptStats, selection_weights
+from tinygrpo.rollout.round import Batch
 from tinygrpo.run.config import ConfigError, GRPOConfig
-from tinygrpo.run.metrics_io import TIMING_PREFIXES, read_jsonl
+from tinygrpo.run.logs import TIMING_PREFIXES, read_jsonl
 from tinygrpo.update.loss_terms import explore_weights
 
 # ================================================================================================ statistics
@@ -164,7 +164,7 @@ def test_explore_weights_are_truncated_ratios_of_the_two_temperatures():
     )
     cfg = GRPOConfig(temperature=T, explore_importance_sampling_clip_max=C)
     logp = torch.log_softmax(logits / T, -1).gather(-1, ids[..., None])[..., 0]
-    got = explore_weights(logits, batch, logp, LossConfig.from_config(cfg))
+    got = explore_weights(logits, batch, logp, LossConfig.of(cfg), cfg.temperature)
     for i in range(n):
         for t in range(Tc):
             z = logits[i, t].tolist()

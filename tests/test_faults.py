@@ -32,8 +32,9 @@ from safetensors import SafetensorError
 import train_grpo
 import train_sft
 from tinygrpo.run import checkpoint as ckpt
-from tinygrpo.run import metrics_io, report
-from tinygrpo.run.metrics_io import read_jsonl_lines
+from tinygrpo.run import report
+from tinygrpo.run.logs import read_jsonl_lines
+from tinygrpo.run.report import curves
 
 ERRNOS = [errno.ENOSPC, errno.EFBIG, errno.EROFS]
 TORCH_WRITE_FAILED = "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
@@ -243,7 +244,7 @@ def small_figures(monkeypatch):
     from matplotlib.figure import Figure
 
     monkeypatch.setattr(report, "build_report", lambda run_dir, figures=True: "<!doctype html><p>report</p>")
-    monkeypatch.setattr(metrics_io, "curves_figure", lambda rows: Figure(figsize=(1, 1)))
+    monkeypatch.setattr(curves, "curves_figure", lambda rows: Figure(figsize=(1, 1)))
 
 
 @pytest.mark.parametrize("code", ERRNOS, ids=errno.errorcode.get)
@@ -333,7 +334,7 @@ def test_a_failed_write_of_the_sft_reference_is_one_line(site, code, tmp_path, m
 
 
 def test_a_real_file_size_limit_while_the_portable_reference_is_written(tmp_path, capfd):
-    # The portable kernels train in a child process (tinygrpo.run.sft.train_in_child), where no fault can be
+    # The portable kernels train in a child process (tinygrpo.sft.train.train_in_child), where no fault can be
     # injected from here: ulimit -f, which the child inherits (as it inherits Python's ignored SIGXFSZ), fails its
     # write of the weights (~0.13 MB) for real; the failure comes back as the same one line.
     out = tmp_path / "out"

@@ -15,8 +15,8 @@ from datasets import Dataset
 
 from tinygrpo.algorithm.forecast import forecast_signal, signal_probability
 from tinygrpo.data.problems import load_split
+from tinygrpo.rollout.evaluation import answer_beliefs
 from tinygrpo.rollout.prompts import left_pad
-from tinygrpo.run.evaluation import answer_beliefs
 
 
 @pytest.mark.parametrize("G", [2, 3, 5, 8])

@@ -2,8 +2,8 @@
 on top of a tiny, fast run. Every example must either stop at start-up with exactly one `error:` line on stderr and
 exit 1, or run to its end (exit 0) and save finite weights; never raise, crash, or run without bound.
 
-The values come from the dataclasses themselves: each field's type and, for GRPOConfig, its range (config.BOUNDS)
-or its choices (config.CHOICES): just inside, just outside, the extremes, and the wrong type as a string. A field
+The values come from the dataclasses themselves: each field's type, its choices (option_choices) and, for GRPOConfig,
+its range (option_bounds): just inside, just outside, the extremes, and the wrong type as a string. A field
 this file does not know how to fill fails the test (a new field is fuzzed, or this file says why not).
 
 Each example runs in a forked child of the test process: the imports are paid once, no state leaks from one example
@@ -43,9 +43,10 @@ from safetensors.torch import load_file
 import train_grpo
 import train_sft
 from rewards import REWARD_REGISTRY
-from tinygrpo.run.config import BOUNDS, CHOICES, Bound, GRPOConfig
-from tinygrpo.run.recipe import _field_kind  # (the parser's own reading of a field's annotation)
-from tinygrpo.run.sft_config import SFT_CHOICES, SFTConfig
+from tinygrpo.base.options import Bound, option_bounds, option_choices
+from tinygrpo.base.parser import _field_kind  # (the parser's own reading of a field's annotation)
+from tinygrpo.run.config import GRPOConfig
+from tinygrpo.sft.config import SFTConfig
 
 EXAMPLES = int(os.environ.get("TINYGRPO_FUZZ_EXAMPLES", "0"))
 # CI: an example takes 0.05-1 s (most end at start-up); with these the file takes ~60 s on one busy core.
@@ -58,6 +59,7 @@ MEMORY_LIMIT = 3 << 30  # bytes of address space a child may add; more is a size
 BIG, HUGE_EVEN = 2**31 - 1, 2**30
 NOT_A_NUMBER = ["x", "1.5e", ""]  # wrong types, as a command line gives them
 INF, NAN = math.inf, math.nan
+BOUNDS = option_bounds(GRPOConfig)  # each field's declared range
 
 
 # ================================================================================================ values per field
@@ -123,7 +125,7 @@ def _field_values(cls: type, skip: set[str], special: dict[str, list[str]]) -> d
         kind, is_list, nullable = _field_kind(hints[f.name])
         if f.name in special:
             values = special[f.name]
-        elif f.name in (choices := CHOICES if cls is GRPOConfig else SFT_CHOICES):
+        elif f.name in (choices := option_choices(cls)):
             allowed = list(choices[f.name])
             values = [*allowed, allowed[0].upper(), "nope", ""]
         elif kind is bool:

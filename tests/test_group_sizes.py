@@ -35,6 +35,13 @@ PER_GROUP = [
 ]
 
 
+def _cfg(mode: str, scale: str = "group", **kw) -> AdvantageConfig:
+    """The estimator's settings; pass@k at k = 1 (k < every G here: a group of one unit of 2)."""
+    return AdvantageConfig(
+        advantage_mode=mode, scale_rewards=scale, train_pass_k=1 if mode == "pass_at_k" else 4, **kw
+    )
+
+
 def _inputs(sizes: list[int], unit: int, seed: int, binary: bool) -> AdvantageInputs:
     gen = torch.Generator().manual_seed(seed)
     n = sum(sizes) * unit
@@ -45,7 +52,7 @@ def _inputs(sizes: list[int], unit: int, seed: int, binary: bool) -> AdvantageIn
         rewards[torch.rand(n, generator=gen) < 0.1] = float("nan")
     lengths = torch.randint(1, 9, (n,), generator=gen)
     greedy = torch.randint(0, 2, (sum(sizes),), generator=gen).float()  # one per unit (prompt row)
-    return AdvantageInputs(rewards, lengths=lengths, greedy_rewards=greedy)
+    return AdvantageInputs(rewards, unit, lengths=lengths, greedy_rewards=greedy)
 
 
 def _alone(x: AdvantageInputs, cfg: AdvantageConfig, sizes: list[int], unit: int, j: int):
@@ -54,10 +61,10 @@ def _alone(x: AdvantageInputs, cfg: AdvantageConfig, sizes: list[int], unit: int
     first_unit = sum(sizes[:j])
     sub = AdvantageInputs(
         x.rewards[rows],
+        sizes[j] * unit,
         lengths=x.lengths[rows],
         greedy_rewards=x.greedy_rewards[first_unit : first_unit + 1],
     )
-    cfg = AdvantageConfig(cfg.advantage_mode, sizes[j] * unit, cfg.scale_rewards, cfg.train_pass_k)
     return compute_advantages(sub, cfg)
 
 
@@ -71,7 +78,7 @@ def _alone(x: AdvantageInputs, cfg: AdvantageConfig, sizes: list[int], unit: int
 def test_each_group_gets_exactly_what_it_gets_alone(sizes, unit, estimator, seed):
     mode, scale = estimator
     x = _inputs(sizes, unit, seed, binary=mode == "pass_at_k")
-    cfg = AdvantageConfig(mode, unit, scale, train_pass_k=1)
+    cfg = _cfg(mode, scale)
     adv, zero_std = sized_advantages(x, cfg, sizes, unit)
     assert adv.shape == x.rewards.shape and zero_std.shape == (len(sizes),)
     for j in range(len(sizes)):
@@ -88,11 +95,10 @@ def test_one_size_is_the_uniform_batch_bit_for_bit(mode, scale, k):
     unit, groups = 4, 5
     sizes = [k] * groups
     x = _inputs(sizes, unit, 7, binary=mode == "pass_at_k")
-    cfg = AdvantageConfig(mode, unit, scale)
+    cfg = _cfg(mode, scale)
     first_units = torch.arange(groups) * k
     want = compute_advantages(
-        AdvantageInputs(x.rewards, x.lengths, x.greedy_rewards[first_units]),
-        AdvantageConfig(mode, k * unit, scale),
+        AdvantageInputs(x.rewards, k * unit, x.lengths, x.greedy_rewards[first_units]), cfg
     )
     got = sized_advantages(x, cfg, sizes, unit)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
@@ -104,10 +110,10 @@ def test_one_size_is_the_uniform_batch_bit_for_bit(mode, scale, k):
 @pytest.mark.parametrize(
     "cfg",
     [
-        AdvantageConfig("grpo", 4, "batch"),
-        AdvantageConfig("reinforce_pp", 4),
-        AdvantageConfig("reinforce_pp_baseline", 4),
-        AdvantageConfig("grpo", 4, multi_objective_aggregation="normalize_then_sum", reward_weights=(1.0,)),
+        _cfg("grpo", "batch"),
+        _cfg("reinforce_pp"),
+        _cfg("reinforce_pp_baseline"),
+        _cfg("grpo", multi_objective_aggregation="normalize_then_sum", reward_weights=[1.0]),
     ],
 )
 def test_estimators_that_read_the_batch_are_refused_for_several_sizes(cfg):

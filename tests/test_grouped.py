@@ -16,7 +16,8 @@ from _numerics import assert_same_math
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tiny_lm.grouped_layout import FrameCache
 from tinygrpo.model.backend import CacheDecoder, GenericBackend, GroupedBackend, select_backend
-from tinygrpo.rollout.sampling import SamplingParams, completion_logits, sample_completions
+from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.rollout.sampling import completion_logits, sample_completions
 
 BACKENDS = {True: GroupedBackend, False: GenericBackend}
 
@@ -178,10 +179,18 @@ def test_sampling_is_the_same_on_both_paths(model, tok, temperature):
     ids, pmask = encode(tok, PROMPTS)
     outs = []
     for grouped in (True, False):
-        params = SamplingParams(7, temperature, generator=torch.Generator().manual_seed(11))
+        params, gen = SamplingParams(7, temperature), torch.Generator().manual_seed(11)
         outs.append(
             sample_completions(
-                model, ids, pmask, 6, params, eos_token_id=EOS, pad_token_id=PAD, backend=BACKENDS[grouped]()
+                model,
+                ids,
+                pmask,
+                6,
+                params,
+                gen,
+                eos_token_id=EOS,
+                pad_token_id=PAD,
+                backend=BACKENDS[grouped](),
             )
         )
     a, b = outs

@@ -10,15 +10,8 @@ from pathlib import Path
 import pytest
 
 from tinygrpo.run.config import ConfigError
-from tinygrpo.run.metrics_io import (
-    JsonlError,
-    curve_panels,
-    curves_figure,
-    plot_metrics,
-    read_jsonl,
-    read_jsonl_lines,
-    truncate_after_step,
-)
+from tinygrpo.run.logs import JsonlError, read_jsonl, read_jsonl_lines, truncate_after_step
+from tinygrpo.run.report.curves import curve_panels, curves_figure, plot_metrics
 
 LOGS = ("metrics.jsonl", "completions.jsonl", "prompt_stats.jsonl", "eval_failures.jsonl", "beliefs.jsonl")
 ROWS = [{"step": 1, "reward": 0.5}, {"step": 2, "reward": 0.75, "note": "é"}]

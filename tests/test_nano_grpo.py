@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 import nano_grpo
 import train_grpo
-from tinygrpo.run.sft import SFTConfig, train_reference
+from tinygrpo.sft.train import SFTConfig, train_reference
 
 REPO = Path(train_grpo.__file__).resolve().parent
 STEPS, G, BATCH = 20, 8, 128  # 16 prompts x 8 completions a step

@@ -18,24 +18,21 @@ import torch
 from _runs import reference_trainer, run_inproc
 from safetensors.torch import load_file
 
-from tinygrpo.algorithm.core import aggregate_loss
-from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.algorithm.core import aggregate_loss, entropy_threshold, high_entropy_mask, off_policy_mask
 from tinygrpo.algorithm.policy_losses import (
     POLICY_LOSSES,
+    LossConfig,
     cispo_surrogate,
-    entropy_threshold,
     gmpo_surrogate,
-    high_entropy_mask,
-    off_policy_mask,
     register_policy_loss,
     sapo_surrogate,
     vespo_surrogate,
 )
-from tinygrpo.rollout.batch import Batch
+from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.rollout.round import Batch
 from tinygrpo.run.config import ConfigError, GRPOConfig
-from tinygrpo.run.metrics_io import TIMING_PREFIXES, read_jsonl
+from tinygrpo.run.logs import TIMING_PREFIXES, read_jsonl
 from tinygrpo.update.loss import EntropyCoefficient, LossInputs, grpo_loss
-from tinygrpo.update.policy_update import UpdateConfig
 
 F64 = {"rtol": 1e-12, "atol": 1e-12}
 LENGTHS = [5, 3, 1, 4, 2, 5, 3]  # ragged rows of a (7, 5) batch
@@ -323,7 +320,7 @@ def test_token_level_matches_tabular_bandit(loss_type):
     )
     old_logps = torch.log_softmax(old_table[qs_t], -1).gather(-1, ids)
     inputs = LossInputs(batch, rows=B, tokens=torch.tensor(float(B)), old_logps=old_logps)
-    loss, _ = grpo_loss(table[qs_t].unsqueeze(1), inputs, LossConfig.from_config(cfg))
+    loss, _ = grpo_loss(table[qs_t].unsqueeze(1), inputs, LossConfig.of(cfg), SamplingParams.of(cfg))
     (grad,) = torch.autograd.grad(loss, table)
 
     # the transcription, on the table: every aggregation of one-token rows is the mean over the B samples
@@ -484,7 +481,7 @@ def _run_loss(logits, batch, cfg, old_logps=None, ref_logps=None, **kw):
         old_logps=old_logps,
         ref_logps=ref_logps,
     )
-    loss, stats = grpo_loss(logits, inputs, LossConfig.from_config(cfg), **kw)
+    loss, stats = grpo_loss(logits, inputs, LossConfig.of(cfg), SamplingParams.of(cfg), **kw)
     (grad,) = torch.autograd.grad(loss, logits)
     return loss, grad, stats
 
@@ -498,7 +495,7 @@ def test_luspo_sums_each_rows_tokens_and_averages_over_the_whole_mini_batch(leve
     A, rows = batch.advantages.tolist(), len(LOGIT_LENGTHS) + 2
     cfg = GRPOConfig(loss_type="luspo", importance_sampling_level=level)
     inputs = LossInputs(batch, rows=rows, tokens=batch.completion_mask.sum() + 5)
-    loss, _ = grpo_loss(logits, inputs, LossConfig.from_config(cfg))
+    loss, _ = grpo_loss(logits, inputs, LossConfig.of(cfg), SamplingParams.of(cfg))
     (grad,) = torch.autograd.grad(loss, logits)
     value = sum(-A[b] * n / rows for b, n in enumerate(LOGIT_LENGTHS))
     torch.testing.assert_close(loss, torch.tensor(value, dtype=torch.float64), **F64)
@@ -633,7 +630,7 @@ def test_entropy_coefficient_follows_trls_adaptive_rule():
         entropy_target=0.5,
     )
     entropies = [0.9, 0.4, 0.4, 0.4, 0.5, 0.7, 0.6, 0.65, 0.8, 0.1]
-    ec, loss_cfg = EntropyCoefficient(cfg.entropy_coef), LossConfig.from_config(cfg)
+    ec, loss_cfg = EntropyCoefficient(cfg.entropy_coef), LossConfig.of(cfg)
     # TRL 1.16 (_compute_loss): the coefficient applied in a step is the one set at the end of the previous step,
     # and only when that step's entropy was at or below the target (none measured yet: inf, no bonus); then it
     # moves by delta, up at or below the target, down above it, clamped to [min, max].
@@ -652,9 +649,9 @@ def test_entropy_coefficient_follows_trls_adaptive_rule():
     assert max(path) == cfg.entropy_coef_max and min(path) == cfg.entropy_coef_min  # both clamps acted
     static = GRPOConfig(entropy_coef=0.3)
     ec = EntropyCoefficient(static.entropy_coef)
-    ec.update(0.0, LossConfig.from_config(static))
+    ec.update(0.0, LossConfig.of(static))
     assert (
-        ec.applied(LossConfig.from_config(static)) == 0.3 and ec.value == 0.3
+        ec.applied(LossConfig.of(static)) == 0.3 and ec.value == 0.3
     )  # not adaptive: constant, always applied
 
 
@@ -761,7 +758,7 @@ def test_entropy_bonus_logs_its_coefficient_and_trains_zero_advantage_groups(see
     assert zero.any() and not zero.all()
     assert tr.update.active_groups(batch).tolist() == list(range(batch.num_groups))
     # without the bonus those groups are skipped (the update reads its own config: built again without it)
-    tr.update.cfg = UpdateConfig.of(replace(tr.cfg, entropy_coef=0.0))
+    tr.update.loss_cfg = LossConfig.of(replace(tr.cfg, entropy_coef=0.0))
     assert tr.update.active_groups(batch).tolist() == torch.nonzero(~zero).flatten().tolist()
 
 

@@ -37,8 +37,8 @@ def test_committed_files_equal_builder_output(tmp_path):
 
 
 def test_validation_is_carved_from_train_out_of_the_reference_sft_sample(addition):
-    # The SFT sample as tinygrpo.run.sft draws it (datasets' shuffle with the default seed), computed by datasets itself.
-    from tinygrpo.run.sft import SFTConfig
+    # The SFT sample as tinygrpo.sft.train draws it (datasets' shuffle with the default seed), computed by datasets itself.
+    from tinygrpo.sft.train import SFTConfig
 
     cfg = SFTConfig()
     train = load_split("addition", "train")

@@ -13,13 +13,14 @@ from datasets import Dataset
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM, build_tokenizer
 from tiny_lm.tokenization_tiny_lm import EOS_TOKEN as EOS
+from tinygrpo.base.options import ConfigError
 from tinygrpo.data.task import get_task
 from tinygrpo.data.tasks import multiplication
+from tinygrpo.data.verifier import Verifier, format_counts, format_metrics
+from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.rollout.evaluation import held_out_metrics
 from tinygrpo.rollout.prompts import left_pad
-from tinygrpo.rollout.sampling import SamplingParams
-from tinygrpo.run.checks import ConfigError
-from tinygrpo.run.evaluation import Verifier, format_counts, format_metrics, held_out_metrics
-from tinygrpo.run.sft import SFTConfig, training_targets
+from tinygrpo.sft.train import SFTConfig, training_targets
 
 
 def _train(n: int = 200) -> Dataset:

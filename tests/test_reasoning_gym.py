@@ -14,7 +14,7 @@ import pytest
 import train_grpo
 from rewards import EOS, resolve_reward
 from tinygrpo.data.task import get_task, task_of_dataset
-from tinygrpo.run.evaluation import Verifier
+from tinygrpo.data.verifier import Verifier
 
 rg = (
     importlib.import_module("reasoning_gym") if os.environ.get("CI") else pytest.importorskip("reasoning_gym")

@@ -24,7 +24,7 @@ from _runs import ENV, LAUNCH, LAUNCH_ENV, REPO, TWO_CPU_PROCESSES, cli, run_inp
 from safetensors.torch import load_file
 
 from tinygrpo.run import checkpoint as ckpt
-from tinygrpo.run.metrics_io import TIMING_PREFIXES, read_jsonl
+from tinygrpo.run.logs import TIMING_PREFIXES, read_jsonl
 
 # The kill/resume runs: long enough (N steps of ~15-50 ms) that a poller catches the run mid-way after its first
 # checkpoints; every step logged, so that resume has lines to truncate.
@@ -387,7 +387,7 @@ def test_a_second_ctrl_c_during_the_end_writes_names_what_is_missing(
 ):
     """Only a second Ctrl-C stops the end-of-run writes: the line names the files not written, the checkpoint kept,
     and the command that writes the report from the run's logs (which then works)."""
-    from tinygrpo.run import run_end
+    from tinygrpo.run import checkpoint as run_end
 
     def interrupted(run_dir, figures=True):
         raise KeyboardInterrupt
@@ -806,9 +806,9 @@ def test_two_processes_stop_together_when_the_main_one_cannot_write_a_checkpoint
 def test_the_trainer_api_refuses_to_resume_a_run_trained_with_other_settings(seed_reference, tmp_path):
     # train_grpo.py checks the settings before it loads anything; a script that calls GRPOTrainer.train() with a
     # checkpoint gets the same check from the trainer itself.
-    import train_grpo
     from tinygrpo.data.problems import load_split
     from tinygrpo.run.config import ConfigError, GRPOConfig
+    from tinygrpo.run.launch import load_model_and_tokenizer
     from tinygrpo.run.trainer import GRPOTrainer
 
     out = tmp_path / "run"
@@ -816,7 +816,7 @@ def test_the_trainer_api_refuses_to_resume_a_run_trained_with_other_settings(see
         run_inproc(seed_reference, out, *"--max_steps 2 --save_steps 2 --dataset_test_split".split(), "") == 0
     )
     saved = json.loads((out / "checkpoint-2" / ckpt.CONFIG_FILE).read_text())
-    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    model, tok = load_model_and_tokenizer(seed_reference, "model_name_or_path")
     cfg = GRPOConfig(**{**saved, "learning_rate": saved["learning_rate"] * 2})
     trainer = GRPOTrainer(cfg, model, tok, load_split("seed_bank", "train"))
     with pytest.raises(

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from _runs import run_inproc
 
-from tinygrpo.run.metrics_io import plot_metrics, read_jsonl
+from tinygrpo.run.logs import read_jsonl
 from tinygrpo.run.report import REPORT_FILE, build_report, main
+from tinygrpo.run.report.curves import plot_metrics
 from tinygrpo.run.report.html import NO_FIGURE
 
 SECTIONS = ("run", "curves", "groups", "tokens", "prompts", "beliefs")
@@ -278,7 +279,7 @@ def test_report_that_cannot_be_written_is_an_error_line_naming_the_file_and_the_
 
 @pytest.mark.slow
 def test_the_report_inlines_the_figure_of_plots_png(run_dir, tmp_path):
-    """One builder (metrics_io.curves_figure): plots.png and the report's curves are the same picture, pixel for pixel."""
+    """One builder (report.curves.curves_figure): plots.png and the report's curves are the same picture, pixel for pixel."""
     plot_metrics(run_dir / "metrics.jsonl", tmp_path / "plots.png")
     curves = build_report(run_dir).split('<section id="curves">')[1].split("</section>")[0]
     data = re.search(r'src="data:image/png;base64,([^"]+)"', curves)[1]
@@ -429,7 +430,7 @@ def test_the_prompts_by_their_latest_group_are_the_curves_panel_in_its_words_and
     """The text under the heatmap and the curves' panel read the same counts (metrics.jsonl's, by the latest group)
     with the same words, solved included (before: the panel left `solved` out and the text counted the heatmap's
     moving averages with the same words: other numbers)."""
-    from tinygrpo.run.metrics_io import curves_figure
+    from tinygrpo.run.report.curves import curves_figure
     from tinygrpo.run.report.prompts import section_prompts
 
     counts = [(5, 3, 1, 1), (3, 2, 4, 1)]  # at steps 10 and 20, in PROMPT_GROUP_WORDS' order
@@ -454,7 +455,7 @@ def test_the_prompts_by_their_latest_group_are_the_curves_panel_in_its_words_and
 def test_a_curve_of_fewer_than_three_points_is_markers_alone():
     """Early in a run (or in a short one) held-out accuracy has two points, the step-0 evaluation and the next, and a
     line between them draws a trend nobody measured: such a curve is markers alone, a longer one a line."""
-    from tinygrpo.run.metrics_io import curves_figure
+    from tinygrpo.run.report.curves import curves_figure
 
     metrics = [{"step": 0, "eval/accuracy": 0.5, "time/elapsed": 0.0, "num_completions": 0}]
     metrics += [{"step": s, "reward": 0.1 * s, "time/elapsed": s, "num_completions": 8 * s} for s in (10, 20)]

@@ -12,14 +12,11 @@ from _numerics import assert_same_math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tinygrpo.base.options import ConfigError
 from tinygrpo.model.backend import GenericBackend, GroupedBackend, select_backend
 from tinygrpo.model.text import decode_completions, decode_rows
-from tinygrpo.rollout.sampling import (
-    SamplingParams,
-    completion_logits,
-    sample_completions,
-    sample_from_logits,
-)
+from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.rollout.sampling import completion_logits, sample_completions, sample_from_logits
 
 PROMPTS = ["1+2=", "37+48=", "5+55=", "9+0="]  # different lengths, so the batch is left-padded
 EOS, PAD = 1, 0
@@ -62,9 +59,9 @@ def test_greedy_rows_equal_generate(model, tok, G, backend):
 def test_sampled_mask_and_padding(model, tok, backend):
     ids, mask = encode(tok, PROMPTS)
     gen = torch.Generator().manual_seed(0)
-    params = SamplingParams(10, temperature=3.0, generator=gen)
+    params = SamplingParams(10, temperature=3.0)
     ro = sample_completions(
-        model, ids, mask, 16, params, eos_token_id=EOS, pad_token_id=PAD, backend=backend()
+        model, ids, mask, 16, params, gen, eos_token_id=EOS, pad_token_id=PAD, backend=backend()
     )
     c, m = ro.completion_ids, ro.completion_mask
     assert c.shape == m.shape and c.size(0) == len(PROMPTS) * 16
@@ -104,9 +101,9 @@ def test_seeded_sampling_is_reproducible(model, tok):
 
     def run(seed):
         g = torch.Generator().manual_seed(seed)
-        params = SamplingParams(8, temperature=1.5, generator=g)
+        params = SamplingParams(8, temperature=1.5)
         return sample_completions(
-            model, ids, mask, 4, params, eos_token_id=EOS, pad_token_id=PAD
+            model, ids, mask, 4, params, g, eos_token_id=EOS, pad_token_id=PAD
         ).completion_ids
 
     a, b, c = run(7), run(7), run(8)
@@ -170,14 +167,14 @@ CHI2_CRIT = 25.0  # chi-square, 5 degrees of freedom: P(X > 20.5) = 0.001; 25 le
 
 
 def sampler(**kw) -> SamplingParams:
-    """The sampler's settings (max_new_tokens is the decoding loop's, unused by one draw)."""
+    """The sampler's settings (max_completion_length is the decoding loop's, unused by one draw)."""
     return SamplingParams(1, **kw)
 
 
 def draw(temperature=1.0, top_k=0, top_p=1.0, seed=0):
     g = torch.Generator().manual_seed(seed)
-    params = sampler(temperature=temperature, top_k=top_k, top_p=top_p, generator=g)
-    out = sample_from_logits(LOGITS.expand(N_DRAWS, -1), params)
+    params = sampler(temperature=temperature, top_k=top_k, top_p=top_p)
+    out = sample_from_logits(LOGITS.expand(N_DRAWS, -1), params, g)
     return torch.bincount(out, minlength=LOGITS.numel()).double()
 
 
@@ -223,8 +220,8 @@ def test_sampler_truncation(top_k, top_p, kept):
 def test_top_p_boundary(top_p, n_kept):
     # One row at a time: which of the tied tokens are kept may differ between rows of a batch, not their number.
     g = torch.Generator().manual_seed(0)
-    params = sampler(top_p=top_p, generator=g)
-    seen = {int(sample_from_logits(torch.zeros(1, 4), params)) for _ in range(300)}
+    params = sampler(top_p=top_p)
+    seen = {int(sample_from_logits(torch.zeros(1, 4), params, g)) for _ in range(300)}
     assert len(seen) == n_kept
 
 
@@ -232,8 +229,8 @@ def test_top_k_1_and_tiny_top_p_are_argmax():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(500, 14, generator=g) * 3
     argmax = logits.argmax(-1)
-    assert torch.equal(sample_from_logits(logits, sampler(top_k=1, generator=g)), argmax)
-    assert torch.equal(sample_from_logits(logits, sampler(top_p=1e-6, generator=g)), argmax)
+    assert torch.equal(sample_from_logits(logits, sampler(top_k=1), g), argmax)
+    assert torch.equal(sample_from_logits(logits, sampler(top_p=1e-6), g), argmax)
     greedy = SamplingParams.greedy(1)  # temperature 0
     assert torch.equal(sample_from_logits(logits, greedy), argmax)
 
@@ -241,7 +238,7 @@ def test_top_k_1_and_tiny_top_p_are_argmax():
 @pytest.mark.parametrize(
     "bad",
     [
-        {"max_new_tokens": -1},
+        {"max_completion_length": -1},
         {"temperature": -0.5},
         {"temperature": float("nan")},
         {"top_k": -1},
@@ -250,15 +247,15 @@ def test_top_k_1_and_tiny_top_p_are_argmax():
     ],
 )
 def test_sampling_params_reject_settings_out_of_range(bad):
-    with pytest.raises(ValueError, match=next(iter(bad))):
-        SamplingParams(**{"max_new_tokens": 4, **bad})
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        SamplingParams(**{"max_completion_length": 4, **bad})
 
 
 def test_sampler_generator_reproducible():
     logits = torch.zeros(1000, 14)
-    a = sample_from_logits(logits, sampler(generator=torch.Generator().manual_seed(3)))
-    b = sample_from_logits(logits, sampler(generator=torch.Generator().manual_seed(3)))
-    c = sample_from_logits(logits, sampler(generator=torch.Generator().manual_seed(4)))
+    a = sample_from_logits(logits, sampler(), torch.Generator().manual_seed(3))
+    b = sample_from_logits(logits, sampler(), torch.Generator().manual_seed(3))
+    c = sample_from_logits(logits, sampler(), torch.Generator().manual_seed(4))
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 

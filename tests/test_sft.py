@@ -1,4 +1,4 @@
-"""tinygrpo.run.sft and train_sft.py: the SFT recipe for the reference policy."""
+"""tinygrpo.sft.train and train_sft.py: the SFT recipe for the reference policy."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import tiny_lm  # noqa: F401 - registers the model with the Auto classes
 from tiny_lm import build_tokenizer
 from tinygrpo.data.problems import load_split
 from tinygrpo.data.tasks.seed_bank import build_seed_bank
-from tinygrpo.run.sft import SFTConfig, encode_examples, train_reference
+from tinygrpo.sft.train import SFTConfig, encode_examples, train_reference
 
 REPO = Path(__file__).resolve().parent.parent
 CHANCE = 1 / 13  # the seed bank's answers are one of the 11 sums 0..10; ~1/13 allows for format errors

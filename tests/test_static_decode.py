@@ -15,7 +15,9 @@ from test_tool_calls import CALC, _model, tok  # noqa: F401  (tok: the module's 
 from benchmarks._host_reads import HostReads
 from tinygrpo.model.backend import GenericBackend, GroupedBackend
 from tinygrpo.model.static_shapes import bucket_size, pad_to_buckets
-from tinygrpo.rollout.sampling import SamplingParams, sample_completions
+from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.rollout.sampling import sample_completions
+from tinygrpo.rollout.static_decode import sample_static
 from tinygrpo.rollout.tool_calls import ToolUse
 
 BACKENDS = {"grouped": GroupedBackend, "generic": GenericBackend}
@@ -51,19 +53,12 @@ def _both(model, prompts, G, params, tok, backend, tools=None, capture=None, see
     out = []
     for static in (False, True):
         gen = torch.Generator().manual_seed(seed)
-        ro = sample_completions(
-            model,
-            enc["input_ids"],
-            enc["attention_mask"],
-            G,
-            dataclasses.replace(params, generator=gen),
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-            backend=kept if static and kept is not None else fresh(),
-            tools=tools,
-            static=static,
-            capture=capture if static else None,
-        )
+        kw = dict(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tools=tools)
+        args = (model, enc["input_ids"], enc["attention_mask"], G, params, gen)
+        if static:
+            ro = sample_static(*args, **kw, backend=kept if kept is not None else fresh(), capture=capture)
+        else:
+            ro = sample_completions(*args, **kw, backend=fresh())
         out.append((ro, gen.get_state()))
     return out
 
@@ -101,7 +96,7 @@ def test_the_static_decode_samples_todays_completions_and_leaves_the_generator_a
     if (
         captured
     ):  # (6 steps, not 12: the trace costs a second per 5 steps on the CPU, and 6 show every branch)
-        params = dataclasses.replace(params, max_new_tokens=6)
+        params = dataclasses.replace(params, max_completion_length=6)
     (eager, state_e), (static, state_s) = _both(model, prompts, 6, params, tok, backend, capture=replay)
     _same(eager, static)
     assert torch.equal(state_e, state_s)  # the next draw is the same: the training run goes on as today
@@ -132,21 +127,18 @@ def _reads(tok, backend: str, steps: int, static: bool, capture=None) -> int:  #
     model = _model(tok, 2)
     enc = tok(["12*34=", "7*8=", "3*3="], padding=True, return_tensors="pt")
     be = BACKENDS[backend]()
-    params = SamplingParams(steps, 1.0, generator=torch.Generator().manual_seed(0))
+    params = SamplingParams(steps, 1.0)
+    args = (model, enc["input_ids"], enc["attention_mask"], 8, params, torch.Generator().manual_seed(0))
     # (a prompt that never emits <eos> early: every run decodes all its steps)
+    kw = dict(
+        eos_token_id=-1, pad_token_id=tok.pad_token_id, backend=be
+    )  # (-1: no row ends, every step runs)
     with HostReads() as reads:
-        sample_completions(
-            model,
-            enc["input_ids"],
-            enc["attention_mask"],
-            8,
-            params,
-            eos_token_id=-1,  # (no row ends: the loop runs every step)
-            pad_token_id=tok.pad_token_id,
-            backend=be,
-            static=static,
-            capture=capture,
-        )
+        if static:
+            sample_static(*args, **kw, capture=capture)
+        else:
+            assert capture is None
+            sample_completions(*args, **kw)
     return reads.count
 
 
@@ -176,7 +168,7 @@ def test_a_run_with_static_shapes_trains_as_today(seed_reference, tmp_path, monk
 
     import tiny_lm.static_decoder as static_decoder
     import tinygrpo.run.trainer as trainer
-    from tinygrpo.run.metrics_io import read_jsonl
+    from tinygrpo.run.logs import read_jsonl
 
     common = [
         *"--dataset_test_split none --num_generations 4 --per_device_train_batch_size 40 --max_completion_length 3".split(),

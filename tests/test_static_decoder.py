@@ -15,7 +15,8 @@ from tiny_lm.grouped import GroupedDecoder
 from tiny_lm.static_decoder import StaticGroupedDecoder
 from tinygrpo.model.backend import GroupedBackend
 from tinygrpo.model.static_shapes import pad_to_buckets
-from tinygrpo.rollout.sampling import SamplingParams, sample_completions
+from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.rollout.static_decode import sample_static
 
 PROMPTS = ["12*34=", "7*8=", "3=", "99*99=", "5*6=7"]
 
@@ -155,16 +156,16 @@ def test_a_decoder_the_backend_drops_lets_go_of_its_graphs(tok):  # noqa: F811
     cycle collector with its buffers)."""
     model, be = _model(tok, 1), GroupedBackend()
     ids, mask = _prompts(tok)
-    params = SamplingParams(3, 1.0, generator=torch.Generator().manual_seed(0))
-    sample_completions(
+    params = SamplingParams(3, 1.0)
+    sample_static(
         model,
         *_prompts(tok),
         2,
         params,
+        torch.Generator().manual_seed(0),
         eos_token_id=1,
         pad_token_id=0,
         backend=be,
-        static=True,
         capture=TracedCapture(),
     )
     first = be.static_decoder(model, ids, mask, 2, 3, TracedCapture())

@@ -13,7 +13,7 @@ import pytest
 from studies import _runs, sweep
 from studies import results as results_module
 from tinygrpo.run.config import parse_config
-from tinygrpo.run.metrics_io import read_jsonl
+from tinygrpo.run.logs import read_jsonl
 
 # ================================================================================================ synthetic runs
 

@@ -21,7 +21,7 @@ from rewards import EOS, resolve_reward
 from rewards.countdown import parse_expression
 from tinygrpo.data.task import Task, get_task, register_task, task_names, task_of_dataset, task_of_reference
 from tinygrpo.data.tasks import countdown, multiplication
-from tinygrpo.run.evaluation import Verifier
+from tinygrpo.data.verifier import Verifier
 
 REPO = Path(train_grpo.__file__).resolve().parent
 TASKS = task_names()

@@ -14,12 +14,13 @@ from _numerics import F64_EPS
 
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tiny_lm.tokenization_tiny_lm import build_tokenizer
-from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.algorithm.policy_losses import LossConfig
 from tinygrpo.model.backend import GenericBackend, GroupedBackend
 from tinygrpo.model.text import decode_completions
-from tinygrpo.rollout.batch import Batch
+from tinygrpo.rollout.config import SamplingParams
 from tinygrpo.rollout.environment import OUTCOMES, Environment, get_environment
-from tinygrpo.rollout.sampling import SamplingParams, completion_logits, decode, sample_completions
+from tinygrpo.rollout.round import Batch
+from tinygrpo.rollout.sampling import completion_logits, decode, sample_completions
 from tinygrpo.rollout.tool_calls import ToolUse, policy_mask
 from tinygrpo.run.config import GRPOConfig
 from tinygrpo.update.loss import LossInputs, grpo_loss
@@ -243,10 +244,10 @@ def test_the_environment_tokens_of_a_real_rollout_are_exactly_the_tools_output(t
     model = _model(tok, 0)
     enc = tok(["12*34=", "7*8="], padding=True, return_tensors="pt")
     be = GroupedBackend() if backend == "grouped" else GenericBackend()
-    params = SamplingParams(24, 1.5, generator=torch.Generator().manual_seed(3))
+    params, gen = SamplingParams(24, 1.5), torch.Generator().manual_seed(3)
     use = ToolUse(CALC, tok, max_calls=3)
     kw = dict(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, backend=be, tools=use)
-    ro = sample_completions(model, enc["input_ids"], enc["attention_mask"], 128, params, **kw)
+    ro = sample_completions(model, enc["input_ids"], enc["attention_mask"], 128, params, gen, **kw)
     calls = 0
     for i in range(ro.completion_ids.size(0)):
         n = int(ro.completion_mask[i].sum())
@@ -265,9 +266,9 @@ def test_the_environment_tokens_of_a_real_rollout_are_exactly_the_tools_output(t
     assert calls > 20  # (the test needs calls)
     assert not ro.tool_mask[ro.completion_mask == 0].any()
     if backend == "generic":  # the grouped decode drew the very same completions
-        params = SamplingParams(24, 1.5, generator=torch.Generator().manual_seed(3))
+        gen = torch.Generator().manual_seed(3)
         kw["backend"] = GroupedBackend()
-        other = sample_completions(model, enc["input_ids"], enc["attention_mask"], 128, params, **kw)
+        other = sample_completions(model, enc["input_ids"], enc["attention_mask"], 128, params, gen, **kw)
         assert torch.equal(other.completion_ids, ro.completion_ids) and torch.equal(
             other.tool_mask, ro.tool_mask
         )
@@ -278,7 +279,7 @@ def _tool_batch(tok, seed: int = 0, dtype=torch.float64):
     """A real rollout with tool calls, as the update sees it: the environment's tokens out of the mask."""
     model = _model(tok, seed).to(dtype)
     enc = tok(["12*34=", "7*8="], padding=True, return_tensors="pt")
-    params = SamplingParams(20, 1.5, generator=torch.Generator().manual_seed(seed))
+    params = SamplingParams(20, 1.5)
     use = ToolUse(CALC, tok, max_calls=3)
     ro = sample_completions(
         model,
@@ -286,6 +287,7 @@ def _tool_batch(tok, seed: int = 0, dtype=torch.float64):
         enc["attention_mask"],
         16,
         params,
+        torch.Generator().manual_seed(seed),
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         tools=use,
@@ -334,7 +336,12 @@ def test_the_loss_has_exactly_no_gradient_on_the_environments_tokens(tok, backen
     )
     num_items = batch.completion_mask.sum() if cfg.loss_type == "dapo" else None
     loss, _ = grpo_loss(
-        logits, inputs, LossConfig.from_config(cfg), num_items, entropy_coef=fields.get("entropy_coef", 0.0)
+        logits,
+        inputs,
+        LossConfig.of(cfg),
+        SamplingParams.of(cfg),
+        num_items,
+        entropy_coef=fields.get("entropy_coef", 0.0),
     )
     loss.backward()
     g = logits.grad.abs().sum(-1)  # (n, Tc)
@@ -355,7 +362,7 @@ def test_the_masked_loss_is_the_sum_without_the_environments_tokens(tok):
     cfg = GRPOConfig(num_generations=16, max_completion_length=20, beta=0.1, loss_type="grpo")
     n = batch.completion_ids.size(0)
     inputs = LossInputs(batch, rows=n, tokens=batch.completion_mask.sum(), ref_logps=ref_lp)
-    loss, _ = grpo_loss(logits, inputs, LossConfig.from_config(cfg))
+    loss, _ = grpo_loss(logits, inputs, LossConfig.of(cfg), SamplingParams.of(cfg))
     expected = 0.0
     own = (ro.completion_mask.bool() & ~ro.tool_mask).tolist()
     for i in range(n):
@@ -375,7 +382,9 @@ def test_the_masked_loss_is_the_sum_without_the_environments_tokens(tok):
         batch.rewards,
     )
     inputs = LossInputs(counted, rows=n, tokens=counted.completion_mask.sum(), ref_logps=ref_lp)
-    assert grpo_loss(logits, inputs, LossConfig.from_config(cfg))[0].item() != pytest.approx(expected)
+    assert grpo_loss(logits, inputs, LossConfig.of(cfg), SamplingParams.of(cfg))[0].item() != pytest.approx(
+        expected
+    )
 
 
 def test_decoded_completions_keep_the_replies(tok):
@@ -438,7 +447,7 @@ def test_a_run_with_the_calculator_trains_logs_and_reports_the_environments_toke
 # ------------------------------------------------------------------------------------------------ the reference
 def test_a_targets_replies_are_found_checked_and_left_out_of_the_sft_loss(tok):
     from tinygrpo.rollout.tool_calls import written_calls
-    from tinygrpo.run.sft import encode_examples, target_replies
+    from tinygrpo.sft.train import encode_examples, target_replies
 
     assert written_calls("<37*48=1776>1776", CALC, 4) == [("37*48", 7, 12)]
     assert written_calls("<1*2=2><3*4=12>12", CALC, 1) == [("1*2", 5, 7)]  # (the cap, as decoding reads it)
@@ -461,7 +470,7 @@ def test_the_tool_reference_trains_and_is_evaluated_calling_the_tool(tmp_path):
     policy's with the calculator's replies (a completion that calls gets a reply, from the tool)."""
     import json
 
-    from tinygrpo.run.sft import SFTConfig, train_reference
+    from tinygrpo.sft.train import SFTConfig, train_reference
 
     cfg = SFTConfig.for_task(
         "multiplication_tool", output_dir=str(tmp_path / "ref"), max_steps=2, train_size=64, logging_steps=0
@@ -476,12 +485,11 @@ def test_the_tool_reference_trains_and_is_evaluated_calling_the_tool(tmp_path):
 def test_max_tool_calling_iterations_caps_the_calls_a_run_answers(tok):
     """The run's option over the environment's own cap (TRL's name): 1 answers one call of a completion, None
     keeps the environment's."""
-    from types import SimpleNamespace
-
+    from tinygrpo.rollout.config import RolloutConfig
     from tinygrpo.rollout.tool_calls import tool_use
 
-    capped = tool_use(SimpleNamespace(environment="calculator", max_tool_calling_iterations=1), tok)
-    default = tool_use(SimpleNamespace(environment="calculator", max_tool_calling_iterations=None), tok)
+    capped = tool_use(RolloutConfig(environment="calculator", max_tool_calling_iterations=1), tok)
+    default = tool_use(RolloutConfig(environment="calculator", max_tool_calling_iterations=None), tok)
     assert capped.max_calls == 1 and default.max_calls == CALC.max_calls > 1
     calls = capped.session(1)
     written = tok.convert_tokens_to_ids(list("<2+2=<3*3="))
@@ -495,7 +503,7 @@ def test_max_tool_calling_iterations_caps_the_calls_a_run_answers(tok):
 @pytest.mark.slow
 def test_the_one_digit_tool_answers_every_digit_and_every_gold_target_of_its_task():
     from tinygrpo.data.task import get_task
-    from tinygrpo.run.sft import target_replies
+    from tinygrpo.sft.train import target_replies
 
     env = get_environment("calculator_one_digit")
     assert [env.call(f"37*{d}").text for d in range(10)] == [f"{37 * d}>" for d in range(10)]

@@ -23,10 +23,12 @@ from torch.distributions import Categorical
 
 import train_grpo
 from tinygrpo.data.problems import load_split
-from tinygrpo.rollout.batch import Batch
-from tinygrpo.rollout.sampling import SamplingParams, sample_completions
+from tinygrpo.rollout.config import SamplingParams
+from tinygrpo.rollout.round import Batch
+from tinygrpo.rollout.sampling import sample_completions
 from tinygrpo.run.config import GRPOConfig
-from tinygrpo.run.metrics_io import TIMING_PREFIXES, read_jsonl
+from tinygrpo.run.launch import load_model_and_tokenizer
+from tinygrpo.run.logs import TIMING_PREFIXES, read_jsonl
 from tinygrpo.run.trainer import GRPOTrainer
 
 REPO = Path(train_grpo.__file__).resolve().parent
@@ -175,8 +177,10 @@ def test_num_iterations_2_moves_the_ratio_and_num_iterations_1_keeps_it_exactly_
 
 @pytest.mark.parametrize("beta", [0.0, 0.05])
 def test_reference_is_built_only_when_beta_is_positive(seed_reference, tmp_path, monkeypatch, beta):
+    from tinygrpo.run import launch
+
     loads, trainers = [], []
-    real_load, real_train = train_grpo.load_model_and_tokenizer, GRPOTrainer.train
+    real_load, real_train = load_model_and_tokenizer, GRPOTrainer.train
 
     def counting_load(path, what):
         loads.append(what)
@@ -186,7 +190,7 @@ def test_reference_is_built_only_when_beta_is_positive(seed_reference, tmp_path,
         trainers.append(self)
         return real_train(self, *args)
 
-    monkeypatch.setattr(train_grpo, "load_model_and_tokenizer", counting_load)
+    monkeypatch.setattr(launch, "load_model_and_tokenizer", counting_load)  # (train_grpo.main is launch's)
     monkeypatch.setattr(GRPOTrainer, "train", recording_train)
     out = tmp_path / "run"
     assert run_main(seed_reference, out, "--beta", str(beta), "--kl_estimator", "k3") == 0
@@ -264,7 +268,7 @@ def test_loss_ignores_tokens_after_eos(seed_reference, tmp_path):
 
 
 def test_sample_completions_mask_ends_at_first_eos(seed_reference):
-    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    model, tok = load_model_and_tokenizer(seed_reference, "model_name_or_path")
     ds = load_split("seed_bank", "train")
     enc = tok(list(ds["prompt"]), padding=True, return_tensors="pt")
     eos, pad = tok.eos_token_id, tok.pad_token_id
@@ -273,7 +277,8 @@ def test_sample_completions_mask_ends_at_first_eos(seed_reference):
         enc["input_ids"],
         enc["attention_mask"],
         4,
-        SamplingParams(6, temperature=1.5, generator=torch.Generator().manual_seed(0)),
+        SamplingParams(6, temperature=1.5),
+        torch.Generator().manual_seed(0),
         eos_token_id=eos,
         pad_token_id=pad,
     )
@@ -393,7 +398,7 @@ def test_completions_log_what_the_update_did_to_each_token(seed_reference, tmp_p
 def test_the_logged_completions_are_whole_groups_with_signal_first():
     from types import SimpleNamespace
 
-    from tinygrpo.run.run_logs import logged_rows
+    from tinygrpo.run.logs import logged_rows
 
     G = 4  # 5 groups, of which 1 and 3 have signal
     first = SimpleNamespace(
@@ -790,16 +795,16 @@ def test_pass_at_k_with_near_zero_temperature_equals_greedy_accuracy(seed_refere
     # At temperature -> 0 every sample is the greedy answer, so pass@k must equal greedy accuracy; at temperature 1
     # pass@k can only be as good as "any of k", which is in [0, 1].
     from rewards import accuracy
-    from tinygrpo.run.evaluation import held_out_metrics
+    from tinygrpo.rollout.evaluation import held_out_metrics
 
-    model, tok = train_grpo.load_model_and_tokenizer(seed_reference, "model_name_or_path")
+    model, tok = load_model_and_tokenizer(seed_reference, "model_name_or_path")
     rows = load_split("seed_bank", "train").to_dict()
     enc = tok(rows["prompt"], padding=True, return_tensors="pt")
     batch = (model, tok, enc["input_ids"], enc["attention_mask"], rows)
 
     def evaluate(pass_k: int, temperature: float) -> dict[str, float]:
-        params = SamplingParams(3, temperature, generator=torch.Generator().manual_seed(0))
-        held = held_out_metrics(*batch, params, pass_k=pass_k)
+        params = SamplingParams(3, temperature)
+        held = held_out_metrics(*batch, params, torch.Generator().manual_seed(0), pass_k=pass_k)
         # The greedy completions come back with the metrics computed from them.
         right = accuracy(completions=held.completions, answer=rows["answer"])
         assert held.metrics["eval/accuracy"] == sum(right) / len(right)
@@ -1006,7 +1011,7 @@ def test_accelerate_launch_with_two_processes_that_starts_one_refuses(seed_refer
 def test_outputs_line_lists_only_what_was_written_and_plots_show_entropy_without_kl(
     seed_reference, tmp_path, capsys
 ):
-    from tinygrpo.run.metrics_io import plot_metrics
+    from tinygrpo.run.report.curves import plot_metrics
 
     out = tmp_path / "run"
     assert run_main(seed_reference, out, *"--make_plots false --make_report false".split()) == 0

@@ -12,11 +12,13 @@ from dataclasses import fields
 import pytest
 import torch
 
-from tinygrpo.run.checks import ConfigError
+from tinygrpo.base.options import ConfigError
+from tinygrpo.base.parser import GRPO_HINTS as GRPO
+from tinygrpo.base.parser import SFT_HINTS as SFT
+from tinygrpo.base.parser import parse_args
 from tinygrpo.run.config import GRPOConfig, parse_config
-from tinygrpo.run.recipe import parse_args
-from tinygrpo.run.sft_config import SFTConfig
-from tinygrpo.run.trl_names import GRPO, SFT
+from tinygrpo.sft.config import SFTConfig
+from tinygrpo.update.config import OptimizerConfig
 from tinygrpo.update.optim import build_optimizer
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
@@ -72,10 +74,15 @@ def test_sfts_fields_have_trls_names_and_refuse_the_earlier_ones_naming_them(trl
     assert trl in {f.name for f in fields(SFTConfig)} and earlier not in {f.name for f in fields(SFTConfig)}
 
 
+def _build(model: torch.nn.Module, cfg: GRPOConfig):
+    """The run's optimizer and schedule: the config's optimizer group, over its max_steps."""
+    return build_optimizer(model, OptimizerConfig.of(cfg), cfg.max_steps)
+
+
 @pytest.mark.parametrize("ratio,steps,warmup", [(0.1, 100, 10), (0.05, 30, 2), (0.0, 50, 0)])
 def test_warmup_ratio_is_transformers_share_of_max_steps_rounded_up(ratio, steps, warmup):
     cfg = GRPOConfig(warmup_ratio=ratio, max_steps=steps, lr_scheduler_type="linear", learning_rate=1.0)
-    _, scheduler = build_optimizer(torch.nn.Linear(2, 2), cfg)
+    _, scheduler = _build(torch.nn.Linear(2, 2), cfg)
     lrs = []
     for _ in range(steps):
         lrs.append(scheduler.get_last_lr()[0])
@@ -85,13 +92,13 @@ def test_warmup_ratio_is_transformers_share_of_max_steps_rounded_up(ratio, steps
         [i / max(1, warmup) for i in range(warmup + 1)] if warmup else [1.0]
     )
     cfg = GRPOConfig(warmup_ratio=0.5, warmup_steps=3, max_steps=steps, lr_scheduler_type="linear")
-    assert build_optimizer(torch.nn.Linear(2, 2), cfg)[1].lr_lambdas[0](3) == 1.0  # (warmup_steps wins)
+    assert _build(torch.nn.Linear(2, 2), cfg)[1].lr_lambdas[0](3) == 1.0  # (warmup_steps wins)
 
 
 def test_adam_epsilon_reaches_adamw():
-    opt, _ = build_optimizer(torch.nn.Linear(2, 2), GRPOConfig(adam_epsilon=1e-6))
+    opt, _ = _build(torch.nn.Linear(2, 2), GRPOConfig(adam_epsilon=1e-6))
     assert opt.param_groups[0]["eps"] == 1e-6
-    opt, _ = build_optimizer(torch.nn.Linear(2, 2), GRPOConfig())
+    opt, _ = _build(torch.nn.Linear(2, 2), GRPOConfig())
     assert opt.param_groups[0]["eps"] == torch.optim.AdamW([torch.zeros(1)]).defaults["eps"]
 
 

@@ -14,12 +14,13 @@ from _runs import run_inproc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tinygrpo.base.options import ConfigError
+from tinygrpo.rollout.config import SamplingParams
 from tinygrpo.rollout.prompts import PromptSource
-from tinygrpo.rollout.sampling import SamplingParams, penalize_repeats, sample_from_logits
-from tinygrpo.run.checks import ConfigError
+from tinygrpo.rollout.sampling import penalize_repeats, sample_from_logits
 from tinygrpo.run.config import GRPOConfig, parse_config
-from tinygrpo.run.metrics_io import read_jsonl
-from tinygrpo.run.state import crossed
+from tinygrpo.run.logs import read_jsonl
+from tinygrpo.run.trainer import crossed
 
 # ================================================================================================ when events fire
 
@@ -110,11 +111,11 @@ def test_gradient_accumulation_trains_exactly_as_the_whole_batch(seed_reference,
 def test_num_train_epochs_is_passes_over_the_prompts_in_whole_generations(epochs, prompts, processes, steps):
     cfg = GRPOConfig(num_train_epochs=epochs)  # 64 prompts a generation per process
     assert cfg.max_steps is None
-    cfg.resolve_length(prompts, processes)
+    cfg.resolve_length(prompts, processes, cfg.unit)
     per_generation = 64 * processes
     assert cfg.max_steps == steps == max(1, math.ceil(epochs * prompts / per_generation))
     given = GRPOConfig(num_train_epochs=epochs, max_steps=7)  # (TRL: max_steps, when given, wins)
-    given.resolve_length(prompts, processes)
+    given.resolve_length(prompts, processes, given.unit)
     assert given.max_steps == 7
 
 
@@ -123,7 +124,7 @@ def test_num_train_epochs_is_passes_over_the_prompts_in_whole_generations(epochs
 
 def _uniform_draws(logits: torch.Tensor, params: SamplingParams, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    return sample_from_logits(logits, dataclasses.replace(params, generator=gen))
+    return sample_from_logits(logits, params, gen)
 
 
 @pytest.mark.parametrize("min_p", [0.05, 0.3, 0.9])
@@ -195,19 +196,20 @@ def test_decoding_penalises_every_token_of_the_prompt_and_the_completion_so_far(
     gen = torch.Generator().manual_seed(5)
     ours = decode(
         _TableDecoder(table),
-        dataclasses.replace(params, generator=gen),
+        params,
+        gen,
         eos_token_id=eos,
         pad_token_id=pad,
         seen=seen,
     )
     # the reference: each live row's logits through transformers' processor on prompt + completion so far
     gen = torch.Generator().manual_seed(5)
-    plain = SamplingParams(T, temperature=0.8, generator=gen)
+    plain = SamplingParams(T, temperature=0.8)
     processor = RepetitionPenaltyLogitsProcessor(penalty)
     history, live, out = [list(p) for p in prompts], list(range(B)), [[] for _ in range(B)]
     for step in range(T):
         rows = [processor(torch.tensor([history[b]]), table[step, b : b + 1].clone()) for b in live]
-        nxt = sample_from_logits(torch.cat(rows), plain).tolist()
+        nxt = sample_from_logits(torch.cat(rows), plain, gen).tolist()
         for b, tok in zip(live, nxt, strict=True):
             out[b].append(tok)
             history[b].append(tok)
@@ -221,7 +223,8 @@ def test_decoding_penalises_every_token_of_the_prompt_and_the_completion_so_far(
         gen = torch.Generator().manual_seed(5)
         free = decode(
             _TableDecoder(table),
-            dataclasses.replace(params, generator=gen, repetition_penalty=1.0),
+            dataclasses.replace(params, repetition_penalty=1.0),
+            gen,
             eos_token_id=eos,
             pad_token_id=pad,
         )
@@ -347,7 +350,7 @@ def test_a_trl_grpo_configs_fields_for_these_concepts_run_unchanged_as_flags(tmp
 def test_a_checkpoint_of_other_settings_is_refused_naming_the_field(tmp_path):
     from dataclasses import asdict
 
-    from tinygrpo.run.launch import check_same_run
+    from tinygrpo.run.checkpoint import check_same_run
 
     cfg = parse_config([])
     check_same_run(asdict(cfg), cfg, tmp_path)  # the same run

@@ -19,7 +19,7 @@ from test_tool_calls import ScriptedDecoder, _bracketed
 from rewards import EOS
 from tiny_lm import TinyLMConfig, TinyLMForCausalLM
 from tiny_lm.tokenization_tiny_lm import build_tokenizer
-from tinygrpo.algorithm.loss_config import LossConfig
+from tinygrpo.algorithm.policy_losses import LossConfig
 from tinygrpo.data.tasks.guess_number import (
     CHARS,
     MAX_TURNS,
@@ -34,9 +34,10 @@ from tinygrpo.data.tasks.guess_number import (
     weak_episode,
 )
 from tinygrpo.model.backend import GenericBackend, GroupedBackend
-from tinygrpo.rollout.batch import Batch
+from tinygrpo.rollout.config import SamplingParams
 from tinygrpo.rollout.environment import Environment, get_environment
-from tinygrpo.rollout.sampling import SamplingParams, completion_logits, decode, sample_completions
+from tinygrpo.rollout.round import Batch
+from tinygrpo.rollout.sampling import completion_logits, decode, sample_completions
 from tinygrpo.rollout.tool_calls import ToolUse, policy_mask
 from tinygrpo.run.config import GRPOConfig
 from tinygrpo.update.loss import LossInputs, grpo_loss
@@ -208,9 +209,9 @@ def _biased(tok, seed: int) -> TinyLMForCausalLM:
 def _episodes(tok, model, env, targets, G=8, seed=0, dtype=torch.float32):
     enc = tok([PROMPT] * len(targets), padding=True, return_tensors="pt")
     use = ToolUse(env, tok, env.max_calls).with_rows({"target": targets})
-    params = SamplingParams(4 * MAX_TURNS + 1, 1.0, generator=torch.Generator().manual_seed(seed))
+    params, gen = SamplingParams(4 * MAX_TURNS + 1, 1.0), torch.Generator().manual_seed(seed)
     ro = sample_completions(
-        model.to(dtype), enc["input_ids"], enc["attention_mask"], G, params,
+        model.to(dtype), enc["input_ids"], enc["attention_mask"], G, params, gen,
         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tools=use,
     )  # fmt: skip
     return enc, ro
@@ -251,7 +252,7 @@ def test_the_loss_has_exactly_no_gradient_on_the_observations(tok, backend):
     logits = logits.detach().requires_grad_(True)
     cfg = GRPOConfig(num_generations=8, max_completion_length=4 * MAX_TURNS + 1)
     inputs = LossInputs(batch, rows=adv.numel(), tokens=mask.sum())
-    loss, _ = grpo_loss(logits, inputs, LossConfig.from_config(cfg), None)
+    loss, _ = grpo_loss(logits, inputs, LossConfig.of(cfg), SamplingParams.of(cfg), None)
     loss.backward()
     g = logits.grad.abs().sum(-1)
     assert int(ro.tool_mask.sum()) > 50
@@ -403,7 +404,7 @@ def test_a_factory_environment_is_checked_at_definition():
 # ------------------------------------------------------------------------------------------------ the task, the reference
 def test_the_references_targets_replay_on_their_episodes_and_a_wrong_reply_is_refused(tok):
     from tinygrpo.data.tasks.guess_number import build
-    from tinygrpo.run.sft import target_replies
+    from tinygrpo.sft.train import target_replies
 
     rows = build()["validation"][:200]
     targets = [r["answer"] for r in rows]

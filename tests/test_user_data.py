@@ -207,9 +207,9 @@ def test_a_verifier_that_gives_partial_credit_to_the_gold_answers_is_refused():
     answers half right (accuracy counts 1.0 only); refused naming the row and the score."""
     from datasets import Dataset
 
+    from tinygrpo.data.checks import check_gold
+    from tinygrpo.data.verifier import Verifier
     from tinygrpo.run.config import ConfigError
-    from tinygrpo.run.evaluation import Verifier
-    from tinygrpo.run.validation import check_gold
 
     half = Verifier("half", lambda completions, **kw: [0.5] * len(completions))
     rows = Dataset.from_dict({"prompt": ["1+1=", "2+2="], "answer": ["2", "4"]})

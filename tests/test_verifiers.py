@@ -34,7 +34,7 @@ from rewards.countdown import MAX_CHARS, parse_expression
 from tinygrpo.data.problems import DATA_DIR
 from tinygrpo.data.task import TASK_FAMILIES, Task, discover_tasks, get_task, task_of_dataset
 from tinygrpo.data.tasks import addition, addition_long, countdown, multiplication, reverse
-from tinygrpo.run.evaluation import Verifier
+from tinygrpo.data.verifier import Verifier
 
 Columns = dict[str, Any]
 
@@ -224,7 +224,7 @@ SCORES = [1.0, 1, True, 0.0, False, 0.1, 0.5, 2 / 3, 0.999999, 1.000001, 2.0, -1
 
 
 def test_held_out_accuracy_counts_a_score_of_exactly_one() -> None:
-    # Verifier's rule (tinygrpo/run/evaluation.py): 1.0 right; None "or any other score is wrong", partial credit too.
+    # Verifier's rule (tinygrpo/data/verifier.py): 1.0 right; None "or any other score is wrong", partial credit too.
     rows = {"prompt": ["p"] * len(SCORES), "score": SCORES}
     right = Verifier("table", _table_reward)(["x"] * len(SCORES), rows)
     assert right == [s is not None and s == 1 for s in SCORES]
@@ -284,8 +284,8 @@ def test_held_out_metrics_read_the_verifier_pass_at_k_is_any_of_k(monkeypatch: p
     kind from the greedy ones, pass@k right where any of a prompt's k samples is."""
     import torch
 
-    from tinygrpo.rollout.sampling import SamplingParams
-    from tinygrpo.run import evaluation
+    from tinygrpo.rollout import evaluation
+    from tinygrpo.rollout.config import SamplingParams
 
     # 37+48 (carry), 5+7 (one digit, carry), 3+4 (one digit), 20+50 (none of them)
     rows = {"prompt": ["37+48=", "5+7=", "3+4=", "20+50="], "answer": ["85", "12", "7", "70"]}
@@ -298,9 +298,11 @@ def test_held_out_metrics_read_the_verifier_pass_at_k_is_any_of_k(monkeypatch: p
     monkeypatch.setattr(evaluation, "decode_completions", lambda *args, **kw: list(samples))
     tok = type("Tok", (), {"eos_token_id": 1, "pad_token_id": 0})()
     verifier = Verifier("accuracy", resolve_reward("accuracy"), kinds=addition.row_kinds)
-    params = SamplingParams(4, 1.0, generator=torch.Generator().manual_seed(0))
+    params, gen = SamplingParams(4, 1.0), torch.Generator().manual_seed(0)
     ids = torch.zeros(4, 6, dtype=torch.long)
-    held = evaluation.held_out_metrics(None, tok, ids, ids + 1, rows, params, pass_k=3, verifier=verifier)
+    held = evaluation.held_out_metrics(
+        None, tok, ids, ids + 1, rows, params, gen, pass_k=3, verifier=verifier
+    )
     assert held.right == [True, False, True, False] and held.completions == greedy
     assert held.metrics == {
         "eval/accuracy": 0.5,

@@ -17,7 +17,7 @@ def test_the_walkthrough_runs(tmp_path, monkeypatch):
     # Its own reference, never the checkpoints/ of the checkout running the tests: the default recipe, trained here on
     # the machine's own kernels (the notebook would train it on the portable ones, in a child process: 2.3x the time;
     # the notebook's checks hold for either reference).
-    from tinygrpo.run.sft import SFTConfig, train_reference
+    from tinygrpo.sft.train import SFTConfig, train_reference
 
     train_reference(SFTConfig(output_dir=str(tmp_path / "reference"), kernels="native"), verbose=False)
     monkeypatch.setenv("TINYGRPO_REFERENCE", str(tmp_path / "reference"))

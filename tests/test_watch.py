@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from _runs import run_inproc
 
-from tinygrpo.run.metrics_io import read_jsonl
+from tinygrpo.run.logs import read_jsonl
 from tinygrpo.run.watch import LearningWatch
 
 
@@ -58,13 +58,12 @@ def test_the_truncation_line_names_the_length_and_the_answers():
 def test_the_truncation_line_reads_the_lengths_of_the_tasks_own_completions(task, column):
     """A worked task's right completions are its worked column, not its answers (the scratchpad's are ~30
     characters, its answers 3-5): the line compares max_completion_length with those."""
-    from types import SimpleNamespace
 
     from tinygrpo.data.problems import load_split
     from tinygrpo.run.watch import target_lengths
 
     rows = load_split("multiplication", "validation").to_dict()
-    got, (lo, hi) = target_lengths(rows, SimpleNamespace(task=task, dataset_name="multiplication"))
+    got, (lo, hi) = target_lengths(rows, task, "multiplication")
     assert got == column and (lo, hi) == (min(map(len, rows[column])), max(map(len, rows[column])))
 
 

@@ -30,7 +30,7 @@ SCAN_CHUNK = 32  # prompts per exact-accuracy forward while looking for prompts 
 
 def load_policy(path: str | Path) -> tuple[nn.Module, Any]:
     """A policy directory loaded as train_grpo.py loads it (eval mode: no dropout in tiny_lm anyway)."""
-    from train_grpo import load_model_and_tokenizer
+    from tinygrpo.run.launch import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(str(path), "model_name_or_path")
     return model.eval(), tok

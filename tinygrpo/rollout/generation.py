@@ -90,7 +90,7 @@ class BatchGenerator:
         self.adv_needs = () if self.gdpo else ADV_ESTIMATORS[advantages.advantage_mode].needs
         # The estimator is defined on 0/1 rewards: every round's are checked (one line, not a traceback mid-run).
         binary_for = f"advantage_mode {advantages.advantage_mode}" if advantages.binary_rewards else None
-        self.scorer = Scorer(rewards, prompts, tokenizer, binary_for)
+        self.scorer = Scorer(rewards, tokenizer, binary_for)
         target = generation_size // self.unit
         pad, scale = tokenizer.pad_token_id, advantages.scale_rewards
         self.refill = Refill(self, cfg, sampling.temperature, target, processes, pad, scale)
@@ -137,7 +137,7 @@ class BatchGenerator:
             return r
         t0 = time.perf_counter()
         r.prompts, r.completions, r.rewards_per_func, r.rewards = self.scorer(
-            r.idx, r.completion_ids, r.lengths, self.unit, r.environments
+            self.prompts, r.idx, r.completion_ids, r.lengths, self.unit, r.environments
         )
         if "greedy_rewards" in self.adv_needs:
             r.greedy_rewards = self.greedy_rewards(r.idx, r.prompt_ids, r.prompt_mask)
@@ -311,7 +311,9 @@ class BatchGenerator:
             backend=self.backend,
             tools=None if self.tools is None else self.tools.with_rows(self.prompts.columns, idx),
         )
-        return self.scorer(idx, ro.completion_ids, ro.completion_mask.sum(1), 1, ro.environments)[3]
+        return self.scorer(
+            self.prompts, idx, ro.completion_ids, ro.completion_mask.sum(1), 1, ro.environments
+        )[3]
 
     def forecast(self, count: int, verifier) -> SignalForecast:
         """The signal forecast (tinygrpo/algorithm/forecast.py): G completions of `count` training prompts drawn
@@ -326,7 +328,7 @@ class BatchGenerator:
         idx = sorted(order.tolist())
         _, _, ro = self._rollout(idx, self.sampling.temperature, gen, G)
         _, completions, _, rewards = self.scorer(
-            idx, ro.completion_ids, ro.completion_mask.sum(1), G, ro.environments
+            self.prompts, idx, ro.completion_ids, ro.completion_mask.sum(1), G, ro.environments
         )
         # (what the first round would find: said before it, as it would say it)
         if bool(rewards.isnan().all()):

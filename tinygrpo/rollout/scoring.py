@@ -48,26 +48,27 @@ class Scorer:
     """Completions of training prompts -> their texts and rewards. `binary_for`: the estimator that needs 0/1
     rewards, named in the error when a round's are not (None: any reward goes)."""
 
-    def __init__(self, rewards: RewardSpec, prompts: PromptSource, tokenizer, binary_for: str | None) -> None:
-        self.rewards, self.prompts, self.tokenizer, self.binary_for = rewards, prompts, tokenizer, binary_for
+    def __init__(self, rewards: RewardSpec, tokenizer, binary_for: str | None) -> None:
+        self.rewards, self.tokenizer, self.binary_for = rewards, tokenizer, binary_for
         self._decoded: dict[tuple[int, ...], str] = {}  # completion ids -> text, see decode_rows
 
     def __call__(
         self,
+        source: PromptSource,
         idx: list[int],
         completion_ids: torch.Tensor,
         lengths: torch.Tensor,
         reps: int,
         environments: list | None = None,
     ) -> tuple[list[str], list[str], torch.Tensor, torch.Tensor]:
-        """Decode and score `reps` completions of each prompt of `idx` (rows grouped by prompt): each row's prompt
+        """Decode and score `reps` completions of each prompt `idx` of `source` (rows grouped by prompt): each row's prompt
         and completion text, the (n, F) float32 rewards of each function (NaN = None) and their (n,) weighted sum.
         `environments`: each completion's environment instance, passed as TRL passes it (an episode's reward reads
         its state)."""
         ids = [row[:n] for row, n in zip(completion_ids.tolist(), lengths.tolist(), strict=True)]
         completions = decode_rows(self.tokenizer, ids, self._decoded)
-        prompts = [self.prompts.texts[i] for i in idx for _ in range(reps)]
-        columns = {c: [v[i] for i in idx for _ in range(reps)] for c, v in self.prompts.columns.items()}
+        prompts = [source.texts[i] for i in idx for _ in range(reps)]
+        columns = {c: [v[i] for i in idx for _ in range(reps)] for c, v in source.columns.items()}
         rw = self.rewards
         try:
             kwargs = rw.kwargs if environments is None else {**rw.kwargs, "environments": environments}

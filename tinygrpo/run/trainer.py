@@ -367,10 +367,9 @@ class GRPOTrainer:
                 self.log_evaluation_details()
             m: dict = {}
             try:
-                while self.step < cfg.max_steps:
-                    m = self.loop_step(bar, stop)
-                    if m is None:
-                        break
+                go_on = True
+                while go_on and self.step < cfg.max_steps:
+                    m, go_on = self.loop_step(bar, stop)
             finally:
                 bar.close()
             summary = self.summary(forecast, first_eval, m, time.perf_counter() - t_start)
@@ -386,9 +385,9 @@ class GRPOTrainer:
         self.procs.wait()
         return summary
 
-    def loop_step(self, bar: ProgressBar, stop: StopOnSignal) -> dict | None:
-        """One step of the loop and what follows it: the watch, evaluation, logs, a checkpoint. Its metrics, or None
-        when the run stops here (a signal, a callback)."""
+    def loop_step(self, bar: ProgressBar, stop: StopOnSignal) -> tuple[dict, bool]:
+        """One step of the loop and what follows it: the watch, evaluation, logs, a checkpoint. Its metrics, and
+        False when the run stops here (a signal, a callback): the summary still reads this last step's metrics."""
         cfg, k = self.cfg, self.k
         self.callbacks.event("on_step_begin", self.step)
         out = self.training_step()
@@ -417,13 +416,13 @@ class GRPOTrainer:
                 )
         bar.update(m, k)
         if self.step < cfg.max_steps and self.procs.any(stop.requested):  # all at the same step
-            return None
+            return m, False
         if self.procs.any(self.callbacks.should_stop):  # (all at the same step)
             self.acc.print(f"a callback stopped the run after step {self.step} (should_training_stop)")
-            return None
+            return m, False
         if cfg.save_steps and crossed(self.step, k, cfg.save_steps) and self.step < cfg.max_steps:
             self.save_checkpoint()
-        return m
+        return m, True
 
     def summary(self, forecast: dict, first_eval: dict, m: dict, seconds: float) -> dict:
         """summary.json: held-out accuracy before and after, the run's length, time and samples."""

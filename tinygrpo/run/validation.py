@@ -35,10 +35,12 @@ def check_inputs(
     device: torch.device | None = None,
 ) -> None:
     """Bad input -> ConfigError naming the problem, before any training. `device`: the run's (None: not checked)."""
-    check_graphs(m, device)
+    check_graphs(m)
     check_data(
         m, rollout.environment, sampling.max_completion_length, model, tokenizer, train_dataset, eval_dataset
     )
+    if m.cuda_graphs and device is not None and device.type != "cuda":  # (after the data's checks, as before)
+        raise ConfigError(f"cuda_graphs needs a CUDA device; this run is on {device.type}")
     scored = eval_dataset is not None and "answer" in eval_dataset.column_names  # (no answers: no evaluation)
     eval_prompts = len(eval_dataset) if scored else 0
     check_memory(
@@ -62,7 +64,7 @@ def check_inputs(
     )
 
 
-def check_graphs(m: ModelConfig, device: torch.device | None) -> None:
+def check_graphs(m: ModelConfig) -> None:
     """cuda_graphs captures the static-shape, grouped, float32 decode on a GPU: refused where the decode would run
     uncaptured and say nothing."""
     if not m.cuda_graphs:
@@ -78,8 +80,6 @@ def check_graphs(m: ModelConfig, device: torch.device | None) -> None:
             + ("bf16 autocasts it" if m.bf16 else "grouped_forward false turns that path off")
             + ": set one of them"
         )
-    if device is not None and device.type != "cuda":
-        raise ConfigError(f"cuda_graphs needs a CUDA device; this run is on {device.type}")
 
 
 def check_data(

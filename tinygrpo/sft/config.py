@@ -50,8 +50,10 @@ class SFTConfig:
             "learning_rate weight_decay lr_scheduler_type label_smoothing_factor".split(),
             "optimizer and schedule",
         ),
-        **dict.fromkeys("seed torch_num_threads".split(), "seed and threads"),
-        **dict.fromkeys("output_dir overwrite_output_dir logging_steps".split(), "logging and saving"),
+        **dict.fromkeys("seed torch_num_threads".split(), "seed, threads and checks"),
+        **dict.fromkeys(
+            "output_dir overwrite_output_dir logging_steps".split(), "logging, evaluation and saving"
+        ),
     }
 
     task: str = option(
