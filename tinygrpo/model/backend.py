@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -320,3 +322,17 @@ class _AutocastDecoder:
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         with self.backend.autocast():
             return self.inner.step(tokens)
+
+
+@contextmanager
+def eval_mode(model: torch.nn.Module, backend: Backend) -> Iterator[None]:
+    """A backend whose forward depends on the mode (dropout) samples in eval mode, as `generate()` does; the model's
+    mode is restored after."""
+    switch = model.training and not backend.mode_independent
+    if switch:
+        model.eval()
+    try:
+        yield
+    finally:
+        if switch:
+            model.train()

@@ -32,8 +32,7 @@ Sampling with top_k / top_p is not covered: the oracle is the plain softmax at a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +43,7 @@ from torch import Tensor
 
 from rewards import EOS, combine_rewards, compute_rewards, resolve_rewards
 from tinygrpo.algorithm.core import full_kl
-from tinygrpo.model.backend import Backend, GenericBackend
+from tinygrpo.model.backend import Backend, GenericBackend, eval_mode
 from tinygrpo.model.text import decode_rows
 from tinygrpo.oracles.completion_space import (
     CompletionSpace,
@@ -93,7 +92,7 @@ def node_logits(
     backend = backend or GenericBackend()
     chunk_rows = chunk_rows or _default_chunk(backend, prompt_ids.size(0))
     out = torch.empty(prompt_ids.size(0), space.num_nodes, space.vocab_size, dtype=torch.float64)
-    with torch.no_grad(), _eval_mode(model, backend):
+    with torch.no_grad(), eval_mode(model, backend):
         for start, stop in _chunks(space, chunk_rows):
             nodes, logits = _chunk_node_logits(model, backend, prompt_ids, prompt_mask, space, start, stop)
             out[:, nodes] = logits.double().cpu()
@@ -104,19 +103,6 @@ def _default_chunk(backend: Backend, P: int) -> int:
     # Rows per forward (for all P prompts together). The grouped path attends over one sequence of all rows of a
     # prompt (quadratic in the rows): small chunks; the generic forward is linear in them: large ones.
     return max(1, (64 if backend.name == "grouped" else 4096) // P)
-
-
-@contextmanager
-def _eval_mode(model: nn.Module, backend: Backend) -> Iterator[None]:
-    """Eval mode for a backend whose forward depends on the mode, as `sample_completions` samples (restored after)."""
-    switch = model.training and not backend.mode_independent
-    if switch:
-        model.eval()
-    try:
-        yield
-    finally:
-        if switch:
-            model.train()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -182,7 +168,7 @@ def exact_objective(
     # One chunk with a gradient: keep its graph and use it for the backward (one forward instead of two).
     graph = None
     if grad and len(chunks) == 1:
-        with torch.enable_grad(), _eval_mode(model, backend):
+        with torch.enable_grad(), eval_mode(model, backend):
             _, graph = _chunk_node_logits(model, backend, prompt_ids, prompt_mask, space, *chunks[0])
         z = graph.detach().double().cpu()
     else:
@@ -246,7 +232,7 @@ def _parameter_gradient(
     acc = [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in trainable]
     for start, stop in chunks:
         if graph is None:
-            with torch.enable_grad(), _eval_mode(model, backend):
+            with torch.enable_grad(), eval_mode(model, backend):
                 nodes, out = _chunk_node_logits(model, backend, prompt_ids, prompt_mask, space, start, stop)
         else:
             nodes, out = torch.arange(space.num_nodes), graph

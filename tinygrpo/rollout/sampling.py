@@ -11,13 +11,11 @@ ids back into text.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-from tinygrpo.model.backend import Backend, Decoder, select_backend
+from tinygrpo.model.backend import Backend, Decoder, eval_mode, select_backend
 from tinygrpo.rollout.config import SamplingParams
 from tinygrpo.rollout.tool_calls import ToolCalls, ToolUse
 
@@ -115,20 +113,6 @@ def finish_rollout(
         tools.failures,
         tools.environments(),
     )
-
-
-@contextmanager
-def eval_mode(model: torch.nn.Module, backend: Backend) -> Iterator[None]:
-    """A backend whose forward depends on the mode (dropout) samples in eval mode, as `generate()` does; the model's
-    mode is restored after."""
-    switch = model.training and not backend.mode_independent
-    if switch:
-        model.eval()
-    try:
-        yield
-    finally:
-        if switch:
-            model.train()
 
 
 def decode_setup(

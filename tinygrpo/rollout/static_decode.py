@@ -30,13 +30,12 @@ from collections.abc import Callable
 import torch
 
 from tiny_lm.static_decoder import Capture, StaticGroupedDecoder
-from tinygrpo.model.backend import Backend, Decoder
+from tinygrpo.model.backend import Backend, Decoder, eval_mode
 from tinygrpo.model.static_shapes import pad_to_buckets
 from tinygrpo.rollout.config import SamplingParams
 from tinygrpo.rollout.sampling import (
     Rollout,
     decode_setup,
-    eval_mode,
     finish_rollout,
     penalize_repeats,
     sample_from_logits,
