@@ -62,7 +62,7 @@ def pass_at_k_gradient(per_prompt: Tensor, accuracy: Tensor, k: int) -> Tensor:
 
 
 def answer_of(prompt: str) -> str:
-    """The gold answer of an "a+b=" prompt (tinygrpo.data.problems.make_row's format)."""
+    """The gold answer of an "a+b=" prompt (tinygrpo.data.tasks.addition.make_row's format)."""
     a, b = prompt.rstrip("=").split("+")
     return str(int(a) + int(b))
 

@@ -12,12 +12,12 @@ budget prompt by prompt, in units of `allocation_unit` samples (tinygrpo/algorit
                   least one unit and at most `max_num_generations` samples each.
     screen        one unit of each prompt first, then the rest of a group of G only where the unit's rewards differ or
                   the prompt is known to be hard (SPEED, Zhang et al. 2025, arXiv 2506.09016: screen with a few
-                  samples, spend full groups on the prompts of intermediate pass rate); tinygrpo/rollout/sampling_passes.py's
+                  samples, spend full groups on the prompts of intermediate pass rate); tinygrpo/rollout/passes.py's
                   `screen`.
     until_signal  one unit of each prompt, then one more unit at a time of each prompt whose rewards are all alike,
                   until they differ, the prompt reaches `max_num_generations` or the round its budget of P * G
                   (Reinforce-Ada, Xiong et al. 2025, arXiv 2510.04996: sample a prompt until both outcomes appear);
-                  tinygrpo/rollout/sampling_passes.py's `until_signal`.
+                  tinygrpo/rollout/passes.py's `until_signal`.
 
 The estimate of a prompt is its pass-rate EMA (tinygrpo/rollout/prompts.py), kept inside [c, 1 - c] with
 c = 1 / (2 (n + 1)) after n samples of it: an estimate of 0 or 1 from a few samples is not a certainty (Jeffreys'
