@@ -112,7 +112,7 @@ def evaluate(model, tok, rows: list[dict], max_new: int) -> float:
     out = sample(
         model, enc.input_ids, enc.attention_mask, 1, max_new, tok.eos_token_id, tok.pad_token_id, None
     )
-    scores = accuracy(texts(tok, out), [r["answer"] for r in rows])
+    scores = accuracy(texts(tok, out), [r["answer"] for r in rows], eos=tok.eos_token)
     return sum(s == 1.0 for s in scores) / len(rows)
 
 
@@ -151,7 +151,9 @@ def train(args: argparse.Namespace, on_step=None):
 
         # ---- 3. score them: the verifier's reward, 1 or 0
         completions = texts(tok, ids)
-        rewards = torch.tensor(accuracy(completions, [r["answer"] for r in rows for _ in range(G)]))  # (B,)
+        rewards = torch.tensor(
+            accuracy(completions, [r["answer"] for r in rows for _ in range(G)], eos=tok.eos_token)
+        )
 
         # ---- 4. group-relative advantages: (r - mean of its group) / (std of its group + 1e-4), as float32
         r = rewards.view(P, G)

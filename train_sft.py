@@ -1,4 +1,5 @@
 """Supervised training of the reference policy:  python train_sft.py [--task NAME] [--config recipe.yaml] [--flag value]
+It trains tiny_lm's TinyLM only (sized by --n_layer, --n_embd, --n_head); GRPO trains any causal LM of your own.
 
 With no arguments it trains the default experiment's deliberately imperfect reference into checkpoints/reference
 (400 training problems, 1000 steps). `--task NAME` trains that task's reference with its recipe

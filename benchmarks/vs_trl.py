@@ -132,20 +132,18 @@ def trl_accuracy(completions, answer, completion_ids=None, eos_token_id: int = 1
 
 
 class TaskVerifierForTRL:
-    """A task's verifier (which reads "<eos>" at the end of a finished completion) under TRL, whose rewards see the
-    text decoded without special tokens: "<eos>" is put back where the completion's last id is the EOS token."""
+    """A task's verifier (which reads the EOS text at the end of a finished completion) under TRL, whose rewards see
+    the text decoded without special tokens: the EOS text is put back where the completion's last id is EOS."""
 
-    def __init__(self, name: str, eos_token_id: int) -> None:
+    def __init__(self, name: str, eos_token_id: int, eos: str) -> None:
         from rewards import resolve_reward
 
-        self.fn, self.eos_token_id, self.__name__ = resolve_reward(name), eos_token_id, name
+        self.fn, self.eos_token_id, self.eos, self.__name__ = resolve_reward(name), eos_token_id, eos, name
 
     def __call__(self, completions, completion_ids, **columns):
-        from rewards import EOS
-
         ended = [len(ids) > 0 and ids[-1] == self.eos_token_id for ids in completion_ids]
-        texts = [c + EOS if e else c for c, e in zip(completions, ended, strict=True)]
-        return self.fn(completions=texts, **columns)
+        texts = [c + self.eos if e else c for c, e in zip(completions, ended, strict=True)]
+        return self.fn(completions=texts, eos=self.eos, **columns)
 
 
 def build_trl_trainer(
@@ -169,7 +167,7 @@ def build_trl_trainer(
     if args.task:
         from tinygrpo.data.task import get_task
 
-        reward = TaskVerifierForTRL(get_task(args.task).correct, tok.eos_token_id)
+        reward = TaskVerifierForTRL(get_task(args.task).correct, tok.eos_token_id, tok.eos_token)
     else:
         reward = partial(trl_accuracy, eos_token_id=tok.eos_token_id)
         reward.__name__ = "accuracy"

@@ -320,14 +320,19 @@ def test_cost_curves_one_point_and_its_report(tmp_path):
 @pytest.mark.slow
 def test_vs_trl_on_a_task_scores_both_trainers_with_its_verifier(tmp_path, capsys):
     """--task reverse: both trainers train on reverse's problems from one reference, rewarded by exact_match (TRL's
-    through the wrapper that puts <eos> back). The wrapper agrees with the verifier on ids that end or not in EOS."""
+    through the wrapper that puts the EOS text back). The wrapper agrees with the verifier on ids that end or not in EOS."""
     importlib.import_module("trl") if os.environ.get("CI") else pytest.importorskip("trl")
     import train_sft
 
     vs = _load("vs_trl")
-    reward = vs.TaskVerifierForTRL("exact_match", eos_token_id=1)
+    reward = vs.TaskVerifierForTRL("exact_match", eos_token_id=1, eos="<eos>")
     got = reward(completions=["cba", "cba", "cb"], completion_ids=[[5, 1], [5, 6], [1]], answer=["cba"] * 3)
     assert got == [1.0, 0.0, 0.0]
+    other = vs.TaskVerifierForTRL("exact_match", eos_token_id=1, eos="</s>")  # (another tokenizer's EOS text)
+    assert other(completions=["cba", "cba"], completion_ids=[[5, 1], [5, 6]], answer=["cba"] * 2) == [
+        1.0,
+        0.0,
+    ]
     ref = tmp_path / "ref"
     sft = "--task reverse --n_layer 1 --n_embd 32 --max_steps 30 --per_device_train_batch_size 32 --dataset_test_split  --torch_num_threads 1"
     assert train_sft.main([*sft.split(" "), "--output_dir", str(ref)]) == 0

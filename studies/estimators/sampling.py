@@ -120,7 +120,7 @@ class Sampler:
     """Draws batches as tinygrpo/rollout/generation.py does: sample_completions, decode with <eos> kept, the reward."""
 
     def __init__(self, model: nn.Module, tok: Any, prompts: list[str], answers: list[str], T: int) -> None:
-        from rewards import EOS, resolve_rewards
+        from rewards import resolve_rewards
         from tinygrpo.model.backend import select_backend
 
         self.model, self.tok, self.T = model, tok, T
@@ -128,7 +128,7 @@ class Sampler:
         self.ids, self.mask = encode(tok, prompts)
         self.prompts, self.answers = prompts, answers
         self.funcs, self.names, self.weights = resolve_rewards(["accuracy"], None)
-        self.kwargs = {"max_completion_length": T, "eos": EOS}
+        self.kwargs = {"max_completion_length": T, "eos": tok.eos_token}
         self.cache: dict = {}
 
     def draw(self, G: int, generator: torch.Generator) -> Draw:

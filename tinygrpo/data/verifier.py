@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rewards import accuracy, compute_rewards, resolve_reward
+from rewards import EOS, accuracy, compute_rewards, resolve_reward
 from tinygrpo.data.task import Formats
 
 
@@ -18,25 +18,27 @@ from tinygrpo.data.task import Formats
 class Verifier:
     """The rule that decides whether a completion is right: a reward with TRL's signature that scores 1.0 right and
     0.0 wrong, called with the split's columns (a None or any other score is wrong); `kinds` breaks accuracy down
-    by kind of problem, `formats` by the form of the completion. `Verifier.of(dataset)` is the dataset's task's
-    verifier (tinygrpo/data/task.py)."""
+    by kind of problem, `formats` by the form of the completion; `eos`: the end-of-sequence text of the tokenizer
+    whose completions it reads (passed as the `eos` keyword, as the trainer passes it to every reward).
+    `Verifier.of(dataset)` is the dataset's task's verifier (tinygrpo/data/task.py)."""
 
     name: str = "accuracy"
     fn: Callable[..., Any] = accuracy
     kinds: Callable[[dict[str, list]], dict[str, list[bool]]] | None = field(default=None, compare=False)
     formats: Formats | None = field(default=None, compare=False)
-    target: str = (
-        "answer"  # the column whose text, then <eos>, is a right completion (the start-up gold check)
-    )
+    target: str = "answer"  # the column whose text, then the EOS text, is a right completion (the gold check)
+    eos: str = EOS
 
     @classmethod
-    def of(cls, dataset: str, eval_reward: str | None = None, task: str | None = None) -> Verifier:
+    def of(
+        cls, dataset: str, eval_reward: str | None = None, task: str | None = None, eos: str = EOS
+    ) -> Verifier:
         """The verifier `choose` picks."""
-        return cls.choose(dataset, eval_reward, task)[0]
+        return cls.choose(dataset, eval_reward, task, eos)[0]
 
     @classmethod
     def choose(
-        cls, dataset: str, eval_reward: str | None = None, task: str | None = None
+        cls, dataset: str, eval_reward: str | None = None, task: str | None = None, eos: str = EOS
     ) -> tuple[Verifier, str]:
         """The rule held-out accuracy is decided by, and where the choice came from: `eval_reward` when given, else
         the `correct` reward of the task named (a run's `task`: formats of one problem set may be read by different
@@ -48,11 +50,11 @@ class Verifier:
         kinds, formats = (named.kinds, named.formats) if named is not None else (None, None)
         target = named.target if named is not None else "answer"
         if eval_reward:
-            return cls(eval_reward, resolve_reward(eval_reward), kinds, formats, target), "--eval_reward"
+            return cls(eval_reward, resolve_reward(eval_reward), kinds, formats, target, eos), "--eval_reward"
         if named is None:
-            return cls(), "the default for data no task names; --eval_reward chooses another"
+            return cls(eos=eos), "the default for data no task names; --eval_reward chooses another"
         return cls(
-            named.correct, resolve_reward(named.correct), kinds, formats, target
+            named.correct, resolve_reward(named.correct), kinds, formats, target, eos
         ), f"the task {named.name}'s verifier"
 
     def __call__(self, completions: list[str], rows: dict[str, list], k: int = 1) -> list[bool]:
@@ -61,7 +63,9 @@ class Verifier:
         cols = {c: [v for v in vals for _ in range(k)] for c, vals in rows.items() if c != "prompt"}
         prompts = [p for p in rows["prompt"] for _ in range(k)] if "prompt" in rows else [""] * n
         ids = [[] for _ in range(n)]  # (correctness is a property of the text; no verifier reads the ids)
-        scores = compute_rewards([self.fn], [self.name], prompts, completions, ids, cols)[:, 0]
+        scores = compute_rewards([self.fn], [self.name], prompts, completions, ids, cols, {"eos": self.eos})[
+            :, 0
+        ]
         return (np.nan_to_num(scores) == 1.0).tolist()
 
 

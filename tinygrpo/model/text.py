@@ -6,6 +6,12 @@ from __future__ import annotations
 import torch
 
 
+def eos_text(tokenizer) -> str:
+    """The tokenizer's end-of-sequence text as decoding writes it ("<eos>" for tiny_lm, "<|endoftext|>" for GPT-2):
+    what the trainer passes reward functions as `eos`, and what ends a gold completion in the start-up checks."""
+    return tokenizer.decode([tokenizer.eos_token_id], skip_special_tokens=False)
+
+
 def decode_completions(
     tokenizer, completion_ids: torch.Tensor, completion_mask: torch.Tensor, cache: dict | None = None
 ) -> list[str]:

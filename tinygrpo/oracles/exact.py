@@ -41,10 +41,10 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from rewards import EOS, combine_rewards, compute_rewards, resolve_rewards
+from rewards import combine_rewards, compute_rewards, resolve_rewards
 from tinygrpo.algorithm.core import full_kl
 from tinygrpo.model.backend import Backend, GenericBackend, eval_mode
-from tinygrpo.model.text import decode_rows
+from tinygrpo.model.text import decode_rows, eos_text
 from tinygrpo.oracles.completion_space import (
     CompletionSpace,
     expected_position_sum,
@@ -277,7 +277,7 @@ def score_completions(
     texts = decode_rows(tokenizer, ids)
     N = len(ids)
     if extra_kwargs is None:
-        extra_kwargs = {"max_completion_length": space.completion_ids.size(1), "eos": EOS}
+        extra_kwargs = {"max_completion_length": space.completion_ids.size(1), "eos": eos_text(tokenizer)}
     out = np.empty((len(prompts), N))
     for p, prompt in enumerate(prompts):
         cols = {k: [v[p]] * N for k, v in (columns or {}).items()}

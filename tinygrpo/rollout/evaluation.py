@@ -10,7 +10,7 @@ import torch
 
 from tinygrpo.data.verifier import Verifier, format_counts, format_metrics
 from tinygrpo.model.backend import Backend
-from tinygrpo.model.text import decode_completions
+from tinygrpo.model.text import decode_completions, eos_text
 from tinygrpo.rollout.config import SamplingParams
 from tinygrpo.rollout.prompts import left_pad
 from tinygrpo.rollout.sampling import completion_logits, sample_completions
@@ -56,7 +56,7 @@ def greedy_accuracy(
 ) -> tuple[float, list[str]]:
     """Greedy accuracy on a split's rows ({column: values}, with "prompt"; tokenized in batches) under `verifier`
     (default: the strict integer rule), and the completions themselves."""
-    prompts, verifier = rows["prompt"], verifier or Verifier()
+    prompts, verifier = rows["prompt"], verifier or Verifier(eos=eos_text(tokenizer))
     outs: list[str] = []
     for i in range(0, len(prompts), batch_size):
         enc = tokenizer(prompts[i : i + batch_size], padding=True, return_tensors="pt")
@@ -104,7 +104,7 @@ def held_out_metrics(
     share of the greedy completions in each format, the accuracy within each and their mean length.
     `sampled_accuracy` adds "eval/sampled_accuracy", the mean over the pass@k samples (TRL's sampled evaluation).
     """
-    verifier = verifier or Verifier()
+    verifier = verifier or Verifier(eos=eos_text(tokenizer))
     tools = None if tools is None else tools.with_rows(rows)  # (an episode's environment starts from its row)
     if pass_k and generator is None:
         # torch's global generator would serve: an evaluation that changes what training samples next.

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rewards import EOS, RewardError, check_binary, compute_rewards, rewards_float32
-from tinygrpo.model.text import decode_rows
+from rewards import RewardError, check_binary, compute_rewards, rewards_float32
+from tinygrpo.model.text import decode_rows, eos_text
 from tinygrpo.rollout.prompts import PromptSource
 
 
@@ -30,10 +30,12 @@ class RewardSpec:
 
 
 def reward_spec(
-    funcs: list, names: list[str], weights: list[float], max_completion_length: int
+    funcs: list, names: list[str], weights: list[float], max_completion_length: int, tokenizer
 ) -> RewardSpec:
-    """The trainer keywords passed to every reward function: max_completion_length and the EOS text."""
-    return RewardSpec(funcs, names, weights, {"max_completion_length": max_completion_length, "eos": EOS})
+    """The trainer keywords passed to every reward function: max_completion_length and the tokenizer's EOS text (as
+    decoded completions end with it: "<eos>" for tiny_lm, "<|endoftext|>" for GPT-2's tokenizer)."""
+    kwargs = {"max_completion_length": max_completion_length, "eos": eos_text(tokenizer)}
+    return RewardSpec(funcs, names, weights, kwargs)
 
 
 def no_reward_applies(samples: int, names: list[str]) -> str:

@@ -140,11 +140,11 @@ class GRPOTrainer:
         self.callbacks.event("on_init_end", 0)
 
     def _check(self, model, tokenizer, train_dataset, eval_dataset, reward_funcs, rollout, batches) -> None:
-        """The rewards resolved, and the data, model and rewards checked on real rows before anything expensive
-        happens (tinygrpo/run/validation.py)."""
+        """The rewards resolved; data, model and rewards checked on real rows first (tinygrpo/run/validation.py)."""
         cfg = self.cfg
         funcs = reward_funcs if reward_funcs is not None else cfg.reward_funcs
-        self.rewards = reward_spec(*resolve_rewards(funcs, cfg.reward_weights), cfg.max_completion_length)
+        resolved = resolve_rewards(funcs, cfg.reward_weights)
+        self.rewards = reward_spec(*resolved, cfg.max_completion_length, tokenizer)
         data = (model, tokenizer, train_dataset, eval_dataset, self.rewards, self.acc.device)
         groups = (
             ModelConfig.of(cfg),
@@ -160,7 +160,7 @@ class GRPOTrainer:
         """The held-out evaluation, under the task's verifier, with pass@k at the run's sampling settings."""
         cfg = self.cfg
         rows = eval_dataset.to_dict() if eval_dataset is not None else None
-        verifier = Verifier.of(cfg.dataset_name, cfg.eval_reward, cfg.task)
+        verifier = Verifier.of(cfg.dataset_name, cfg.eval_reward, cfg.task, self.rewards.kwargs["eos"])
         sampled = cfg.num_generations_eval is not None
         pass_k = (cfg.seed, cfg.eval_pass_k, sampled, self.tools)
         return HeldOutEvaluator(rows, self.tokenizer, self.backend, self.sampling, verifier, *pass_k)

@@ -9,7 +9,7 @@ import torch.nn as nn
 
 from tinygrpo.algorithm.advantage_estimators import AdvantageConfig
 from tinygrpo.base.options import ConfigError
-from tinygrpo.data.checks import check_held_out, probe
+from tinygrpo.data.checks import check_eos_read, check_held_out, probe
 from tinygrpo.data.verifier import Verifier
 from tinygrpo.model.memory import ModelShape, gigabytes, memory_budget
 from tinygrpo.model.static_shapes import bucket_size
@@ -51,8 +51,11 @@ def check_inputs(
     # fails here, naming the row, not at the first rollout or evaluation.
     binary = f"advantage_mode {advantages.advantage_mode}" if advantages.binary_rewards else None
     where = f"{m.dataset_name}/{m.dataset_train_split}"
-    probe(rewards.funcs, rewards.names, train_dataset, where, rewards.kwargs, rewards.weights, binary)
-    verifier = Verifier.of(m.dataset_name, m.eval_reward, m.task)  # the rule held-out accuracy is decided by
+    best = probe(rewards.funcs, rewards.names, train_dataset, where, rewards.kwargs, rewards.weights, binary)
+    check_eos_read(best, rewards.funcs, rewards.names, rewards.weights, train_dataset, where, rewards.kwargs)
+    verifier = Verifier.of(
+        m.dataset_name, m.eval_reward, m.task, rewards.kwargs["eos"]
+    )  # held-out accuracy's rule
     splits = (m.dataset_name, m.dataset_train_split, m.dataset_test_split)
     check_held_out(
         verifier,

@@ -33,6 +33,7 @@ from tinygrpo.data.checks import check_held_out
 from tinygrpo.data.problems import MANIFEST, dataset_dir, first_row_columns, load_split
 from tinygrpo.data.verifier import Verifier, format_counts, format_metrics
 from tinygrpo.model.memory import ModelShape, gigabytes, memory_budget
+from tinygrpo.model.text import eos_text
 from tinygrpo.rollout.environment import get_environment
 from tinygrpo.rollout.evaluation import greedy_accuracy
 from tinygrpo.rollout.tool_calls import ToolUse
@@ -202,7 +203,7 @@ def training_examples(cfg: SFTConfig, tokenizer):
     if cfg.train_size and cfg.train_size < len(train):
         train = train.shuffle(seed=cfg.seed).select(range(cfg.train_size))
     if cfg.dataset_test_split:  # GRPO's checks of a held-out evaluation, before any training
-        verifier = Verifier.of(cfg.dataset_name, task=cfg.task or None)
+        verifier = Verifier.of(cfg.dataset_name, task=cfg.task or None, eos=eos_text(tokenizer))
         splits = (cfg.dataset_name, cfg.dataset_train_split, cfg.dataset_test_split)
         test = load_split(cfg.dataset_name, cfg.dataset_test_split)
         check_held_out(verifier, train, test, splits, cfg.allow_overlapping_splits)
@@ -273,7 +274,7 @@ def held_out_summary(
     """The trained reference on the held-out split: greedy accuracy under the task's verifier (and the share of
     each answer format, where the task defines them), as sft_summary.json records it."""
     test = load_split(cfg.dataset_name, cfg.dataset_test_split)
-    verifier = Verifier.of(cfg.dataset_name, task=cfg.task or None)
+    verifier = Verifier.of(cfg.dataset_name, task=cfg.task or None, eos=eos_text(tokenizer))
     rows = test.to_dict()
     summary = {"eval_split": cfg.dataset_test_split}
     summary["eval_accuracy"], outs = greedy_accuracy(model, tokenizer, rows, max_new, verifier, tools=tools)
