@@ -189,7 +189,13 @@ class OptimizerConfig(Options):
     )
     weight_decay: float = option(0.0, "AdamW weight decay.", bound=NON_NEGATIVE)
     adam_beta1: float = option(0.9, "AdamW beta1.", bound=Bound(0, 1, hi_open=True))
-    adam_beta2: float = option(0.99, "AdamW beta2.", bound=Bound(0, 1, hi_open=True))
+    adam_beta2: float = option(
+        0.99,
+        "AdamW beta2 (Loshchilov & Hutter 2019, Decoupled Weight Decay Regularization). 0.99, not TRL's (transformers') "
+        "0.999: nanoGPT's value for its character-level model, whose steps see few tokens "
+        "(config/train_shakespeare_char.py), and this project's default since its first run.",
+        bound=Bound(0, 1, hi_open=True),
+    )
     adam_epsilon: float = option(1e-8, "AdamW epsilon (TRL's name).", bound=POSITIVE)
     max_grad_norm: float = option(1.0, "Gradient-norm clip (0 = off).", bound=NON_NEGATIVE)
     on_nonfinite: str = option(
