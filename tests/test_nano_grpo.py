@@ -19,6 +19,7 @@ from tinygrpo.sft.train import SFTConfig, train_reference
 
 REPO = Path(train_grpo.__file__).resolve().parent
 STEPS, G, BATCH = 20, 8, 128  # 16 prompts x 8 completions a step
+PROBLEMS = 56  # a small training set, so that the 320 prompts drawn make 5 passes over it, each a new order
 # Two float64 runs of the same math in other orders of summation differ by a few ulps a step (~1e-15 here), except
 # where AdamW turns rounding noise into steps: a key bias's gradient is 0 in exact arithmetic (a softmax is blind to a
 # constant added to every key), so its m / sqrt(v) is noise over noise, bounded by lr * noise / eps (~3e-12 seen).
@@ -38,10 +39,23 @@ def addition_reference(tmp_path_factory) -> str:
     return str(out)
 
 
-def trainer_run(ref: str, out: Path, beta: float) -> tuple[list[list[str]], list[float | None], dict]:
+@pytest.fixture(scope="module")
+def few_problems(tmp_path_factory) -> str:
+    """A directory of PROBLEMS training problems of addition (every 170th, so both digits vary)."""
+    out = tmp_path_factory.mktemp("few_problems")
+    lines = (REPO / "data/addition/train.jsonl").read_text().splitlines()[::170][:PROBLEMS]
+    assert len(lines) == PROBLEMS
+    (out / "train.jsonl").write_text("\n".join(lines) + "\n")
+    return str(out)
+
+
+def trainer_run(
+    ref: str, data: str, out: Path, beta: float
+) -> tuple[list[list[str]], list[float | None], dict]:
     """train_grpo.py with the plain flags: each step's completions (in sampling order), each step's loss (None:
     no update), the final parameters."""
     argv = ["--config", str(REPO / "configs/plain.yaml"), "--model_name_or_path", ref, "--dtype", "float64"]
+    argv += ["--dataset_name", data, "--dataset_train_split", "train"]
     argv += f"--max_steps {STEPS} --per_device_train_batch_size {BATCH} --num_generations {G} --beta {beta}".split()
     argv += f"--logging_steps 1 --num_completions_to_print {BATCH} --output_dir {out}".split() + [
         "--dataset_test_split",
@@ -60,14 +74,14 @@ def trainer_run(ref: str, out: Path, beta: float) -> tuple[list[list[str]], list
     return completions, losses, load_file(str(out / "final" / "model.safetensors"))
 
 
-def nano_run(ref: str, beta: float) -> tuple[list[list[str]], list[float], dict]:
+def nano_run(ref: str, data: str, beta: float) -> tuple[list[list[str]], list[float], dict]:
     completions, losses = [], []
 
     def record(step: int, texts: list[str], loss: float) -> None:
         completions.append(texts)
         losses.append(loss)
 
-    argv = ["--model_name_or_path", ref, "--dataset", str(REPO / "data/addition"), "--dtype", "float64"]
+    argv = ["--model_name_or_path", ref, "--dataset", data, "--dtype", "float64"]
     argv += f"--max_steps {STEPS} --per_device_train_batch_size {BATCH} --num_generations {G} --beta {beta}".split()
     argv += ["--eval_split", ""]
     model = nano_grpo.train(nano_grpo.parse_args(argv), on_step=record)
@@ -76,10 +90,14 @@ def nano_run(ref: str, beta: float) -> tuple[list[list[str]], list[float], dict]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("beta", [0.0, 0.04])
-def test_nano_grpo_is_the_trainer(addition_reference, tmp_path, beta):
+def test_nano_grpo_is_the_trainer(addition_reference, few_problems, tmp_path, beta):
+    """Both draw the prompts pass after pass over a small training set (5 passes: a pass's order is its own), sample
+    the same completions, compute the same losses and end with the same parameters."""
     torch.set_num_threads(1)
-    want_completions, want_losses, want_params = trainer_run(addition_reference, tmp_path / "run", beta)
-    got_completions, got_losses, got_params = nano_run(addition_reference, beta)
+    want_completions, want_losses, want_params = trainer_run(
+        addition_reference, few_problems, tmp_path / "run", beta
+    )
+    got_completions, got_losses, got_params = nano_run(addition_reference, few_problems, beta)
     # the case is the interesting one: groups with signal every step, rewards that differ, weights that moved
     start = load_file(str(Path(addition_reference) / "model.safetensors"))
     assert all(len(set(c)) > G for c in want_completions)
