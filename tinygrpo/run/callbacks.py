@@ -77,7 +77,11 @@ class Callbacks:
         self.control = TrainerControl()
         self.objects = objects  # model, processing_class, optimizer, lr_scheduler: passed to every hook
         self.metric = logging.metric_for_best_model
-        self.greater = logging.greater_is_better if logging.greater_is_better is not None else True
+        self.greater = logging.greater_is_better
+        if (
+            self.greater is None
+        ):  # (as TrainingArguments reads it unset: a loss is better lower, the rest higher)
+            self.greater = not (self.metric or "").endswith("loss")
         if self.metric and not self.metric.startswith("eval_"):
             self.metric = f"eval_{self.metric}"
 

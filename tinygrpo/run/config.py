@@ -252,7 +252,8 @@ class LoggingConfig(Options):
         "eval/accuracy), as EarlyStoppingCallback reads it.",
     )
     greater_is_better: bool | None = option(
-        None, "Whether a larger metric_for_best_model is better (default: yes)."
+        None,
+        "Whether a larger metric_for_best_model is better (default, as transformers' TrainingArguments: yes, but no for a name ending in `loss`).",
     )
     disable_tqdm: bool = option(False, "No progress bar.")
     make_plots: bool = option(
