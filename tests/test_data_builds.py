@@ -493,3 +493,43 @@ def test_a_live_builds_staging_is_left_alone_and_a_dead_ones_swept(tmp_path):
         d.mkdir(parents=True)
     problems.write_problem_set(directory, "countdown", {"train": [{"prompt": "1=", "answer": "1"}]})
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["countdown", parent_alive.name])
+
+
+def _rows(n: int, tag: str) -> list[dict]:
+    return [{"prompt": f"{tag}{i}=", "answer": str(i)} for i in range(n)]
+
+
+def test_a_build_that_failed_in_this_process_can_be_retried_in_it(tmp_path, monkeypatch):
+    """A write that fails partway (the second split here) leaves this process's own staging directory behind only
+    until the failure is handled: a retry in the same process (a study's next seed, a notebook's next cell) builds
+    the set, and nothing is left beside it."""
+    directory = tmp_path / "set"
+    real, calls = problems.write_jsonl, []
+
+    def fail_second(rows, path):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(rows, path)
+
+    monkeypatch.setattr(problems, "write_jsonl", fail_second)
+    with pytest.raises(OSError):
+        problems.write_problem_set(directory, "toy", {"train": _rows(3, "a"), "test": _rows(2, "b")})
+    monkeypatch.setattr(problems, "write_jsonl", real)
+    problems.write_problem_set(directory, "toy", {"train": _rows(3, "a"), "test": _rows(2, "b")})
+    assert load_split(str(directory), "test").num_rows == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["set"]
+
+
+def test_a_rebuild_carries_a_users_files_but_neither_a_stray_tmp_nor_a_split_it_no_longer_writes(tmp_path):
+    """Rebuilding a set into its directory keeps the user's own files there, but not a `.tmp` a killed write left
+    (half a file) and not a split of the old build that the new one does not write: it would load as if current."""
+    directory = tmp_path / "set"
+    problems.write_problem_set(directory, "toy", {"train": _rows(3, "a"), "test": _rows(2, "b")})
+    (directory / "notes.txt").write_text("mine")
+    (directory / "train.jsonl.tmp").write_text('{"prompt": "half')
+    problems.write_problem_set(directory, "toy", {"train": _rows(4, "c")})
+    assert sorted(p.name for p in directory.iterdir()) == sorted([MANIFEST, "train.jsonl", "notes.txt"])
+    assert load_split(str(directory), "train").num_rows == 4
+    with pytest.raises(ValueError):
+        load_split(str(directory), "test")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import threading
 import time
 
@@ -219,6 +220,48 @@ def test_a_decode_step_with_hostile_calls_feeds_each_row_its_reply(tok):
     assert dict(calls.outcomes) == {"ok": 1, "bad_reply": 2, "unwritable": 1}
     replies = ["".join(tok.convert_ids_to_tokens(list(calls.owed[r]))) for r in range(4)]
     assert replies == ["6>", "?>", "?>", "?>"]
+
+
+def ignores_sigterm(a: int) -> int:
+    """Ignores SIGTERM (a polite stop), then sleeps on.
+
+    Args:
+        a: Anything.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(1000)
+    return a
+
+
+@pytest.mark.kills
+def test_a_tool_that_ignores_sigterm_is_answered_as_timed_out_and_its_worker_is_gone():
+    """A tool that ignores SIGTERM past its deadline: the call is answered `timeout`, the worker it ran in is dead
+    (killed: a worker stopped with SIGTERM would never end, and the call would hang the run), and the next call is
+    answered by a fresh worker. Only the outcome is asserted; the bound is a hang guard, many deadlines long."""
+    from tinygrpo.rollout.tool_worker import worker_of
+
+    env = Environment(
+        "ignores_sigterm",
+        "a tool that ignores SIGTERM",
+        (ignores_sigterm, adds_one),
+        lambda s: tuple(s.split(" ", 1)[:1]) + ([s.split(" ", 1)[1]],),
+        timeout_s=TIMEOUT,
+    )
+    assert env.call("adds_one 1").text == "2>"  # (the worker started, from the main thread)
+    worker = worker_of(env)
+    process = worker.process
+    try:
+        got = answered_within(lambda: env.call("ignores_sigterm 1"), 60)
+        assert (got.outcome, got.text) == ("timeout", "?>")
+        assert not process.is_alive() and process.exitcode == -signal.SIGKILL
+        assert worker.process is None  # (stopped: the next call starts another)
+        assert env.call("adds_one 2").text == "3>"
+        assert worker.process is not None and worker.process.pid != process.pid
+    finally:
+        if process.is_alive():  # (a worker the stop could not end: ended here, and the hung stop then finishes)
+            os.kill(process.pid, signal.SIGKILL)
+        else:
+            worker.stop()
 
 
 def test_an_environments_bounds_are_checked_at_definition():

@@ -10,6 +10,7 @@ import pickle
 import re
 import time
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import torch
@@ -138,6 +139,23 @@ def test_what_reset_says_is_fed_first(tok):
     assert texts == ["[<>]3?[.]4?[=<eos>]"]
 
 
+class GreetsAtLength(Greeting):
+    """Says first as many characters as its target: a first observation of any length."""
+
+    def reset(self, target: int, **row) -> str:
+        self.target, self.done = target, False
+        return "<" * target
+
+
+def test_a_first_observation_of_exactly_max_reply_chars_is_fed_and_one_more_is_refused(tok):
+    """The bound on a reply holds for what reset says first, at its edge: exactly max_reply_chars characters are
+    fed as said; one more, and the episode cannot start (bad_reply, ended at once)."""
+    env = _env("greets_at_length", GreetsAtLength, max_reply_chars=4)
+    _, texts, calls = _decode(tok, env, ["4?", "5?"], [4, 5])
+    assert texts == ["[<<<<]4?[=<eos>]", "[!<eos>]"]
+    assert calls.outcomes["reset_bad_reply"] == 1
+
+
 # ------------------------------------------------------------------------------------------------ the exact oracles
 def _midpoint_turns(n: int) -> Fraction:
     """Binary search by the midpoint rule, played on every number: its mean turns."""
@@ -182,6 +200,18 @@ def test_the_weak_episodes_follow_the_replies_and_find_the_number():
             lo, hi = (lo, guess - 1) if said == "<" else (guess + 1, hi) if said == ">" else (guess, guess)
         assert text.endswith("=") and found_in(text + EOS, target) == (text.count("?") <= MAX_TURNS)
         assert not found_in(text, target)  # (no <eos>: not a finished episode)
+
+
+def test_an_equals_the_policy_wrote_after_a_wrong_guess_is_not_found():
+    """The environment answers `=` only to the hidden number: after a wrong guess it says `<`, `>` (or `.` when
+    blind), so an `=` there in a transcript is the policy's own text (a decode without the environment writes its
+    replies itself), not the environment's reply. guess_found reads the guess, not that `=`: 0.0; the number found
+    (the guess is the target, answered `=`) is 1.0."""
+    target = 15
+    assert reply(target, 16) == "<"  # (what the environment says to 16)
+    wrote_its_own = ["32?<16?=", "16?=", "32?.16?="]
+    assert guess_found([t + EOS for t in wrote_its_own], [target] * 3) == [0.0, 0.0, 0.0]
+    assert guess_found(["32?<15?=" + EOS, "15?=" + EOS], [target] * 2) == [1.0, 1.0]
 
 
 # ------------------------------------------------------------------------------------------------ real episodes
@@ -416,6 +446,25 @@ def test_the_references_targets_replay_on_their_episodes_and_a_wrong_reply_is_re
         target_replies([targets[0]], GUESS, "guess_number/validation", bad)
     assert all(found_in(t + EOS, r["target"]) for t, r in zip(targets, rows, strict=True))
     assert guess_found([t + EOS for t in targets], [r["target"] for r in rows]) == [1.0] * len(rows)
+
+
+def test_the_guess_number_build_writes_the_committed_files_with_their_twelve_turn_golds(tmp_path):
+    """The task's build, written afresh, is byte for byte the committed data/guess_number/ (every split and the
+    manifest), and golds of exactly MAX_TURNS turns are in every split: the cap keeps them (an episode is drawn
+    again only when it takes more turns than the cap)."""
+    from tinygrpo.data.tasks.guess_number import TASK
+
+    committed = Path(__file__).resolve().parent.parent / "data" / "guess_number"
+    TASK.write(tmp_path)
+    built = tmp_path / "guess_number"
+    names = sorted(p.name for p in committed.iterdir())
+    assert sorted(p.name for p in built.iterdir()) == names and "manifest.json" in names
+    for name in names:
+        assert (built / name).read_bytes() == (committed / name).read_bytes(), name
+    for name in names:
+        if name.endswith(".jsonl"):
+            turns = [json.loads(line)["answer"].count("?") for line in (committed / name).read_text().splitlines()]
+            assert max(turns) == MAX_TURNS and turns.count(MAX_TURNS) > 0, name
 
 
 @pytest.mark.slow
