@@ -258,7 +258,9 @@ def test_a_tool_that_ignores_sigterm_is_answered_as_timed_out_and_its_worker_is_
         assert env.call("adds_one 2").text == "3>"
         assert worker.process is not None and worker.process.pid != process.pid
     finally:
-        if process.is_alive():  # (a worker the stop could not end: ended here, and the hung stop then finishes)
+        if (
+            process.is_alive()
+        ):  # (a worker the stop could not end: ended here, and the hung stop then finishes)
             os.kill(process.pid, signal.SIGKILL)
         else:
             worker.stop()

@@ -463,7 +463,9 @@ def test_the_guess_number_build_writes_the_committed_files_with_their_twelve_tur
         assert (built / name).read_bytes() == (committed / name).read_bytes(), name
     for name in names:
         if name.endswith(".jsonl"):
-            turns = [json.loads(line)["answer"].count("?") for line in (committed / name).read_text().splitlines()]
+            turns = [
+                json.loads(line)["answer"].count("?") for line in (committed / name).read_text().splitlines()
+            ]
             assert max(turns) == MAX_TURNS and turns.count(MAX_TURNS) > 0, name
 
 

@@ -92,6 +92,14 @@ class Callbacks:
     def should_stop(self) -> bool:
         return self.control.should_training_stop
 
+    def agreed_stop(self, on_any_process: Callable[[bool], bool]) -> bool:
+        """should_training_stop, asked by a callback on any process, set on every process: all of them then
+        evaluate, log and end this step as a stopped run does (a stop read on one process alone would leave the
+        others at the next step's collectives, and end the run as interrupted there)."""
+        if self.callbacks and on_any_process(self.should_stop):
+            self.control.should_training_stop = True
+        return self.should_stop
+
     def event(self, hook: str, step: int, **kwargs: Any) -> None:
         """Call `hook` on every callback, in order, as transformers' CallbackHandler does (a hook that returns a
         TrainerControl replaces the one the next hook sees)."""

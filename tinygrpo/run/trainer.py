@@ -392,7 +392,8 @@ class GRPOTrainer:
         self.callbacks.event("on_step_begin", self.step)
         out = self.training_step()
         self.callbacks.event("on_step_end", self.step)
-        last = self.step == cfg.max_steps or self.agreed_callback_stop()  # (a callback's stop ends it)
+        # A stop asked by a callback ends the run here (agreed first: every process asks, every step).
+        last = self.callbacks.agreed_stop(self.procs.any) or self.step == cfg.max_steps
         stop.last_step_done = last  # (before its row is logged)
         m = out.metrics
         for line in self.watch.observe(self.step, m):  # a run that cannot learn says so
@@ -417,20 +418,12 @@ class GRPOTrainer:
         bar.update(m, k)
         if self.step < cfg.max_steps and self.procs.any(stop.requested):  # all at the same step
             return m, False
-        if self.agreed_callback_stop():  # (on_evaluate, on_log may ask too)
+        if self.callbacks.agreed_stop(self.procs.any):  # (on_evaluate, on_log may ask too)
             self.acc.print(f"a callback stopped the run after step {self.step} (should_training_stop)")
             return m, False
         if cfg.save_steps and crossed(self.step, k, cfg.save_steps) and self.step < cfg.max_steps:
             self.save_checkpoint()
         return m, True
-
-    def agreed_callback_stop(self) -> bool:
-        """should_training_stop, asked by a callback on any process, set on every process: all of them then
-        evaluate, log and end this step as a stopped run does (a stop read on one process alone would leave the
-        others at the next step's collectives, and end the run as interrupted there)."""
-        if self.callbacks and self.procs.any(self.callbacks.should_stop):
-            self.callbacks.control.should_training_stop = True
-        return self.callbacks.should_stop
 
     def summary(self, forecast: dict, first_eval: dict, m: dict, seconds: float) -> dict:
         """summary.json: held-out accuracy before and after, the run's length, time and samples."""
