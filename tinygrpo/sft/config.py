@@ -122,9 +122,9 @@ class SFTConfig:
         "MKL's and oneDNN's kernels by instruction set (AVX-512, AVX2, ...), each summing in its own order, and a "
         "reference trained partway amplifies those last bits into another model (the default one's held-out "
         "accuracy moved by 11 points between CPUs, in float64 too). portable trains in a process on the kernels "
-        "every x86-64 CPU runs alike (ATen's generic ones, MKL's conditional numerical reproducibility mode "
-        "MKL_CBWR=COMPATIBLE, oneDNN at SSE4.1: tinygrpo.sft.train.PORTABLE), so that every such CPU trains the same "
-        "reference; native trains in this process on its own kernels, faster (Intel, MKL developer reference: "
+        "meant to run alike on every x86-64 CPU (ATen's generic ones, MKL's conditional numerical reproducibility "
+        "mode MKL_CBWR=COMPATIBLE, oneDNN at SSE4.1: tinygrpo.sft.train.PORTABLE): the same reference whichever "
+        "kernels the process starts on, though not yet on every CPU (docs/default.md); native trains in this process on its own kernels, faster (Intel, MKL developer reference: "
         "'Obtaining Numerically Reproducible Results').",
         choices=("portable", "native"),
     )

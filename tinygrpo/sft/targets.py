@@ -112,8 +112,3 @@ def training_targets(cfg: SFTConfig, train) -> list[str]:
         for i in random.Random(cfg.seed).sample(range(len(targets)), round(cfg.mix_share * len(targets))):
             targets[i] = str(alternative[i])
     return targets
-
-
-# The kernels every x86-64 CPU runs alike: ATen's generic (non-vectorised) ones, MKL in its conditional numerical
-# reproducibility mode (the same results on every Intel and compatible CPU), oneDNN at most at SSE4.1. They are read
-# when torch and MKL load, so a process is started with them (kernels="portable").

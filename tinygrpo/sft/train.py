@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -60,6 +61,11 @@ def check_memory(cfg: SFTConfig, vocab: int, tokens: int) -> None:
         )
 
 
+# The kernels meant to run alike on every x86-64 CPU: ATen's generic (non-vectorised) ones, MKL in its conditional
+# numerical reproducibility mode (documented as the same results on Intel and compatible CPUs), oneDNN at most at
+# SSE4.1. They are read when torch and MKL load, so a process is started with them (kernels="portable"). They give one
+# reference whichever kernels a process starts on; an AMD EPYC and an Intel Xeon still train two (docs/default.md;
+# studies.fingerprint finds where two CPUs part).
 PORTABLE = {
     "ATEN_CPU_CAPABILITY": "default",
     "MKL_CBWR": "COMPATIBLE",
@@ -139,9 +145,7 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
         cfg.kernels == "portable" and not on_portable_kernels()
     ):  # (every check above made here: one line, at once)
         return train_in_child(cfg, verbose)
-    sizes = {k: getattr(cfg, k) for k in ("n_positions", "n_embd", "n_layer", "n_head")}
-    special = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
-    model = TinyLMForCausalLM(TinyLMConfig(vocab_size=len(tokenizer), **sizes, **special))
+    model = initial_model(cfg, tokenizer)
     first_loss, last_loss = fit(model, cfg, ids, mask, labels, verbose)
     train_time = time.time() - t0
     summary = {
@@ -178,6 +182,13 @@ def train_reference(cfg: SFTConfig, verbose: bool = True) -> dict:
             f"{cfg.max_steps} steps in {train_time:.1f}s, loss {first_loss:.3f} -> {last_loss:.3f}{acc_s}"
         )
     return summary
+
+
+def initial_model(cfg: SFTConfig, tokenizer) -> TinyLMForCausalLM:
+    """The reference before training: cfg's sizes, initialised from torch's global generator."""
+    sizes = {k: getattr(cfg, k) for k in ("n_positions", "n_embd", "n_layer", "n_head")}
+    special = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    return TinyLMForCausalLM(TinyLMConfig(vocab_size=len(tokenizer), **sizes, **special))
 
 
 def training_examples(cfg: SFTConfig, tokenizer):
@@ -226,11 +237,18 @@ def training_examples(cfg: SFTConfig, tokenizer):
 
 
 def fit(
-    model: nn.Module, cfg: SFTConfig, ids: Tensor, mask: Tensor, labels: Tensor, verbose: bool
+    model: nn.Module,
+    cfg: SFTConfig,
+    ids: Tensor,
+    mask: Tensor,
+    labels: Tensor,
+    verbose: bool,
+    on_step: Callable[[int, Tensor, float], None] | None = None,
 ) -> tuple[float, float]:
     """The SFT loop: max_steps AdamW steps on batches drawn with replacement (a generator seeded by cfg.seed),
     cross-entropy on the labelled tokens (the answer and <eos>), the gradient clipped at 1. Its first and last loss;
-    a NaN or infinite loss stops it (NonFiniteError: nothing is saved)."""
+    a NaN or infinite loss stops it (NonFiniteError: nothing is saved). `on_step(step, batch rows, loss)` is called
+    after each step's update (studies.fingerprint hashes the weights there)."""
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     cosine = cfg.lr_scheduler_type == "cosine"
@@ -256,6 +274,8 @@ def fit(
         opt.step()
         sched.step()
         last_loss = loss.item()
+        if on_step is not None:
+            on_step(step, idx, last_loss)
         if not math.isfinite(last_loss):  # the weights it came from are no use: stop, and save nothing
             raise NonFiniteError(
                 f"step {step}: the loss is NaN or infinite (learning_rate={cfg.learning_rate} too large?); "
