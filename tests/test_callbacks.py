@@ -203,6 +203,50 @@ def test_state_log_history_grows_with_every_logged_row(seed_reference, tmp_path)
     assert trainer.callbacks.state.log_history == [last for _, last, _ in seen.seen]
 
 
+class StopsAt(TrainerCallback):
+    """Asks for a stop from one hook, at one step."""
+
+    def __init__(self, hook: str, step: int) -> None:
+        self.hook, self.step = hook, step
+
+    def __getattribute__(self, name):
+        if name.startswith("on_") and name == object.__getattribute__(self, "hook"):
+            return self._stop
+        return super().__getattribute__(name)
+
+    def _stop(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+@pytest.mark.parametrize("hook", ["on_step_end", "on_evaluate", "on_log"])
+def test_a_run_stopped_from_any_hook_ends_with_its_held_out_evaluation(seed_reference, tmp_path, hook):
+    """should_training_stop asked at step 3 of 8 (evaluations every 2 steps: step 3 is not one) from on_step_end, or
+    at step 2 (an evaluation step) from on_evaluate or on_log, after the step's evaluation point: the run ends at that
+    step with a held-out evaluation of it in summary.json's eval_after and as the last row of metrics.jsonl, as a run
+    that reaches max_steps does."""
+    at = 3 if hook == "on_step_end" else 2
+    out = tmp_path / "run"
+    summary = _trainer(seed_reference, out, [StopsAt(hook, at)], max_steps=8, save_steps=0).train()
+    assert summary["steps"] == at and summary["stopped_by_callback"]
+    assert "eval/accuracy" in summary["eval_after"]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == at and rows[-1]["eval/accuracy"] == summary["eval_after"]["eval/accuracy"]
+
+
+def test_a_stop_asked_at_a_step_without_an_evaluation_from_on_log_still_ends_evaluated(
+    seed_reference, tmp_path
+):
+    """on_log asks for the stop at step 3, which logs (logging_steps 1) but does not evaluate (eval_steps 2): the run
+    evaluates step 3 before it ends, and logs that evaluation at step 3."""
+    out = tmp_path / "run"
+    summary = _trainer(seed_reference, out, [StopsAt("on_log", 3)], max_steps=8, save_steps=0).train()
+    assert summary["steps"] == 3 and "eval/accuracy" in summary["eval_after"]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "eval/accuracy" in r] == [0, 2, 3]
+    assert rows[-1]["step"] == 3
+
+
 # A run on two processes whose callback asks for a stop on rank 1 alone: each process writes where it stopped.
 _STOP_ON_RANK_1 = """
 import json, sys

@@ -297,8 +297,7 @@ class GRPOTrainer:
 
     def logs_completions(self, step: int) -> bool:
         """Whether the loop logs the sampled completions after `step`."""
-        cfg = self.cfg
-        every = crossed(step, self.k, cfg.logging_steps)
+        cfg, every = self.cfg, crossed(step, self.k, self.cfg.logging_steps)
         return cfg.log_completions and cfg.num_completions_to_print > 0 and every
 
     def token_probs(self, scored: ScoredBatch, rows: list[int]) -> TokenProbs:
@@ -310,6 +309,13 @@ class GRPOTrainer:
     def evaluate(self) -> dict[str, float]:
         """Greedy accuracy (and pass@k) on the held-out split; every process gets the same numbers."""
         return self.evaluator(self.model, self.step)
+
+    def evaluate_into(self, m: dict) -> dict[str, float]:
+        """An evaluation at this step: its metrics added to the step's `m`, its details logged, then on_evaluate."""
+        m.update(evaluation := self.evaluate())
+        self.log_evaluation_details()
+        self.callbacks.evaluate(self.step, m)
+        return evaluation
 
     def log_evaluation_details(self) -> None:
         """At an evaluation (main process): what the report shows per prompt (tinygrpo/run/logs.py)."""
@@ -398,27 +404,21 @@ class GRPOTrainer:
         m = out.metrics
         for line in self.watch.observe(self.step, m):  # a run that cannot learn says so
             self.warn(line, bar.say)
-        if crossed(self.step, k, cfg.eval_steps) or last:
-            m.update(self.evaluate())
-            self.log_evaluation_details()
-            self.callbacks.evaluate(self.step, m)
+        if evaluated := (crossed(self.step, k, cfg.eval_steps) or last):
+            self.evaluate_into(m)
         first = cfg.logging_first_step and self.step == k
         if crossed(self.step, k, cfg.logging_steps) or first or last or "eval/accuracy" in m:
             self.log(m)
             if self.logs_completions(self.step):
-                answers = self.prompts.columns.get("answer")
-                self.logs.completions(
-                    self.step,
-                    out.scored,
-                    self.rewards.names,
-                    cfg.num_completions_to_print,
-                    answers,
-                    out.tokens,
-                )
+                answers, shown = self.prompts.columns.get("answer"), cfg.num_completions_to_print
+                self.logs.completions(self.step, out.scored, self.rewards.names, shown, answers, out.tokens)
         bar.update(m, k)
         if self.step < cfg.max_steps and self.procs.any(stop.requested):  # all at the same step
             return m, False
         if self.callbacks.agreed_stop(self.procs.any):  # (on_evaluate, on_log may ask too)
+            # (asked after this step's evaluation point: the run still ends evaluated, as any run)
+            if not evaluated and self.evaluate_into(m):
+                self.log({key: v for key, v in m.items() if key.startswith("eval/")})
             self.acc.print(f"a callback stopped the run after step {self.step} (should_training_stop)")
             return m, False
         if cfg.save_steps and crossed(self.step, k, cfg.save_steps) and self.step < cfg.max_steps:
