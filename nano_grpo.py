@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dataset", default="data/addition", help="a directory of <split>.jsonl problem files")
     p.add_argument("--eval_split", default="test", help="held-out split ('' for none)")
     p.add_argument(
-        "--num_generations", type=int, default=8, help="G: completions per prompt (GRPO, 2402.03300)"
+        "--num_generations", type=int, default=8, help="G >= 2: completions per prompt (GRPO, 2402.03300)"
     )
     p.add_argument("--per_device_train_batch_size", type=int, default=512, help="completions per step")
     p.add_argument("--max_completion_length", type=int, default=4, help="tokens per completion at most")
@@ -50,7 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learning_rate", type=float, default=2e-3, help="AdamW's peak rate, cosine to 0")
     p.add_argument("--beta", type=float, default=0.0, help="weight of the k3 KL to the reference (0: none)")
     p.add_argument("--epsilon", type=float, default=0.2, help="the ratio's clip range (PPO, 1707.06347)")
-    p.add_argument("--eval_steps", type=int, default=50)
+    p.add_argument(
+        "--eval_steps", type=int, default=50, help="every N >= 1 steps and at the end (none: --eval_split '')"
+    )
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     return p.parse_args(argv)
@@ -198,13 +200,32 @@ def train(args: argparse.Namespace, on_step=None):
     return model
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first thing wrong with the options, in one line (None: nothing), found before anything is loaded."""
+    # each count's least value: a group-relative advantage needs two samples (the std of one is NaN)
+    least = dict(
+        num_generations=2, per_device_train_batch_size=1, max_completion_length=1, max_steps=1, eval_steps=1
+    )
+    for name, lo in least.items():
+        if getattr(args, name) < lo:
+            return f"--{name} must be >= {lo}, got {getattr(args, name)}"
+    B, G, data = args.per_device_train_batch_size, args.num_generations, Path(args.dataset)
+    if B % G:  # (whole groups: B / G prompts a step)
+        return f"--per_device_train_batch_size {B} is not a multiple of --num_generations {G}"
+    if not data.is_dir():
+        return f"--dataset {data}: no such directory"
+    for split in filter(None, ["train", args.eval_split]):
+        if not (data / f"{split}.jsonl").is_file():
+            return f"--dataset {data} has no {split}.jsonl"
+    if not (Path(args.model_name_or_path) / "config.json").is_file():
+        return f"no model at {args.model_name_or_path}: train the reference first (python train_sft.py)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not (Path(args.model_name_or_path) / "config.json").is_file():
-        print(
-            f"error: no model at {args.model_name_or_path}: train the reference first (python train_sft.py)",
-            file=sys.stderr,
-        )
+    if problem := check(args):
+        print(f"error: {problem}", file=sys.stderr)
         return 1
     train(args)
     return 0

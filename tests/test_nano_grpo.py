@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,3 +157,125 @@ def test_the_study_reads_what_nano_grpo_prints_and_renders_medians(addition_refe
     ]
     shown = nano.table(nano.summarize(runs, "python -m studies.nano"))
     assert "**95.0%** (95.0% / 90.0% / 96.0%)" in shown and "| 100 s |" in shown  # medians, not means
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+# Each count's least value, as the algorithm needs it: a group-relative advantage divides by its group's std, which
+# one sample does not have (NaN); every other count is a number of things that must happen at least once.
+LEAST = {
+    "num_generations": 2,
+    "per_device_train_batch_size": 1,
+    "max_completion_length": 1,
+    "max_steps": 1,
+    "eval_steps": 1,
+}
+
+
+@pytest.fixture
+def tripwire(tmp_path) -> Path:
+    """A model directory that passes for one (it has a config.json) and fails loudly if anything loads it: a run
+    refused in one line before it got there loaded nothing."""
+    (tmp_path / "tripwire").mkdir()
+    (tmp_path / "tripwire" / "config.json").write_text("{}")
+    return tmp_path / "tripwire"
+
+
+def _good(model: Path) -> list[str]:
+    """Options that pass every check: the least of every count, the repository's data."""
+    argv = ["--model_name_or_path", str(model), "--dataset", str(REPO / "data/addition")]
+    least = {**LEAST, "per_device_train_batch_size": 2}  # (whole groups: a multiple of G = 2)
+    return argv + [f"--{name}={value}" for name, value in least.items()]
+
+
+def _refused(argv: list[str], capsys, monkeypatch) -> str:
+    """nano_grpo's main on argv, with training replaced by a recorder: the one stderr line of a refusal, once
+    checked that it is one `error:` line, a non-zero exit, nothing on stdout, and that training never started."""
+    started = []
+    monkeypatch.setattr(nano_grpo, "train", lambda args, on_step=None: started.append(args))
+    rc = nano_grpo.main(argv)
+    out, err = capsys.readouterr()
+    assert rc != 0 and not started and out == "", (rc, started, out)
+    (line,) = err.splitlines()
+    assert line.startswith("error: "), line
+    return line
+
+
+def test_the_least_of_every_count_is_accepted(tripwire, capsys, monkeypatch):
+    """The checks refuse only what is wrong: with every count at its least value, main goes on to train."""
+    started = []
+    monkeypatch.setattr(nano_grpo, "train", lambda args, on_step=None: started.append(args))
+    assert nano_grpo.main(_good(tripwire)) == 0
+    assert len(started) == 1 and capsys.readouterr().err == ""
+    assert {name: getattr(started[0], name) for name in LEAST} == {**LEAST, "per_device_train_batch_size": 2}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [(name, value) for name in LEAST for value in (0, -1)] + [("num_generations", 1)],
+)
+def test_a_count_below_its_least_is_refused_in_one_line_before_training(
+    name, value, tripwire, capsys, monkeypatch
+):
+    """Every count, at 0 and -1, and G = 1: one line naming the option and its value, and no training. (Unchecked,
+    G = 1 trains on NaN advantages, the std of a group of one, and eval_steps 0 dies mid-run on `step % 0`.)"""
+    line = _refused([*_good(tripwire), f"--{name}", str(value)], capsys, monkeypatch)
+    assert f"--{name}" in line and f"got {value}" in line, line
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--dataset", "{t}/nowhere"], "--dataset {t}/nowhere"),
+        (["--dataset", "{t}"], "--dataset {t} has no train.jsonl"),
+        (["--eval_split", "tset"], "has no tset.jsonl"),
+        (["--model_name_or_path", "{t}/nowhere"], "no model at {t}/nowhere"),
+        (["--per_device_train_batch_size", "3"], "--per_device_train_batch_size 3"),  # (G = 2)
+    ],
+    ids=["no_dataset", "no_train_split", "no_eval_split", "no_model", "part_groups"],
+)
+def test_a_missing_path_or_a_batch_of_part_groups_is_refused_in_one_line(
+    extra, named, tripwire, tmp_path, capsys, monkeypatch
+):
+    """The files the run reads, checked before it reads any (a dataset directory that is not there was a
+    traceback), and a batch of whole groups (B / G prompts a step: a remainder would be dropped unsaid)."""
+    argv = [*_good(tripwire), *(a.format(t=tmp_path) for a in extra)]
+    line = _refused(argv, capsys, monkeypatch)
+    assert named.format(t=tmp_path) in line, line
+
+
+def test_the_tripwire_model_fails_loudly_if_loaded(tripwire):
+    """What makes the tests above and below show that nothing was loaded: a run that gets past the checks to the
+    tripwire dies with a traceback, not one `error:` line."""
+    with pytest.raises(Exception):  # noqa: B017  (whichever loader's error: transformers' own)
+        nano_grpo.train(nano_grpo.parse_args(_good(tripwire)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--num_generations", "1"], "--num_generations must be >= 2, got 1"),
+        (["--dataset", "{t}/nowhere"], "--dataset {t}/nowhere: no such directory"),
+        (["--eval_steps", "0"], "--eval_steps must be >= 1, got 0"),
+    ],
+    ids=["one_generation", "no_dataset", "eval_steps_0"],
+)
+def test_the_command_refuses_each_class_of_bad_input_in_one_line_before_loading(
+    extra, named, tripwire, tmp_path
+):
+    """`python nano_grpo.py` itself (one process each, ~10 s: torch and transformers imported): exit status 1, one
+    `error:` line on stderr and nothing else, nothing on stdout. The model is the tripwire: had the run loaded it,
+    stderr would hold a traceback."""
+    argv = [*_good(tripwire), *(a.format(t=tmp_path) for a in extra)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(
+        [sys.executable, "nano_grpo.py", *argv],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines() == [f"error: {named.format(t=tmp_path)}"]
+    assert proc.stdout == ""

@@ -14,7 +14,7 @@ from test_tool_calls import CALC, _model, tok  # noqa: F401  (tok: the module's 
 
 from benchmarks._host_reads import HostReads
 from tinygrpo.model.backend import GenericBackend, GroupedBackend
-from tinygrpo.model.static_shapes import bucket_size, pad_to_buckets
+from tinygrpo.model.static_shapes import CapturedScoring, bucket_size, pad_to_buckets
 from tinygrpo.rollout.config import SamplingParams
 from tinygrpo.rollout.sampling import sample_completions
 from tinygrpo.rollout.static_decode import sample_static
@@ -262,3 +262,90 @@ def test_the_benchmarks_graphed_ways_decode_and_score_as_today(tok, monkeypatch,
     assert bench.FAILED == ["3 x 4, 5"]
     err = capsys.readouterr().err
     assert "error: CUDA graphs failed at 3 x 4, 5: RuntimeError: operation not permitted" in err
+
+
+@pytest.mark.parametrize(
+    "captured", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "captured"]
+)  # (captured: the trace of CapturedLoop, a few seconds on the CPU)
+def test_when_every_row_ends_early_the_rollout_is_as_wide_as_its_longest_completion(tok, captured):  # noqa: F811
+    """The static loop runs all max_completion_length steps (its shapes may not depend on where rows end), but the
+    rollout it returns is only as wide as its longest completion: a wider one would send every later forward (the
+    scoring, the loss) over columns of padding. Greedy, with <eos> taken to be a token every row writes within its
+    first few steps, as found by an independent decode (transformers' own forward, the generic backend) in which no
+    row ends; greedy, a row's tokens before its <eos> do not depend on which token ends it."""
+    model = _model(tok, 4).double()
+    prompts = ["12*34=", "7*8=", "3=", "99*99=", "5*6=7"]
+    T = 6
+    params = SamplingParams.greedy(T)
+    enc = tok(prompts, padding=True, return_tensors="pt")
+    args = (model, enc["input_ids"], enc["attention_mask"], 2, params)
+    full = sample_completions(*args, eos_token_id=-1, pad_token_id=tok.pad_token_id, backend=GenericBackend())
+    ids = full.completion_ids  # (10, T): no row ended
+    assert ids.shape == (10, T)
+    # the token whose latest first appearance over the rows is earliest: every row writes it by step `last`
+    first = {v: [row.index(v) if v in row else T for row in ids.tolist()] for v in range(2, len(tok))}
+    eos = min(first, key=lambda v: max(first[v]))
+    last = max(first[eos])
+    assert last + 1 <= T - 2  # the case is the interesting one: every row ends well before T
+    assert len({*first[eos]}) > 1  # (and not all at the same step)
+    # each row as it would end at its first `eos`, then padding; the rollout as wide as its longest row
+    cols = torch.arange(last + 1)
+    ends = torch.tensor(first[eos])[:, None]
+    want = torch.where(cols <= ends, ids[:, : last + 1], tok.pad_token_id)
+    backend, capture = GroupedBackend(), TracedCapture() if captured else None
+    static = sample_static(
+        *args,
+        None,
+        eos_token_id=eos,
+        pad_token_id=tok.pad_token_id,
+        backend=backend,
+        capture=capture,
+    )
+    assert static.completion_ids.shape == (10, last + 1)  # not (10, T)
+    assert torch.equal(static.completion_ids, want)
+    assert bool(static.is_eos.all())
+    if captured:
+        assert capture.captured == 1  # (the whole loop, CapturedLoop: its own count of the width)
+
+
+class _PassThrough:
+    """A `Capture` that replays by calling fn again (what a graph's replay does, without tracing): counts captures."""
+
+    def __init__(self) -> None:
+        self.captured = 0
+
+    def __call__(self, fn):
+        self.captured += 1
+        return fn
+
+
+def test_the_per_shape_captures_hold_exactly_maxsize_dropping_the_oldest(tok):  # noqa: F811
+    """CapturedScoring keeps one capture per model and layout shape, at most `maxsize` of them (on a GPU each holds a
+    graph and its memory): three shapes through a cache of two leave exactly two, the last two, which serve their
+    shapes again without a new capture, while the first, dropped, is captured anew. Each result is the eager
+    forward's, whichever entry served it. (Two drops only: each runs the cycle collector, ~0.3 s in a test process.)"""
+    model = _model(tok, 3).double()
+    inner, capture = GroupedBackend(), _PassThrough()
+    scoring = CapturedScoring(inner, capture, maxsize=2)
+    enc = tok(["12*34=", "7*8="], padding=True, return_tensors="pt")
+    g = torch.Generator().manual_seed(0)
+    layouts = {  # three shapes: completions 1, 2 and 3 tokens wide
+        Tc: inner.layout(
+            model, enc["input_ids"], enc["attention_mask"], torch.randint(2, 12, (4, Tc), generator=g), 2
+        )
+        for Tc in (1, 2, 3)
+    }
+
+    def score(Tc: int) -> None:
+        with torch.inference_mode():
+            got = scoring.logits(model, layouts[Tc])
+        assert torch.equal(got, inner.logits(model, layouts[Tc])), Tc
+
+    for Tc in (1, 2, 3):
+        score(Tc)
+    assert capture.captured == 3 and len(scoring.graphs.entries) == 2  # exactly maxsize, not maxsize + 1
+    for Tc in (3, 2):  # the last two are held: no new capture
+        score(Tc)
+    assert capture.captured == 3
+    score(1)  # the first was dropped: captured again, and the cache still holds two
+    assert capture.captured == 4 and len(scoring.graphs.entries) == 2
