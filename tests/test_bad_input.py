@@ -629,6 +629,10 @@ CASES = {
         lambda t, r, p: ["--resume_from_checkpoint", "latest"],
         "error: resume_from_checkpoint=latest: no complete checkpoint in {out}",
     ),
+    "resume_true_without_checkpoints": (
+        lambda t, r, p: ["--resume_from_checkpoint", "true"],
+        "error: resume_from_checkpoint=true: no complete checkpoint in {out}",
+    ),
     "resume_with_another_learning_rate": (
         lambda t, r, p: _earlier_run(t, p, *"--resume_from_checkpoint latest --learning_rate 0.01".split()),
         "error: resume_from_checkpoint: {out}/checkpoint-2 was trained with other settings (learning_rate 0.002 "

@@ -824,3 +824,19 @@ def test_the_trainer_api_refuses_to_resume_a_run_trained_with_other_settings(see
     ):
         trainer.train(out / "checkpoint-2")
     assert trainer.step == 0
+
+
+def test_resume_from_checkpoint_true_is_the_latest_unless_a_checkpoint_is_named_so(tmp_path, monkeypatch):
+    """TRL's resume_from_checkpoint=True (`--resume_from_checkpoint true` on a command line) resumes from the newest
+    complete checkpoint, as 'latest' does; a checkpoint directory that is itself named `true` is that directory."""
+    out = tmp_path / "run"
+    for step in (2, 10, 5):
+        (out / f"checkpoint-{step}").mkdir(parents=True)
+        (out / f"checkpoint-{step}" / ckpt.STATE_FILE).write_text("{}")
+    (out / "checkpoint-12").mkdir()  # (no state file: not a complete checkpoint)
+    for spec in ("true", "True", "latest"):
+        assert ckpt.resolve_checkpoint(spec, out, say=pytest.fail) == out / "checkpoint-10"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "true").mkdir()
+    (tmp_path / "true" / ckpt.STATE_FILE).write_text("{}")
+    assert ckpt.resolve_checkpoint("true", out, say=pytest.fail) == Path("true")

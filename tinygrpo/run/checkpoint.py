@@ -224,9 +224,10 @@ def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
 
 
 def resolve_checkpoint(spec: str, output_dir: str | Path, say: Callable[[str], None] = print) -> Path:
-    """'latest' -> the newest complete checkpoint in output_dir that verifies (each one that does not is skipped,
-    with a line saying why); otherwise the given directory, which must verify."""
-    if spec == "latest":
+    """'latest' (or 'true': TRL's resume_from_checkpoint=True, a CLI's `--resume_from_checkpoint true`) -> the newest
+    complete checkpoint in output_dir that verifies (each one that does not is skipped, with a line saying why);
+    otherwise the given directory, which must verify."""
+    if spec in ("latest", "true", "True") and not (Path(spec) / STATE_FILE).is_file():
         found = checkpoint_dirs(output_dir)
         for path in reversed(found):
             problem = verify(path)
@@ -234,7 +235,7 @@ def resolve_checkpoint(spec: str, output_dir: str | Path, say: Callable[[str], N
                 return path
             say(f"skipping {path}: {problem}")
         raise ConfigError(
-            f"resume_from_checkpoint=latest: no complete checkpoint in {output_dir}"
+            f"resume_from_checkpoint={spec}: no complete checkpoint in {output_dir}"
             + (" that verifies" if found else "")
         )
     path = Path(spec)

@@ -208,7 +208,9 @@ class LoggingConfig(Options):
         False, "Allow replacing an output_dir that already holds another run."
     )
     resume_from_checkpoint: str | None = option(
-        None, "A checkpoint directory, or 'latest' (the newest complete one in output_dir)."
+        None,
+        "A checkpoint directory, or 'latest' (the newest complete one in output_dir; 'true' too, as TRL's "
+        "resume_from_checkpoint=True).",
     )
     logging_steps: int = option(10, "Write metrics.jsonl and sample completions every N.", bound=AT_LEAST_1)
     eval_steps: int = option(
