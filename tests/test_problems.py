@@ -144,3 +144,31 @@ def test_one_digit_default_builds_100_problems():
 def test_build_addition_rejects_bad_arguments(kw):
     with pytest.raises(ValueError):
         build_addition(**kw)
+
+
+def _write_split(path, values) -> None:
+    path.write_text(
+        "".join(json.dumps({"prompt": f"{i}:", "answer": "1", "x": v}) + "\n" for i, v in enumerate(values))
+    )
+
+
+@pytest.mark.parametrize(
+    "train, test",
+    [
+        ([1] * 5000 + [1.5], [2]),  # a fraction far below integers (past the reader's first block)
+        ([1.5] + [1] * 5000, [2]),  # a fraction first
+        ([1] * 5000, [2.5, 3]),  # integers in one split, a fraction in another
+        ([1, None] * 2500 + [0.25], [None, 2]),  # with nulls between
+    ],
+    ids=["fraction_last", "fraction_first", "fraction_in_another_split", "with_nulls"],
+)
+def test_a_number_field_of_integers_and_fractions_loads_as_the_numbers_written(tmp_path, train, test):
+    """A number field holding integers and fractions, in any order or split, loads (datasets types a field by its
+    first rows, and an integer there makes a later 1.5 fail to load), every value the number the file writes."""
+    _write_split(tmp_path / "train.jsonl", train)
+    _write_split(tmp_path / "test.jsonl", test)
+    for split, values in (("train", train), ("test", test)):
+        assert load_split(str(tmp_path), split)["x"] == values
+    assert (tmp_path / "train.jsonl").read_text().count("\n") == len(
+        train
+    )  # (the user's files left as written)

@@ -236,7 +236,8 @@ def load_problems(name_or_path: str) -> DatasetDict:
         print(
             f"loading {path} ({', '.join(files)}: {size / 2**20:,.0f} MB), every row checked", file=sys.stderr
         )
-    columns = {split: check_rows(Path(f)) for split, f in files.items()}
+    checked = {split: check_rows(Path(f)) for split, f in files.items()}
+    columns = {split: types for split, (types, _) in checked.items()}
     first, cols = next(iter(columns.items()))
     for split, other in columns.items():
         for c in cols:
@@ -251,18 +252,43 @@ def load_problems(name_or_path: str) -> DatasetDict:
                 )
     from datasets import load_dataset
 
+    # A number field with integers and fractions, in one split or across them (datasets types every split alike).
+    kinds: dict[str, set[type]] = {}
+    for _, numbers in checked.values():
+        for k, seen in numbers.items():
+            kinds.setdefault(k, set()).update(seen)
+    fields = {k for k, seen in kinds.items() if len(seen) > 1}
+    mixed = {split: fields for split, (_, numbers) in checked.items() if fields & numbers.keys()}
     boms = [split for split, f in files.items() if _starts_with_bom(f)]
-    if not boms:
+    if not boms and not mixed:
         return load_dataset("json", data_files=files)
     # datasets' JSON reader takes a byte-order mark for a bad value in some releases (4.7.0, the floor CI tests, among
-    # them): those splits are read from copies without it, in a directory of their own (the loaded tables live in
-    # datasets' cache, not there).
-    with tempfile.TemporaryDirectory(prefix="tinygrpo-bom-") as tmp:
-        for split in boms:
+    # them), and types a number field by the rows of its first block (an integer there, 61.5 further down fails to
+    # load): those splits are read from copies, without the mark, a mixed field's integers written as decimals (1 as
+    # 1.0, the same number), in a directory of their own (the loaded tables live in datasets' cache, not there).
+    with tempfile.TemporaryDirectory(prefix="tinygrpo-copies-") as tmp:
+        for split in {*boms, *mixed}:
             copy = Path(tmp, f"{split}.jsonl")
-            copy.write_bytes(Path(files[split]).read_bytes()[3:])
+            if split in mixed:
+                copy.write_text(_as_decimals(Path(files[split]), mixed[split]), encoding="utf-8")
+            else:
+                copy.write_bytes(Path(files[split]).read_bytes()[3:])
             files[split] = str(copy)
         return load_dataset("json", data_files=files)
+
+
+def _as_decimals(path: Path, fields: set[str]) -> str:
+    """A checked split's lines, each of `fields`' integers written as a decimal."""
+    lines = []
+    with open(path, encoding="utf-8-sig") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                for k in fields:
+                    if isinstance(row[k], int) and not isinstance(row[k], bool):
+                        row[k] = float(row[k])
+                lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+    return "".join(lines)
 
 
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
@@ -273,11 +299,13 @@ def _starts_with_bom(path: str) -> bool:
         return f.read(3) == BOM
 
 
-def check_rows(path: Path) -> dict[str, str]:
+def check_rows(path: Path) -> tuple[dict[str, str], dict[str, set[type]]]:
     """Every line of a <split>.jsonl file, in one pass: a JSON object with the fields of the first row, each field
-    of one JSON type throughout (or null), and a non-empty string prompt. Returns {field: type name}. A problem is a
-    ValueError naming the file, the line and the field."""
+    of one JSON type throughout (or null), and a non-empty string prompt. Returns {field: type name} and, for each
+    number field, the kinds it holds (int, float). A problem is a ValueError naming the file, the line and the
+    field."""
     types: dict[str, str] = {}
+    kinds: dict[str, set[type]] = {}  # (a number field's: int, float)
     rows = 0
     try:
         # utf-8-sig: a byte-order mark at the start (Windows editors write one; RFC 8259 lets a reader skip it)
@@ -304,6 +332,8 @@ def check_rows(path: Path) -> dict[str, str]:
                         types[k] = t
                     elif t not in ("null", types[k]):
                         raise ValueError(f"{path} line {n}: field {k!r} is {t}, earlier rows have {types[k]}")
+                    if t == "a number":
+                        kinds.setdefault(k, set()).add(type(v))
                 prompt = row.get("prompt", "")
                 if "prompt" in row and not (isinstance(prompt, str) and prompt):
                     raise ValueError(
@@ -314,7 +344,7 @@ def check_rows(path: Path) -> dict[str, str]:
         raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if rows == 0:
         raise ValueError(f"{path}: no rows (an empty split)")
-    return types
+    return types, kinds
 
 
 def _count_lines(path: Path) -> int:
