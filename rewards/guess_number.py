@@ -47,6 +47,15 @@ def turns_of(completion: str) -> tuple[int, bool]:
     return (len(turns), False) if hit is None else (hit + 1, True)
 
 
+def hidden(target) -> int:
+    """A row's `target` as the hidden number: an integer in [0, N) (3.0, as a column of numbers may hold it, is 3);
+    ValueError for anything else, 3.5 or 64 or "3" (played as 3 or out of range, the episode would not be the row's)."""
+    whole = isinstance(target, int | float) and not isinstance(target, bool) and float(target).is_integer()
+    if not (whole and 0 <= target < N):
+        raise ValueError(f"target {target!r}: the hidden number is an integer in [0, {N})")
+    return int(target)
+
+
 def plain(text: str) -> bool:
     """An integer written plainly: digits, no leading zero."""
     return text.isdigit() and str(int(text)) == text
@@ -63,7 +72,7 @@ def found_in(completion: str, target: int, eos: str = EOS) -> bool:
     if not turns or sum(len(g) + 2 for g, _ in turns) != len(body):
         return False
     guess, said = turns[-1]
-    return said == "=" and plain(guess) and int(guess) == int(target)
+    return said == "=" and plain(guess) and int(guess) == hidden(target)
 
 
 @register_reward("guess_found")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ._runs import REPO, add_output_and_jobs, failure_reason, read_metrics, run_logged
 from .results import RESULTS, each, load, markdown, measurement, save
-from .tasks import ensure_reference
+from .tasks import ensure_reference, reference_of
 
 TASK = "guess_number"
 CONFIG = "configs/guess_number.yaml"
@@ -491,6 +491,14 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"{sum(1 for c in codes if c)} run(s) failed: see the .log files under {args.out}", flush=True
             )
+    owner, reference = reference_of(TASK)
+    if (
+        args.summarize and not (reference / "config.json").is_file()
+    ):  # (--summarize trains nothing, as it says)
+        sys.exit(
+            f"error: no reference at {reference} to measure: --summarize trains nothing; train it first "
+            f"(python train_sft.py --task {owner}), or run the study without --summarize"
+        )
     results = summarize(args.out, args.arms, args.seeds, args.split, command.strip())
     path = args.results or (RESULTS_FILE if args.split == "test" else args.out / "turns_validation.json")
     if not args.summarize:

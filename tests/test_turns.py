@@ -501,3 +501,18 @@ def test_a_run_on_two_processes_plays_its_episodes(tok, tmp_path):
         turns, found = turns_of(c["completion"])
         assert math.isclose(c["reward"], (MAX_TURNS + 1 - turns) / MAX_TURNS * found, abs_tol=1e-6)
     assert 'class="tok tool"' in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize("bad", [3.5, 64, -1, 1e9, "3", True, None, float("nan")])
+def test_a_target_that_is_not_an_integer_in_range_is_refused_by_the_episode_and_the_verifier(bad):
+    """A row's target must be the hidden number itself, an integer in [0, 64): 3.5 is not played (or scored) as 3,
+    nor 64 as a number the replies can never find; the episode's reset and the verifier both refuse it, in words
+    that name the value. 3.0 (a number column's integer) is 3."""
+    from rewards.guess_number import hidden
+    from tinygrpo.rollout.environments.guess_number import GuessNumber
+
+    with pytest.raises(ValueError, match=r"target .*: the hidden number is an integer in \[0, 64\)"):
+        GuessNumber().reset(target=bad)
+    with pytest.raises(ValueError, match=r"the hidden number is an integer"):
+        guess_found(["32?<3?=" + EOS], [bad])
+    assert [hidden(t) for t in (0, 3, 3.0, 63)] == [0, 3, 3, 63]

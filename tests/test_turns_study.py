@@ -97,3 +97,20 @@ def test_the_recipe_table_names_each_candidate():
     text = turns.recipes_table(r)
     assert text.splitlines()[2].startswith("| `a`: the first | 100.0 % | 5.50 |")
     assert text.endswith("fits 30 minutes): `a`.")
+
+
+def test_summarize_trains_nothing_and_says_so_when_the_reference_is_missing(tmp_path, monkeypatch, capsys):
+    """`--summarize` (its help: train nothing) with no reference to measure stops with one error line naming where
+    the reference would be and how to train it, and starts no training (no subprocess, nothing written)."""
+    import subprocess
+
+    missing = tmp_path / "checkpoints" / "guess_number"
+    monkeypatch.setattr(turns, "reference_of", lambda name: ("guess_number", missing))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"started {a}"))
+    with pytest.raises(SystemExit) as stop:
+        turns.main(["--summarize", "--out", str(tmp_path / "runs")])
+    assert str(stop.value).startswith(
+        f"error: no reference at {missing} to measure: --summarize trains nothing"
+    )
+    assert "python train_sft.py --task guess_number" in str(stop.value)
+    assert not missing.exists() and not (tmp_path / "runs").exists()

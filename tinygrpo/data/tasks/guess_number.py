@@ -26,6 +26,7 @@ from rewards.guess_number import (  # noqa: F401  (the task's rewards and transc
     found_in,
     guess_found,
     guess_turns,
+    hidden,
     plain,
     reply,
     turns_in,

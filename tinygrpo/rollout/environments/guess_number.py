@@ -11,7 +11,7 @@ A guess that is not an integer written plainly ("07", "", "3a") is answered `!` 
 
 from __future__ import annotations
 
-from tinygrpo.data.tasks.guess_number import MAX_TURNS, N, plain, reply
+from tinygrpo.data.tasks.guess_number import MAX_TURNS, N, hidden, plain, reply
 from tinygrpo.rollout.environment import Environment, register_environment
 
 
@@ -21,7 +21,7 @@ class GuessNumber:
     blind = False
 
     def reset(self, target: int, **row) -> None:
-        self.target, self.turns, self.found, self.done = int(target), 0, False, False
+        self.target, self.turns, self.found, self.done = hidden(target), 0, False, False
         self.guesses: list[int] = []
 
     def guess(self, n: str) -> str:
