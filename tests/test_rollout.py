@@ -5,6 +5,8 @@ Models are random with a fixed seed and a large init range, so greedy paths diff
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from _lm import encode
@@ -109,6 +111,105 @@ def test_seeded_sampling_is_reproducible(model, tok):
     a, b, c = run(7), run(7), run(8)
     assert torch.equal(a, b)
     assert a.shape != c.shape or not torch.equal(a, c)
+
+
+# ---------------------------------------------------------------- the repetition penalty
+
+
+def penalised_decode(model, tok, prompts, G, params, penalty, gen, with_prompt=True) -> torch.Tensor:
+    """Oracle: each row's next-token logits from a plain forward of its own unpadded prompt + completion so far (no
+    cache, no padding), through transformers' RepetitionPenaltyLogitsProcessor on that history (`with_prompt`
+    False: the completion's tokens only), then the plain sampler (penalty off) on the live rows together, one
+    uniform a live row from `gen` (None: argmax), as the decode loop draws. (P*G, Tc) ids, pad after EOS."""
+    from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
+
+    processor = RepetitionPenaltyLogitsProcessor(penalty)
+    plain = dataclasses.replace(params, repetition_penalty=1.0)
+    heads = [tok(prompts[r // G])["input_ids"] for r in range(len(prompts) * G)]
+    out, live = [[] for _ in heads], list(range(len(heads)))
+    for _ in range(params.max_completion_length):
+        rows = []
+        for r in live:
+            logits = model(torch.tensor([heads[r] + out[r]]), use_cache=False).logits[:, -1]  # (1, V)
+            history = (heads[r] if with_prompt else []) + out[r]
+            rows.append(processor(torch.tensor([history]), logits.clone()) if history else logits)
+        nxt = sample_from_logits(torch.cat(rows), plain, gen).tolist()
+        for r, t in zip(live, nxt, strict=True):
+            out[r].append(t)
+        live = [r for r, t in zip(live, nxt, strict=True) if t != EOS]
+        if not live:
+            break
+    width = max(len(row) for row in out)
+    return torch.tensor([row + [PAD] * (width - len(row)) for row in out])
+
+
+def _decoders():
+    """Both decoding loops, each through its public entry point: the dynamic one (rows leave as they end) and the
+    static-shape one (tinygrpo/rollout/static_decode.py); they share the penalty's set-up."""
+    from tinygrpo.rollout.static_decode import sample_static
+
+    return {
+        "dynamic": lambda *a, **kw: sample_completions(*a, **kw, backend=GroupedBackend()),
+        "static": lambda *a, **kw: sample_static(*a, **kw, backend=GroupedBackend()),
+    }
+
+
+@pytest.mark.parametrize("entry", ["dynamic", "static"])
+def test_the_repetition_penalty_penalises_the_prompts_tokens_as_transformers_does(model64, tok, entry):
+    """transformers' RepetitionPenaltyLogitsProcessor penalises every id in input_ids, which in generate holds the
+    prompt: a token the prompt has is penalised from the first sampled token on, before the completion repeats it.
+    The sampler, end to end, against that processor on each row's whole history; and the case is exercised: the
+    same processor on the completion alone (a sampler that forgot the prompt) samples other tokens."""
+    G, penalty, seed = 3, 4.0, 11
+    params = SamplingParams(6, temperature=1.0, repetition_penalty=penalty)
+    ids, mask = encode(tok, PROMPTS)
+    gen = torch.Generator().manual_seed(seed)
+    ours = _decoders()[entry](model64, ids, mask, G, params, gen, eos_token_id=EOS, pad_token_id=PAD)
+    want = penalised_decode(model64, tok, PROMPTS, G, params, penalty, torch.Generator().manual_seed(seed))
+    assert torch.equal(ours.completion_ids, want)
+    forgot = penalised_decode(
+        model64, tok, PROMPTS, G, params, penalty, torch.Generator().manual_seed(seed), with_prompt=False
+    )
+    # (the first tokens: only the prompt's can be penalised there)
+    assert not torch.equal(forgot[:, :1], want[:, :1])
+
+
+@pytest.mark.parametrize("entry", ["dynamic", "static"])
+def test_greedy_decoding_ignores_the_repetition_penalty(model64, tok, entry):
+    """repetition_penalty acts "before sampling" (its help; decode_setup builds no record of seen tokens at
+    temperature 0), so greedy decoding, the held-out evaluation's, is plain argmax whatever the option says (unlike
+    transformers' generate, whose greedy search applies it): the held-out accuracy measures the policy, not the
+    penalty. The case is exercised: greedy on the penalised logits would choose other tokens."""
+    T, penalty = 6, 4.0
+    ids, mask = encode(tok, PROMPTS)
+    decode = _decoders()[entry]
+    plain = decode(model64, ids, mask, 1, SamplingParams.greedy(T), eos_token_id=EOS, pad_token_id=PAD)
+    set_ = SamplingParams(T, temperature=0.0, repetition_penalty=penalty)
+    penalised_option = decode(model64, ids, mask, 1, set_, eos_token_id=EOS, pad_token_id=PAD)
+    assert torch.equal(penalised_option.completion_ids, plain.completion_ids)
+    assert torch.equal(penalised_option.completion_mask, plain.completion_mask)
+    argmax = penalised_decode(model64, tok, PROMPTS, 1, set_, 1.0, None)  # (penalty 1: plain argmax)
+    assert torch.equal(argmax, plain.completion_ids)
+    penalised = penalised_decode(model64, tok, PROMPTS, 1, set_, penalty, None)
+    assert not torch.equal(penalised[:, :1], plain.completion_ids[:, :1])
+
+
+def test_held_out_evaluation_is_greedy_without_the_penalty_its_sampling_settings_carry(model64, tok):
+    """The trainer hands its sampling settings, penalty included, to the held-out evaluation; its greedy
+    completions (eval/accuracy) are the same as with the penalty off: only pass@k's samples use the penalty."""
+    from tinygrpo.rollout.evaluation import held_out_metrics
+
+    ids, mask = encode(tok, PROMPTS)
+    rows = {"prompt": PROMPTS, "answer": ["3", "85", "60", "9"]}
+    with_penalty = SamplingParams(6, temperature=1.0, repetition_penalty=4.0)
+    off = dataclasses.replace(with_penalty, repetition_penalty=1.0)
+    a = held_out_metrics(model64, tok, ids, mask, rows, with_penalty)
+    b = held_out_metrics(model64, tok, ids, mask, rows, off)
+    assert a.completions == b.completions and a.metrics == b.metrics
+    greedy = sample_completions(
+        model64, ids, mask, 1, SamplingParams.greedy(6), eos_token_id=EOS, pad_token_id=PAD
+    )
+    assert a.completions == decode_completions(tok, greedy.completion_ids, greedy.completion_mask)
 
 
 # ---------------------------------------------------------------- completion_logits

@@ -279,6 +279,36 @@ def test_logging_first_step_and_num_generations_eval(seed_reference, tmp_path):
         parse_config("--num_generations_eval 3 --eval_pass_k 2".split())
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        "--num_iterations 2 --per_device_train_batch_size 16 --max_steps 6",  # k = 2: two passes a generation
+        "--per_device_train_batch_size 8 --steps_per_generation 2 --max_steps 6",  # k = 2: two optimizer steps
+    ],
+    ids=["num_iterations", "steps_per_generation"],
+)
+def test_logging_first_step_logs_the_first_generation_when_it_makes_several_optimizer_steps(
+    seed_reference, tmp_path, flags
+):
+    """logging_first_step logs TRL's optimizer step 1; a generation of k > 1 optimizer steps holds steps 1..k, so its
+    row (step k) is logged. A check of `step == 1` would never hold there (the step count moves k at a time) and
+    would silently drop the first row whenever a generation makes several optimizer steps."""
+    common = [
+        *"--num_generations 4 --max_completion_length 3 --logging_steps 10 --eval_steps 10".split(),
+        *"--save_steps 0 --dynamic_sampling false --explore_rounds 0 --logging_first_step true".split(),
+    ]
+    assert run_inproc(seed_reference, tmp_path, *common, *flags.split()) == 0
+    cfg = parse_config([*common, *flags.split()])
+    k, last, every = cfg.updates_per_generation, cfg.max_steps, cfg.logging_steps
+    assert k == 2 and every > last  # (the first row can only come from logging_first_step)
+    # TRL's rule, optimizer step by optimizer step: a row at the end of each generation holding a logged step
+    trl_logged = {j for j in range(1, last + 1) if j % every == 0 or j == 1 or j == last}
+    ends = [s for s in range(k, last + 1, k) if trl_logged & set(range(s - k + 1, s + 1))]
+    assert ends == [2, 6]
+    logged = [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")]
+    assert logged == [0, *ends]  # (0: the evaluation before training)
+
+
 # ================================================================================================ TRL's own config
 
 
