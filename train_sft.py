@@ -13,6 +13,7 @@ tinygrpo/sft/train.py.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 def task_of(argv: list[str]) -> str:
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from tinygrpo.base.parser import parse_args
     from tinygrpo.run.config import check_task_flag
     from tinygrpo.sft.config import SFTConfig, task_recipe
-    from tinygrpo.sft.train import train_reference
+    from tinygrpo.sft.train import stop_on_signals, train_reference
     from tinygrpo.update.policy_update import NonFiniteError
 
     hf_logging.disable_progress_bar()
@@ -45,10 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse_args(
             SFTConfig, argv, __doc__.split("\n\n")[0], defaults=task_recipe(task) if task else None
         )
-        train_reference(cfg)
+        with stop_on_signals(Path(cfg.output_dir)):
+            train_reference(cfg)
     except (ValueError, NonFiniteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as e:  # (Ctrl-C, SIGTERM: said in one line, as train_grpo.py does)
+        print(f"\n{e}" if str(e) else "\ninterrupted: nothing saved", file=sys.stderr)
+        return 130
     except OSError as e:  # a full disk, a read-only place: the file, the cause, and that nothing was saved
         from tinygrpo.base.files import describe_write_error
 

@@ -256,3 +256,26 @@ def test_an_empty_task_is_one_line_not_the_default_task(script, tmp_path):
         "error: --task is empty: name a task (a built-in name, a file, module:NAME) or leave the flag out"
     ], r.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_users_kernel_setting_replaced_for_the_portable_reference_is_said(tmp_path):
+    """kernels=portable trains in a process on PORTABLE's kernels: a user's own ATEN_CPU_CAPABILITY is replaced
+    there, and the script says so in one line naming it (and what keeps it); a setting equal to PORTABLE's is not
+    a replacement and says nothing."""
+    from tinygrpo.sft.train import PORTABLE
+
+    lines = {}
+    for name, value in (("mine", "avx2"), ("same", PORTABLE["ATEN_CPU_CAPABILITY"])):
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": value}
+        cmd = [sys.executable, "train_sft.py", "--output_dir", str(tmp_path / name), "--max_steps", "1"]
+        done = subprocess.run(
+            [*cmd, "--dataset_test_split", ""], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        lines[name] = [line for line in done.stderr.splitlines() if line.startswith("kernels=portable:")]
+    assert lines["mine"] == [
+        "kernels=portable: ATEN_CPU_CAPABILITY=avx2 from the environment is replaced for the reference's training "
+        "(tinygrpo.sft.train.PORTABLE); --kernels native keeps it"
+    ]
+    assert lines["same"] == []

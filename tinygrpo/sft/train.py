@@ -14,10 +14,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -74,7 +77,44 @@ PORTABLE = {
 }
 # How a child says why it stopped (its last stderr line is "error: ..."), as the exception the caller gets: a
 # failed write (4) comes back as its one described line, as a ValueError.
-CHILD_ERRORS = {2: ValueError, 3: NonFiniteError, 4: ValueError}
+CHILD_ERRORS = {2: ValueError, 3: NonFiniteError, 4: ValueError, 5: KeyboardInterrupt}
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _handling(handler: Callable) -> Iterator[None]:
+    """SIGINT and SIGTERM go to `handler` inside the block (in the main thread: handlers can be set nowhere else)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, handler) for s in SIGNALS} if main else {}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def stop_on_signals(out: Path):
+    """Ctrl-C or SIGTERM stops the reference's training at once (it has no checkpoint to stop at) and saves nothing:
+    a KeyboardInterrupt that says so, raised once (a second signal, as a terminal's Ctrl-C passed on by a parent,
+    changes nothing); train_sft.py prints its one line and exits with 130, as train_grpo.py does."""
+    said: list[str] = []
+
+    def stop(signum, frame) -> None:
+        if not said:
+            said.append(signal.Signals(signum).name)
+            raise KeyboardInterrupt(f"{said[0]}: the reference's training stopped; nothing saved in {out}")
+
+    return _handling(stop)
+
+
+def _die_with_parent() -> None:
+    """A SIGTERM for this process when its parent dies, killed or not (Linux): no orphan trains on and saves later."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # (1: PR_SET_PDEATHSIG)
+    except (OSError, AttributeError):
+        pass
 
 
 def on_portable_kernels() -> bool:
@@ -104,14 +144,24 @@ def train_in_child(cfg: SFTConfig, verbose: bool) -> dict:
             f"task {cfg.task!r} was registered by this process's code, and kernels=portable trains in a fresh "
             "process that cannot see it: put it in a task file (--task path/to/file.py), or pass --kernels native"
         )
-    child = subprocess.run(
+    overridden = [f"{k}={os.environ[k]}" for k, v in PORTABLE.items() if os.environ.get(k, v) != v]
+    if overridden and verbose:  # (a user's own setting, replaced: said, not silently)
+        print(
+            f"kernels=portable: {', '.join(overridden)} from the environment is replaced for the reference's "
+            "training (tinygrpo.sft.train.PORTABLE); --kernels native keeps it",
+            file=sys.stderr,
+        )
+    child = subprocess.Popen(
         [sys.executable, "-m", "tinygrpo.sft.train", json.dumps(asdict(cfg)), "1" if verbose else "0"],
         env={**os.environ, **PORTABLE},
         stdout=None if verbose else subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
-    lines = child.stderr.splitlines()
+    # A signal here is passed on, and the child, stopping as it does (stop_on_signals), is waited for.
+    with _handling(lambda signum, frame: child.send_signal(signum)):
+        stderr = child.communicate()[1]
+    lines = stderr.splitlines()
     said = [line for line in lines if not line.startswith("error: ")]
     if said and verbose:
         print("\n".join(said), file=sys.stderr)
@@ -120,7 +170,7 @@ def train_in_child(cfg: SFTConfig, verbose: bool) -> dict:
         if child.returncode in CHILD_ERRORS and errors:
             raise CHILD_ERRORS[child.returncode](errors[-1])
         raise RuntimeError(
-            f"the reference's training process exited with {child.returncode}: {child.stderr[-2000:]}"
+            f"the reference's training process exited with {child.returncode}: {stderr[-2000:]}"
         )
     return json.loads((Path(cfg.output_dir) / "sft_summary.json").read_text())
 
@@ -323,8 +373,14 @@ def child_main(argv: list[str]) -> int:
 
     hf_logging.disable_progress_bar()  # (as train_sft.py: no bars around the script's own lines)
     datasets.disable_progress_bars()
+    _die_with_parent()
+    cfg = SFTConfig(**json.loads(argv[0]))
     try:
-        train_reference(SFTConfig(**json.loads(argv[0])), verbose=argv[1] == "1")
+        with stop_on_signals(Path(cfg.output_dir)):
+            train_reference(cfg, verbose=argv[1] == "1")
+    except KeyboardInterrupt as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 5
     except NonFiniteError as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
