@@ -516,3 +516,33 @@ def test_a_target_that_is_not_an_integer_in_range_is_refused_by_the_episode_and_
     with pytest.raises(ValueError, match=r"the hidden number is an integer"):
         guess_found(["32?<3?=" + EOS], [bad])
     assert [hidden(t) for t in (0, 3, 3.0, 63)] == [0, 3, 3, 63]
+
+
+class ResetRaises(Greeting):
+    def reset(self, target: int, **row) -> str:
+        raise RuntimeError(f"no room for {target}")
+
+
+def test_an_environment_that_fails_everywhere_is_named_in_the_error_with_its_outcomes_and_cause(
+    tok, monkeypatch
+):
+    """Every episode's reset raises: the decode counts it, the run's tally keeps the count and the first cause, and
+    the error of a run whose rewards then apply to nothing names the environment, the outcome, its count and the
+    cause, before the reward functions (which had nothing to read)."""
+    from tinygrpo.rollout import tool_calls
+    from tinygrpo.rollout.scoring import no_reward_applies
+
+    monkeypatch.setattr(tool_calls, "ANSWERED", {})
+    assert no_reward_applies(3, ["guess_turns"]).startswith(
+        "no reward function applies"
+    )  # (nothing failed yet)
+    env = _env("resets_raise", ResetRaises)
+    _, texts, calls = _decode(tok, env, ["4?", "5?", "6?"], [4, 5, 6])
+    assert calls.outcomes["reset_raised"] == 3 and texts == ["[!<eos>]"] * 3
+    message = no_reward_applies(3, ["guess_turns"])
+    assert message.startswith(
+        "the environment resets_raise answered reset_raised 3 times (RuntimeError: no room for 4), lost_instance "
+    )
+    assert "no reward function applies to any of the 3 samples" in message and message.endswith(
+        "and the environment"
+    )

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tinygrpo.rollout.tool_worker import why
+
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent / "environments"
 
 # How a call ended (Reply.outcome); every outcome but "ok" is a failure, answered with the environment's `error`.
@@ -69,6 +71,7 @@ class Reply:
     text: str  # what the environment feeds the row: the result and `close`, or `error` and `close`
     outcome: str  # one of OUTCOMES
     done: bool = False  # an environment over turns ended the episode (its instance's `done`, or a lost one)
+    detail: str = ""  # a failure's cause, as the run's error says it ("RuntimeError: ...")
 
 
 @dataclass(frozen=True)
@@ -209,16 +212,16 @@ class Environment:
             result = str(tool(**kwargs))
         except KeyboardInterrupt:
             raise
-        except BaseException:  # noqa: BLE001  (a tool's error, or its exit, is the model's to read, not the run's end)
-            return self.failed("raised")
+        except BaseException as e:  # noqa: BLE001  (a tool's error, or its exit, is the model's to read, not the run's end)
+            return self.failed("raised", detail=why(e))
         if len(result) > self.max_reply_chars or any(c in result for c in self.delimiters):
             return self.failed(
                 "bad_reply"
             )  # (a delimiter would read as another call, or end the reply early)
         return Reply(f"{result}{self.close}", "ok")
 
-    def failed(self, outcome: str, done: bool = False) -> Reply:
-        return Reply(f"{self.error}{self.close}", outcome, done)
+    def failed(self, outcome: str, done: bool = False, detail: str = "") -> Reply:
+        return Reply(f"{self.error}{self.close}", outcome, done, detail)
 
     def observation(self, text: str, done: bool) -> Reply:
         """What an episode's reset says first (answered as a call is)."""

@@ -39,10 +39,16 @@ def reward_spec(
 
 
 def no_reward_applies(samples: int, names: list[str]) -> str:
-    """The error of a run whose reward functions apply to none of its first samples."""
+    """The error of a run whose reward functions apply to none of its first samples; an environment that failed is
+    said first (its failures leave its reward nothing to read)."""
+    from tinygrpo.rollout.tool_calls import answered_line
+
+    failed = answered_line()
     return (
-        f"no reward function applies to any of the {samples} samples (every reward is None): nothing to learn "
+        (f"{failed}: " if failed else "")
+        + f"no reward function applies to any of the {samples} samples (every reward is None): nothing to learn "
         f"from; check the reward functions ({', '.join(names)}) and the dataset's columns"
+        + (", and the environment" if failed else "")
     )
 
 

@@ -120,7 +120,7 @@ class ToolCalls:
                 env.episode_ops([("reset", k, row) for k, row in zip(self.keys, episodes, strict=True)])
             ):
                 if reply.outcome != "ok":  # (an episode that cannot start ends at once, counted)
-                    self.outcomes[f"reset_{reply.outcome}"] += 1
+                    self.count(f"reset_{reply.outcome}", reply.detail)
                 self.owed[r].extend(self._tokens(r, reply, count=False))
 
     def next_tokens(self, live: torch.Tensor, sampled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,12 +167,14 @@ class ToolCalls:
         """Row r's reply as token ids, counted; a result the tokenizer cannot write (a sign, a letter) is a failure.
         An episode that is over (done, or at the cap on calls) ends with <eos>, the environment's token."""
         text, outcome = reply.text, reply.outcome
+        detail = reply.detail
         if any(c not in self.known for c in text):
             text, outcome = self.env.failed("unwritable").text, "unwritable"
+            detail = f"{reply.text[:40]!r} holds characters the tokenizer cannot write"
         if count:
             self.calls[r] += 1
             self.failures[r] += outcome != "ok"
-            self.outcomes[outcome] += 1
+            self.count(outcome, detail)
         ids = self.tokenizer.convert_tokens_to_ids(list(text))
         if self.keys is not None and (reply.done or int(self.calls[r]) >= self.max_calls):
             ids.append(self.eos_id)
@@ -184,8 +186,31 @@ class ToolCalls:
         if self.keys is None:
             return None
         out = self.env.episode_ops([("collect", k) for k in self.keys])
-        self.outcomes["lost_instance"] += sum(x is None for x in out)
+        if lost := sum(x is None for x in out):
+            self.count("lost_instance", "an instance that cannot be pickled, or its worker was killed", lost)
         return out
+
+    def count(self, outcome: str, detail: str = "", n: int = 1) -> None:
+        """An outcome, counted for this decode and in the run's tally (ANSWERED, which errors quote)."""
+        self.outcomes[outcome] += n
+        tally = ANSWERED.setdefault(self.env.name, {})
+        seen, first = tally.get(outcome, (0, detail))
+        tally[outcome] = (seen + n, first or detail)
+
+
+# Every environment's outcomes in this process, by name: {outcome: (count, the first failure's detail)}. A run
+# whose rewards never apply says them (scoring.no_reward_applies): an environment failing everywhere is named.
+ANSWERED: dict[str, dict[str, tuple[int, str]]] = {}
+
+
+def answered_line() -> str:
+    """The environments' failures so far, in words ("" when none failed)."""
+    parts = []
+    for name, tally in ANSWERED.items():
+        failed = [f"{o} {n} times" + (f" ({d})" if d else "") for o, (n, d) in tally.items() if o != "ok"]
+        if failed:
+            parts.append(f"the environment {name} answered {', '.join(failed)}")
+    return "; ".join(parts)
 
 
 _SESSIONS = itertools.count()  # (episode keys: unique in this process, whichever worker holds them)

@@ -25,7 +25,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
-Reply = Any  # an environment's Reply (tinygrpo/rollout/environment.py): text, outcome, done
+Reply = Any  # an environment's Reply (tinygrpo/rollout/environment.py): text, outcome, done, detail
+
+
+def why(e: BaseException) -> str:
+    """An exception in a few words, as a failed reply's detail (the run's error quotes it)."""
+    return f"{type(e).__name__}: {e}"[:200]
 
 
 class Environment(Protocol):
@@ -40,7 +45,7 @@ class Environment(Protocol):
 
     def answer(self, text: str, instance: Any = None) -> Reply: ...
 
-    def failed(self, outcome: str, done: bool = False) -> Reply: ...
+    def failed(self, outcome: str, done: bool = False, detail: str = "") -> Reply: ...
 
     def observation(self, text: str, done: bool) -> Reply: ...
 
@@ -100,10 +105,11 @@ class _Episodes:
             done = bool(getattr(instance, "done", False))
         except KeyboardInterrupt:
             raise
-        except BaseException:  # noqa: BLE001  (a factory's or reset's error: the episode cannot start)
-            return env.failed("raised", done=True)
+        except BaseException as e:  # noqa: BLE001  (a factory's or reset's error: the episode cannot start)
+            return env.failed("raised", done=True, detail=why(e))
         if len(text) > env.max_reply_chars or any(c in text for c in env.delimiters):
-            return env.failed("bad_reply", done=True)
+            detail = f"{len(text)} characters, {env.max_reply_chars} at most, or a delimiter: {text[:40]!r}"
+            return env.failed("bad_reply", done=True, detail=detail)
         self.live[key] = instance
         return env.observation(text, done)
 
@@ -207,13 +213,15 @@ class ToolWorker:
             while len(replies) < len(texts):
                 if not self.conn.poll(self.env.timeout_s):  # past the deadline: kill, answer, go on afresh
                     self.stop()
-                    replies.append(_failed(self.env, texts[len(replies)], "timeout"))
+                    replies.append(
+                        _failed(self.env, texts[len(replies)], "timeout", f"past {self.env.timeout_s} s")
+                    )
                     break
                 try:
                     replies.append(self.conn.recv())
                 except (EOFError, OSError):  # the worker died on this call
                     self.stop()
-                    replies.append(_failed(self.env, texts[len(replies)], "raised"))
+                    replies.append(_failed(self.env, texts[len(replies)], "raised", "the process exited"))
                     break
                 except Exception:  # noqa: BLE001  (an episode's instance that does not unpickle here: the message is read,
                     replies.append(
@@ -222,12 +230,12 @@ class ToolWorker:
         return replies
 
 
-def _failed(env: Environment, op, outcome: str) -> Any:
+def _failed(env: Environment, op, outcome: str, detail: str = "") -> Any:
     """What a call or an episode's operation that the worker could not answer is answered: the environment's error
     (ending the episode), or no instance for a collect."""
     if isinstance(op, str):
-        return env.failed(outcome)
-    return None if op[0] == "collect" else env.failed(outcome, done=True)
+        return env.failed(outcome, detail=detail)
+    return None if op[0] == "collect" else env.failed(outcome, done=True, detail=detail)
 
 
 _WORKERS: dict[int, ToolWorker] = {}  # by id(environment): one worker each, for the run
