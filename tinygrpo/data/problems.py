@@ -250,15 +250,24 @@ def load_problems(name_or_path: str) -> DatasetDict:
                 raise ValueError(
                     f"{files[first]}: split {first!r} has no column {c!r}, which split {split!r} has"
                 )
-    from datasets import load_dataset
+    return _read(files, _mixed_fields(checked))
 
-    # A number field with integers and fractions, in one split or across them (datasets types every split alike).
+
+def _mixed_fields(checked: dict[str, tuple[dict, dict[str, set[type]]]]) -> dict[str, set[str]]:
+    """By split: the number fields holding integers and fractions, in that split or across splits (datasets types
+    every split alike)."""
     kinds: dict[str, set[type]] = {}
     for _, numbers in checked.values():
         for k, seen in numbers.items():
             kinds.setdefault(k, set()).update(seen)
     fields = {k for k, seen in kinds.items() if len(seen) > 1}
-    mixed = {split: fields for split, (_, numbers) in checked.items() if fields & numbers.keys()}
+    return {split: fields for split, (_, numbers) in checked.items() if fields & numbers.keys()}
+
+
+def _read(files: dict[str, str], mixed: dict[str, set[str]]) -> DatasetDict:
+    """The checked splits, read by datasets' JSON reader."""
+    from datasets import load_dataset
+
     boms = [split for split, f in files.items() if _starts_with_bom(f)]
     if not boms and not mixed:
         return load_dataset("json", data_files=files)
