@@ -523,26 +523,32 @@ class ResetRaises(Greeting):
         raise RuntimeError(f"no room for {target}")
 
 
-def test_an_environment_that_fails_everywhere_is_named_in_the_error_with_its_outcomes_and_cause(
-    tok, monkeypatch
-):
-    """Every episode's reset raises: the decode counts it, the run's tally keeps the count and the first cause, and
-    the error of a run whose rewards then apply to nothing names the environment, the outcome, its count and the
-    cause, before the reward functions (which had nothing to read)."""
-    from tinygrpo.rollout import tool_calls
+def test_an_environment_that_fails_everywhere_is_named_in_the_error_with_its_outcomes_and_cause(tok):
+    """Every episode's reset raises: the decode counts it, the run's tally (ToolUse.answered, shared by its decodes)
+    keeps the count and the first cause, and the error of a run whose rewards then apply to nothing names the
+    environment, the outcome, its count and the cause, before the reward functions (which had nothing to read)."""
     from tinygrpo.rollout.scoring import no_reward_applies
+    from tinygrpo.rollout.tool_calls import failures_line
 
-    monkeypatch.setattr(tool_calls, "ANSWERED", {})
-    assert no_reward_applies(3, ["guess_turns"]).startswith(
-        "no reward function applies"
-    )  # (nothing failed yet)
     env = _env("resets_raise", ResetRaises)
     _, texts, calls = _decode(tok, env, ["4?", "5?", "6?"], [4, 5, 6])
     assert calls.outcomes["reset_raised"] == 3 and texts == ["[!<eos>]"] * 3
-    message = no_reward_applies(3, ["guess_turns"])
+    assert no_reward_applies(3, ["guess_turns"]).startswith("no reward function applies")  # (no environment)
+    message = no_reward_applies(3, ["guess_turns"], failures_line(env.name, calls.answered))
     assert message.startswith(
         "the environment resets_raise answered reset_raised 3 times (RuntimeError: no room for 4), lost_instance "
     )
     assert "no reward function applies to any of the 3 samples" in message and message.endswith(
         "and the environment"
     )
+
+
+def test_a_runs_tally_is_shared_by_its_decodes_and_not_by_another_run(tok):
+    """ToolUse.answered: every decode of a run (with_rows copies, sessions) adds to one tally; another run's ToolUse
+    starts from none (the error of one run never quotes another's failures)."""
+    use = ToolUse(_env("resets_raise", ResetRaises), tok, 4)
+    for _ in range(2):
+        use.with_rows({"target": [4, 5]}).session(2)
+    assert use.answered["reset_raised"] == (4, "RuntimeError: no room for 4")
+    assert use.failures().startswith("the environment resets_raise answered reset_raised 4 times")
+    assert ToolUse(use.env, tok, 4).failures() == ""

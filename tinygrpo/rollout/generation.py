@@ -166,7 +166,7 @@ class BatchGenerator:
         if not self.rewarded and bool(all_rewards.isnan().all()):
             # Nothing has applied yet: a run on these rewards would train on nothing at all. (Later, a round whose
             # rewards all are None is a round without signal, like one whose rewards are all equal.)
-            raise RewardError(no_reward_applies(all_rewards.numel(), self.rewards.names))
+            raise RewardError(no_reward_applies(all_rewards.numel(), self.rewards.names, self.failures()))
         shaped = all_rewards if r.penalty is None else all_rewards - gather(r.penalty)
         adv, zero_std = self.estimate(shaped, r, self.adv_cfg.scale_rewards, gather, all_sizes, gather_units)
         self.rewarded = True
@@ -177,6 +177,10 @@ class BatchGenerator:
         signal = ~zero_std[rank * P : (rank + 1) * P]  # (P,) this process's groups
         r.has_signal = signal if sizes is None else signal.repeat_interleave(torch.tensor(sizes))
         return r
+
+    def failures(self) -> str:
+        """What the run's environment failed to answer so far, in words ("" without one, or none)."""
+        return "" if self.tools is None else self.tools.failures()
 
     # ------------------------------------------------------------------ the parts
     def draw(self, idx: list[int], temperature: float, sizes: list[int] | None = None) -> Round:
@@ -332,7 +336,7 @@ class BatchGenerator:
         )
         # (what the first round would find: said before it, as it would say it)
         if bool(rewards.isnan().all()):
-            raise RewardError(no_reward_applies(rewards.numel(), self.rewards.names))
+            raise RewardError(no_reward_applies(rewards.numel(), self.rewards.names, self.failures()))
         rows = {c: [v[i] for i in idx] for c, v in self.prompts.columns.items()}
         right = (
             torch.tensor(verifier(completions, rows, k=G))

@@ -38,12 +38,9 @@ def reward_spec(
     return RewardSpec(funcs, names, weights, kwargs)
 
 
-def no_reward_applies(samples: int, names: list[str]) -> str:
-    """The error of a run whose reward functions apply to none of its first samples; an environment that failed is
-    said first (its failures leave its reward nothing to read)."""
-    from tinygrpo.rollout.tool_calls import answered_line
-
-    failed = answered_line()
+def no_reward_applies(samples: int, names: list[str], failed: str = "") -> str:
+    """The error of a run whose reward functions apply to none of its first samples; its environment's failures
+    (`failed`: ToolUse.failures) said first, as they leave its reward nothing to read."""
     return (
         (f"{failed}: " if failed else "")
         + f"no reward function applies to any of the {samples} samples (every reward is None): nothing to learn "

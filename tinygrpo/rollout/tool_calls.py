@@ -18,7 +18,7 @@ import itertools
 import os
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -37,6 +37,13 @@ class ToolUse:
     rows: Sequence[dict] | None = (
         None  # an episode's environment: each prompt's dataset row, reset() reads it
     )
+    # The run's tally of what the environment answered, {outcome: (count, the first failure's cause)}, shared by every
+    # copy (with_rows) and decode (session): a run whose rewards never apply says it (failures).
+    answered: dict[str, tuple[int, str]] = field(default_factory=dict, compare=False, repr=False)
+
+    def failures(self) -> str:
+        """The environment's failures so far in this run, in words ("" when none)."""
+        return failures_line(self.env.name, self.answered)
 
     def session(self, rows: int) -> ToolCalls:
         episodes = None
@@ -49,7 +56,13 @@ class ToolUse:
                 row for row in self.rows for _ in range(rows // len(self.rows))
             ]  # (rows grouped by prompt)
         return ToolCalls(
-            self.env, self.tokenizer, rows, self.tokenizer.eos_token_id, self.max_calls, episodes
+            self.env,
+            self.tokenizer,
+            rows,
+            self.tokenizer.eos_token_id,
+            self.max_calls,
+            episodes,
+            self.answered,
         )
 
     def with_rows(self, columns: dict[str, list], idx: Sequence[int] | None = None) -> ToolUse:
@@ -100,6 +113,7 @@ class ToolCalls:
         eos_token_id: int,
         max_calls: int | None = None,
         episodes: list[dict] | None = None,
+        answered: dict[str, tuple[int, str]] | None = None,
     ):
         vocab = tokenizer.get_vocab()
         self.env, self.tokenizer = env, tokenizer
@@ -112,6 +126,7 @@ class ToolCalls:
         self.calls = torch.zeros(rows, dtype=torch.long)  # calls answered, per row
         self.failures = torch.zeros(rows, dtype=torch.long)  # of them, answered with the environment's error
         self.outcomes: Counter[str] = Counter()
+        self.answered = {} if answered is None else answered  # (the run's tally: ToolUse.answered)
         self.keys: list[tuple[int, int, int]] | None = None  # each row's episode in the worker
         if episodes is not None:
             session = next(_SESSIONS)
@@ -191,26 +206,16 @@ class ToolCalls:
         return out
 
     def count(self, outcome: str, detail: str = "", n: int = 1) -> None:
-        """An outcome, counted for this decode and in the run's tally (ANSWERED, which errors quote)."""
+        """An outcome, counted for this decode and in the run's tally (which its errors quote)."""
         self.outcomes[outcome] += n
-        tally = ANSWERED.setdefault(self.env.name, {})
-        seen, first = tally.get(outcome, (0, detail))
-        tally[outcome] = (seen + n, first or detail)
+        seen, first = self.answered.get(outcome, (0, detail))
+        self.answered[outcome] = (seen + n, first or detail)
 
 
-# Every environment's outcomes in this process, by name: {outcome: (count, the first failure's detail)}. A run
-# whose rewards never apply says them (scoring.no_reward_applies): an environment failing everywhere is named.
-ANSWERED: dict[str, dict[str, tuple[int, str]]] = {}
-
-
-def answered_line() -> str:
-    """The environments' failures so far, in words ("" when none failed)."""
-    parts = []
-    for name, tally in ANSWERED.items():
-        failed = [f"{o} {n} times" + (f" ({d})" if d else "") for o, (n, d) in tally.items() if o != "ok"]
-        if failed:
-            parts.append(f"the environment {name} answered {', '.join(failed)}")
-    return "; ".join(parts)
+def failures_line(name: str, answered: dict[str, tuple[int, str]]) -> str:
+    """An environment's failures in a tally, in words ("" when none failed)."""
+    failed = [f"{o} {n} times" + (f" ({d})" if d else "") for o, (n, d) in answered.items() if o != "ok"]
+    return f"the environment {name} answered {', '.join(failed)}" if failed else ""
 
 
 _SESSIONS = itertools.count()  # (episode keys: unique in this process, whichever worker holds them)
